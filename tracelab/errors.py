@@ -1,0 +1,51 @@
+"""The one exception tree of tracelab.
+
+Every message says what happened, where (file, rank, event) and what to do next. The CLI maps
+these classes to exit codes: usage errors exit 2, input errors exit 3.
+"""
+
+from __future__ import annotations
+
+
+class TracelabError(Exception):
+    """Base class of every error tracelab raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(TracelabError):
+    """The command was called wrongly (unknown run, bad option value)."""
+
+    exit_code = 2
+
+
+class InputError(TracelabError):
+    """An input file or capture is unusable. `path` names it when there is one."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class TraceFormatError(InputError):
+    """A trace file is truncated, corrupt, not JSON, or not a Kineto trace."""
+
+
+class RankConflictError(InputError):
+    """Ranks are missing from a trace or claimed twice."""
+
+
+class StoreError(TracelabError):
+    """The store cannot be used (other schema version, locked for too long, corrupt)."""
+
+    exit_code = 3
+
+
+class StoreLockedError(StoreError):
+    """Another process held the store's lock for longer than we were willing to wait."""
+
+
+class RunNotFoundError(UsageError):
+    """A run name that is not in the store."""

@@ -1,0 +1,230 @@
+-- tracelab store schema, version 1.
+--
+-- Conventions: every time is an integer number of nanoseconds since the Unix epoch (`*_ns`),
+-- every duration an integer number of nanoseconds (`dur_ns`), every size a number of bytes
+-- (`*_bytes`). Rows of one run share its `run_id`; deleting a run deletes every row carrying it.
+-- The version of this file is stored in `tracelab_meta` under `schema_version`.
+
+-- Key/value facts about the store itself.
+CREATE TABLE IF NOT EXISTS tracelab_meta (
+    -- Name of the setting, e.g. 'schema_version'.
+    key VARCHAR PRIMARY KEY,
+    -- Its value, as text.
+    value VARCHAR NOT NULL
+);
+
+CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
+
+-- One row per ingested run (a training job's capture, any subset of its ranks).
+CREATE TABLE IF NOT EXISTS runs (
+    -- Surrogate key used by every other table.
+    run_id INTEGER PRIMARY KEY,
+    -- Unique, user-chosen name (`--run`), defaults to the folder's name.
+    name VARCHAR NOT NULL UNIQUE,
+    -- Paths the run was ingested from, as given on the command line (JSON list of strings).
+    source JSON NOT NULL,
+    -- When the ingest committed (UTC).
+    created_at TIMESTAMP NOT NULL,
+    -- Ranks in the whole job (from distributedInfo or the manifest); NULL when unknown.
+    world_size INTEGER,
+    -- Number of ranks actually captured in this run.
+    rank_count INTEGER NOT NULL,
+    -- Free-form metadata: the capture manifest when there is one, tracelab's version, options.
+    metadata JSON NOT NULL,
+    -- Files skipped under `--skip-bad`: JSON list of {file, error}.
+    skipped JSON NOT NULL
+);
+
+-- One row per captured rank of a run.
+CREATE TABLE IF NOT EXISTS ranks (
+    -- The run this rank belongs to.
+    run_id INTEGER NOT NULL,
+    -- Global rank in the job.
+    rank INTEGER NOT NULL,
+    -- Host name, when the trace or manifest says.
+    host VARCHAR,
+    -- World size this rank reported.
+    world_size INTEGER,
+    -- Communication backend of the default group (nccl, gloo, ...).
+    backend VARCHAR,
+    -- Device name (e.g. 'NVIDIA H100', 'cpu').
+    device VARCHAR,
+    -- Device memory capacity in bytes, when known (deviceProperties.totalGlobalMem).
+    device_memory_bytes BIGINT,
+    -- Process groups as in distributedInfo.pg_config (JSON list of {pg_name, pg_desc, pg_size, ranks}).
+    process_groups JSON NOT NULL,
+    -- Paths of the trace files this rank came from (one per profiling window), JSON list.
+    files JSON NOT NULL,
+    -- Their total size in bytes.
+    file_bytes BIGINT NOT NULL,
+    -- baseTimeNanoseconds of the trace, 0 when the trace had none (timestamps already absolute).
+    base_time_ns BIGINT NOT NULL,
+    -- Estimated offset of this rank's clock relative to rank 0's: local time minus reference time,
+    -- so reference = ts_ns - clock_offset_ns. NULL when not measured.
+    clock_offset_ns BIGINT,
+    -- Uncertainty (half-width) of that offset; NULL when not measured.
+    clock_uncertainty_ns BIGINT,
+    -- Pipeline stage of this rank, when known (manifest or annotations).
+    pp_stage INTEGER,
+    -- Parallelism coordinates {dp, tp, pp, cp, ep}, when known.
+    coords JSON,
+    -- deviceProperties of the trace (JSON list).
+    device_properties JSON,
+    -- The trace's other top-level metadata keys (schemaVersion, trace_id, ...).
+    trace_metadata JSON NOT NULL,
+    -- Number of complete (X) events of this rank.
+    event_count BIGINT NOT NULL,
+    PRIMARY KEY (run_id, rank)
+);
+
+-- Every complete (ph = 'X') event of every rank.
+CREATE TABLE IF NOT EXISTS events (
+    -- The run.
+    run_id INTEGER NOT NULL,
+    -- The rank whose trace held the event.
+    rank INTEGER NOT NULL,
+    -- Position of the event in the rank's traceEvents list (stable id within the rank).
+    idx BIGINT NOT NULL,
+    -- Kineto category as written (kernel, cpu_op, cuda_runtime, user_annotation, ...).
+    cat VARCHAR,
+    -- Event name as written (never trusted: escape before rendering).
+    name VARCHAR NOT NULL,
+    -- Kineto pid: the OS process for host events, the device index for GPU events.
+    pid BIGINT,
+    -- Kineto tid: the OS thread for host events, the stream for GPU events.
+    tid BIGINT,
+    -- pid/tid when the trace wrote them as strings (e.g. 'Spans'); NULL otherwise.
+    lane_label VARCHAR,
+    -- Start, absolute: baseTimeNanoseconds + ts * 1000, rounded to the nanosecond.
+    ts_ns BIGINT NOT NULL,
+    -- Duration.
+    dur_ns BIGINT NOT NULL,
+    -- tracelab's classification, applied once at ingest (see tracelab/classify.py):
+    -- compute, communication, memcpy, memset, sync, runtime, cpu_op, annotation, python, other.
+    category VARCHAR NOT NULL,
+    -- True for events that run on the device (kernels, GPU memcpy/memset, GPU annotations).
+    on_device BOOLEAN NOT NULL,
+    -- CUDA/HIP stream for device events (args.stream, else tid); NULL for host events.
+    stream BIGINT,
+    -- args.correlation: links a runtime launch to the device work it launched.
+    correlation BIGINT,
+    -- args['External id']: links device work to the host op that issued it.
+    external_id BIGINT,
+    -- ProfilerStep number the event belongs to (host: enclosing step; device: its launch's step).
+    step INTEGER,
+    -- The event's args, verbatim JSON.
+    args JSON
+);
+
+-- ProfilerStep#N spans per rank.
+CREATE TABLE IF NOT EXISTS steps (
+    -- The run.
+    run_id INTEGER NOT NULL,
+    -- The rank.
+    rank INTEGER NOT NULL,
+    -- N of ProfilerStep#N.
+    step INTEGER NOT NULL,
+    -- Start of the host-side step annotation.
+    start_ns BIGINT NOT NULL,
+    -- End of the host-side step annotation.
+    end_ns BIGINT NOT NULL,
+    -- End of the last device event launched in the step (>= end_ns on GPU runs); NULL on CPU runs.
+    device_end_ns BIGINT,
+    PRIMARY KEY (run_id, rank, step)
+);
+
+-- Names of processes and threads (Kineto 'M' events), for timeline lanes.
+CREATE TABLE IF NOT EXISTS lanes (
+    -- The run.
+    run_id INTEGER NOT NULL,
+    -- The rank.
+    rank INTEGER NOT NULL,
+    -- Kineto pid.
+    pid BIGINT,
+    -- Kineto tid; NULL for a process-level name.
+    tid BIGINT,
+    -- 'process_name', 'thread_name', 'process_labels', ...
+    kind VARCHAR NOT NULL,
+    -- The name (escape before rendering).
+    value VARCHAR,
+    -- Sort index when the trace gives one.
+    sort_index BIGINT
+);
+
+-- One row per collective or point-to-point operation seen on a rank.
+CREATE TABLE IF NOT EXISTS collectives (
+    -- The run.
+    run_id INTEGER NOT NULL,
+    -- The rank that took part.
+    rank INTEGER NOT NULL,
+    -- Where the row came from: 'kernel' (NCCL/RCCL kernel), 'host' (gloo or c10d host op),
+    -- 'collector' (tracelab's own timing), 'flight_recorder'.
+    source VARCHAR NOT NULL,
+    -- Normalized kind: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all,
+    -- send, recv, barrier, gather, scatter, unknown.
+    op VARCHAR NOT NULL,
+    -- Process group name (pg_name), NULL when the trace does not say.
+    pg_name VARCHAR,
+    -- Process group description (e.g. 'default_pg').
+    pg_desc VARCHAR,
+    -- Global ranks of the group, JSON list; NULL when unknown.
+    pg_ranks JSON,
+    -- Number of ranks in the group.
+    group_size INTEGER,
+    -- Per-group sequence number when the source has one (collector, flight recorder, newer traces).
+    seq BIGINT,
+    -- 0-based occurrence index of (pg_name, op) on this rank within this source, in start order.
+    occurrence BIGINT NOT NULL,
+    -- Bytes sent by this rank (input), when known.
+    in_bytes BIGINT,
+    -- Bytes received by this rank (output), when known.
+    out_bytes BIGINT,
+    -- Element type (Float, BFloat16, ...), when known.
+    dtype VARCHAR,
+    -- Peer rank for send/recv, when known.
+    peer INTEGER,
+    -- Host enqueue time, when known.
+    enqueue_ns BIGINT,
+    -- Start of the operation (kernel start on GPU, host start on gloo).
+    start_ns BIGINT NOT NULL,
+    -- End of the operation.
+    end_ns BIGINT NOT NULL,
+    -- ProfilerStep the operation belongs to, when known.
+    step INTEGER,
+    -- events.idx of the event this row came from; NULL for collector/flight-recorder rows.
+    event_idx BIGINT
+);
+
+-- Memory samples: the trace's [memory] instants, and the collector's per-step peaks.
+CREATE TABLE IF NOT EXISTS memory (
+    -- The run.
+    run_id INTEGER NOT NULL,
+    -- The rank.
+    rank INTEGER NOT NULL,
+    -- 'trace' ([memory] instant: allocation or free) or 'step_peak' (collector).
+    source VARCHAR NOT NULL,
+    -- Time of the sample (for step_peak: end of the step).
+    ts_ns BIGINT NOT NULL,
+    -- ProfilerStep, when known.
+    step INTEGER,
+    -- Device type code from the trace (0 CPU, 1 CUDA, ...) or 'cuda'/'cpu' mapped to those codes.
+    device_type INTEGER,
+    -- Device index.
+    device_id INTEGER,
+    -- Size of this allocation (+) or free (-); NULL for step peaks.
+    delta_bytes BIGINT,
+    -- Allocated bytes after the event, or the step's peak allocated.
+    allocated_bytes BIGINT,
+    -- Reserved bytes after the event, or the step's peak reserved.
+    reserved_bytes BIGINT
+);
+
+-- Named baselines for CI reports: `tracelab baseline save NAME`.
+CREATE TABLE IF NOT EXISTS baselines (
+    -- Baseline name.
+    name VARCHAR PRIMARY KEY,
+    -- Name of the run it pins (kept by name so that it survives re-ingest of that run).
+    run_name VARCHAR NOT NULL,
+    -- When it was saved (UTC).
+    saved_at TIMESTAMP NOT NULL
+);
