@@ -185,10 +185,11 @@ CREATE TABLE IF NOT EXISTS collectives (
     peer INTEGER,
     -- Host enqueue time, when known.
     enqueue_ns BIGINT,
-    -- Start of the operation (kernel start on GPU, host start on gloo).
-    start_ns BIGINT NOT NULL,
-    -- End of the operation.
-    end_ns BIGINT NOT NULL,
+    -- Start of the operation (kernel start on GPU, host start on gloo); NULL when the source has
+    -- no timing (Flight Recorder on gloo).
+    start_ns BIGINT,
+    -- End of the operation; NULL like start_ns.
+    end_ns BIGINT,
     -- ProfilerStep the operation belongs to, when known.
     step INTEGER,
     -- events.idx of the event this row came from; NULL for collector/flight-recorder rows.

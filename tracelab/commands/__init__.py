@@ -1,0 +1,1 @@
+"""Subcommands of the `tracelab` CLI, one module each (see tracelab.cli.COMMANDS)."""
