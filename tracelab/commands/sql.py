@@ -1,0 +1,44 @@
+"""`tracelab sql "SELECT ..."`: read-only SQL over the store, printed as a table, CSV or JSON."""
+
+from __future__ import annotations
+
+import argparse
+
+import duckdb
+
+from tracelab.commands._common import add_db_option
+from tracelab.errors import UsageError
+from tracelab.tables import print_table
+
+
+def run(args: argparse.Namespace) -> int:
+    from tracelab.store import open_store
+
+    with open_store(args.db) as con:
+        try:
+            cur = con.execute(args.query)
+        except duckdb.Error as exc:
+            raise UsageError(f"the query failed: {exc}") from exc
+        if cur.description is None:
+            return 0
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchmany(args.limit + 1) if args.limit else cur.fetchall()
+    truncated = bool(args.limit) and len(rows) > args.limit
+    rows = rows[: args.limit] if args.limit else rows
+    print_table([dict(zip(cols, r, strict=True)) for r in rows], fmt=args.format, columns=cols)
+    if truncated and args.format == "table":
+        print(f"(first {args.limit} rows; --limit 0 prints all)")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "sql", help="run read-only SQL over the store",
+        description="Run a SQL query over the store (opened read-only). Tables: runs, ranks, "
+        "events, steps, lanes, collectives, memory, baselines; see tracelab/schema/v1.sql.",
+    )
+    p.add_argument("query", help='e.g. "SELECT name, count(*) FROM events GROUP BY 1"')
+    add_db_option(p)
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--limit", type=int, default=1000, help="rows to print (0 = all)")
+    p.set_defaults(func=run)

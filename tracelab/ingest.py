@@ -1,0 +1,364 @@
+"""Ingest: traces and captures in, one run in the store out, all or nothing.
+
+The pipeline runs in one direction: discover files -> convert each (in parallel processes, with
+memory bounded by one trace per worker, see tracelab.convert) -> resolve ranks -> one short write
+transaction. Parsing happens before the store is opened, so a bad file never leaves a
+half-written run, and the write lock is held only for the final load (readers keep working).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+
+from tracelab import __version__, load_sql
+from tracelab.convert import TraceInfo, convert_trace
+from tracelab.discover import Capture, Discovery, TraceFile, discover
+from tracelab.errors import InputError, RankConflictError, TracelabError, UsageError
+from tracelab.records import load_capture_records
+from tracelab.store import DEFAULT_DB, delete_run, open_store
+
+IfExists = Literal["refuse", "replace"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertedRank:
+    rank: int
+    infos: list[TraceInfo]
+    dirs: list[Path]
+
+
+@dataclass(kw_only=True)
+class IngestReport:
+    """What an ingest did; printed by the CLI."""
+
+    run: str
+    run_id: int | None
+    ranks: list[int]
+    world_size: int | None
+    events: int
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    unchanged: bool = False
+
+
+def _convert_one(path: str, out_dir: str) -> TraceInfo:
+    return convert_trace(path, out_dir)
+
+
+def _convert_all(
+    files: list[TraceFile],
+    staging: Path,
+    workers: int,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[dict[int, tuple[TraceInfo, Path]], dict[int, TracelabError]]:
+    """Convert every file; returns per-file-index results and errors (never raises for input)."""
+    done: dict[int, tuple[TraceInfo, Path]] = {}
+    errors: dict[int, TracelabError] = {}
+    out_dirs = [staging / f"f{i}" for i in range(len(files))]
+    if workers <= 1 or len(files) == 1:
+        for i, tf in enumerate(files):
+            try:
+                done[i] = (convert_trace(tf.path, out_dirs[i]), out_dirs[i])
+            except InputError as exc:
+                errors[i] = exc
+            if progress:
+                progress(i + 1, len(files))
+        return done, errors
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {
+            pool.submit(_convert_one, str(tf.path), str(out_dirs[i])): i
+            for i, tf in enumerate(files)
+        }
+        for n, fut in enumerate(as_completed(futures), 1):
+            i = futures[fut]
+            try:
+                done[i] = (fut.result(), out_dirs[i])
+            except InputError as exc:
+                errors[i] = exc
+            if progress:
+                progress(n, len(files))
+    return done, errors
+
+
+def _match_user_rank(path: Path, ranks: Mapping[str, int]) -> int | None:
+    for key in (str(path), path.name, str(path.resolve())):
+        if key in ranks:
+            return ranks[key]
+    return None
+
+
+def _resolve_ranks(
+    files: list[TraceFile],
+    done: dict[int, tuple[TraceInfo, Path]],
+    user_ranks: Mapping[str, int],
+) -> tuple[dict[int, ConvertedRank], dict[int, TracelabError]]:
+    """Group converted files by rank; missing or doubly-claimed ranks become per-file errors."""
+    by_rank: dict[int, list[int]] = {}
+    errors: dict[int, TracelabError] = {}
+    for i in sorted(done):
+        tf = files[i]
+        info, _ = done[i]
+        rank = _match_user_rank(tf.path, user_ranks)
+        if rank is None:
+            rank = tf.rank if tf.rank is not None else info.rank
+        if rank is None:
+            errors[i] = RankConflictError(
+                "the trace has no rank (no distributedInfo.rank, no capture manifest). Map it "
+                f"explicitly: --rank {tf.path.name}=N.",
+                str(tf.path),
+            )
+            continue
+        by_rank.setdefault(rank, []).append(i)
+    out: dict[int, ConvertedRank] = {}
+    for rank, idxs in sorted(by_rank.items()):
+        windows = {files[i].window for i in idxs}
+        if len(idxs) > 1 and (len(windows) != len(idxs) or files[idxs[0]].rank is None):
+            names = ", ".join(str(files[i].path) for i in idxs)
+            for i in idxs:
+                errors[i] = RankConflictError(
+                    f"rank {rank} is claimed by {len(idxs)} files: {names}. They are probably "
+                    "from different runs: ingest them separately (--run), or map ranks "
+                    "explicitly with --rank FILE=N.",
+                    str(files[i].path),
+                )
+            continue
+        idxs.sort(key=lambda i: files[i].window)
+        out[rank] = ConvertedRank(
+            rank=rank, infos=[done[i][0] for i in idxs], dirs=[done[i][1] for i in idxs]
+        )
+    return out, errors
+
+
+def _default_run_name(paths: Sequence[str | os.PathLike[str]], capture: Capture | None) -> str:
+    if capture is not None and capture.manifest.get("run_name"):
+        return str(capture.manifest["run_name"])
+    first = Path(paths[0]).resolve()
+    name = first.name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name or "run"
+
+
+def _progress_printer() -> Callable[[int, int], None] | None:
+    if not sys.stderr.isatty():
+        return None
+
+    def show(n: int, total: int) -> None:
+        width = 30
+        filled = int(width * n / total)
+        sys.stderr.write(f"\rconverting [{'#' * filled}{'.' * (width - filled)}] {n}/{total} files")
+        if n == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def ingest(
+    paths: Sequence[str | os.PathLike[str]],
+    db: str | os.PathLike[str] = DEFAULT_DB,
+    *,
+    run: str | None = None,
+    ranks: Mapping[str, int] | None = None,
+    if_exists: IfExists = "refuse",
+    skip_bad: bool = False,
+    workers: int | None = None,
+    progress: bool | None = None,
+) -> IngestReport:
+    """Ingest trace files, folders or a capture folder into the store as one run.
+
+    if_exists: "refuse" (default) errors when a run of that name exists, unless it was ingested
+    from byte-identical files, in which case nothing changes; "replace" swaps it atomically.
+    skip_bad: ingest the good ranks and record the bad files in the run; by default any bad
+    file aborts and the store is left unchanged.
+    """
+    if not paths:
+        raise UsageError("give at least one trace file or folder.")
+    if if_exists not in ("refuse", "replace"):
+        raise UsageError(f"if_exists must be 'refuse' or 'replace', not {if_exists!r}.")
+    found: Discovery = discover(list(paths))
+    capture = found.captures[0] if found.captures else None
+    name = run or _default_run_name(paths, capture)
+    workers = workers or min(os.cpu_count() or 1, len(found.files))
+    show = _progress_printer() if progress is None or progress else None
+    db_path = Path(db)
+    staging = Path(tempfile.mkdtemp(prefix=".tracelab-ingest-", dir=_staging_parent(db_path)))
+    try:
+        done, errors = _convert_all(found.files, staging, workers, show)
+        by_rank, rank_errors = _resolve_ranks(found.files, done, ranks or {})
+        errors.update(rank_errors)
+        if errors and not skip_bad:
+            exc = errors[min(errors)]
+            if len(errors) > 1:
+                others = ", ".join(str(found.files[i].path) for i in sorted(errors)[1:4])
+                exc.args = (
+                    f"{exc.args[0]} ({len(errors) - 1} more bad files: {others}"
+                    f"{', ...' if len(errors) > 4 else ''}). Nothing was written; "
+                    "--skip-bad ingests the good ranks and records the bad files.",
+                )
+            raise exc
+        if not by_rank:
+            raise InputError("no rank could be ingested: every file was bad (see --skip-bad).")
+        skipped = [
+            {"file": str(found.files[i].path), "error": str(errors[i])} for i in sorted(errors)
+        ]
+        return _write(
+            db_path, name, paths, capture, by_rank, skipped, found, if_exists
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staging_parent(db_path: Path) -> str | None:
+    parent = db_path.resolve().parent if str(db_path) != ":memory:" else None
+    if parent is not None and parent.is_dir() and os.access(parent, os.W_OK):
+        return str(parent)
+    return None
+
+
+def _identical(con: duckdb.DuckDBPyConnection, rid: int, by_rank: dict[int, ConvertedRank]) -> bool:
+    stored = {
+        int(r): sorted(json.loads(h)) for r, h in con.execute(
+            "SELECT rank, json_extract(trace_metadata, '$.tracelab_sha256') FROM ranks WHERE run_id = ?",
+            [rid],
+        ).fetchall() if h is not None
+    }
+    new = {rank: sorted(i.sha256 for i in cr.infos) for rank, cr in by_rank.items()}
+    return stored == new
+
+
+def _write(
+    db_path: Path,
+    name: str,
+    paths: Sequence[str | os.PathLike[str]],
+    capture: Capture | None,
+    by_rank: dict[int, ConvertedRank],
+    skipped: list[dict[str, str]],
+    found: Discovery,
+    if_exists: IfExists,
+) -> IngestReport:
+    world = _world_size(capture, by_rank)
+    report = IngestReport(
+        run=name, run_id=None, ranks=sorted(by_rank), world_size=world,
+        events=sum(i.event_count for cr in by_rank.values() for i in cr.infos),
+        skipped=skipped, ignored=[str(p) for p in found.ignored],
+    )
+    with open_store(db_path, read_only=False) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchone()
+            if row is not None:
+                if _identical(con, int(row[0]), by_rank) and not skipped:
+                    con.execute("ROLLBACK")
+                    report.run_id, report.unchanged = int(row[0]), True
+                    return report
+                if if_exists == "refuse":
+                    raise UsageError(
+                        f"a run named {name!r} already exists with different content. Use "
+                        "--replace to overwrite it, or --run NEW_NAME to keep both."
+                    )
+                delete_run(con, int(row[0]))
+            rid = int(con.execute("SELECT nextval('run_id_seq')").fetchone()[0])
+            _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
+            _load(con, rid, by_rank, capture)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    report.run_id = rid
+    return report
+
+
+def _world_size(capture: Capture | None, by_rank: dict[int, ConvertedRank]) -> int | None:
+    if capture is not None and isinstance(capture.manifest.get("world_size"), int):
+        return int(capture.manifest["world_size"])
+    sizes = {i.world_size for cr in by_rank.values() for i in cr.infos if i.world_size}
+    return max(sizes) if sizes else None
+
+
+def _insert_run(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    name: str,
+    paths: Sequence[str | os.PathLike[str]],
+    capture: Capture | None,
+    by_rank: dict[int, ConvertedRank],
+    skipped: list[dict[str, str]],
+    world: int | None,
+) -> None:
+    meta: dict[str, Any] = {"tracelab_version": __version__}
+    if capture is not None:
+        meta["manifest"] = capture.manifest
+        meta["pipeline"] = capture.manifest.get("pipeline")
+    con.execute(
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            rid, name, json.dumps([str(p) for p in paths]),
+            dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), world, len(by_rank),
+            json.dumps(meta), json.dumps(skipped),
+        ],
+    )
+    rows = []
+    for rank, cr in sorted(by_rank.items()):
+        first = cr.infos[0]
+        entry = capture.ranks.get(rank, {}) if capture is not None else {}
+        clock = entry.get("clock") or {}
+        trace_meta = dict(first.metadata)
+        trace_meta["tracelab_sha256"] = [i.sha256 for i in cr.infos]
+        rows.append([
+            rid, rank, entry.get("host") or first.host, first.world_size or world,
+            entry.get("backend") or first.backend, entry.get("device") or first.device or ("cpu" if first.device_properties is None else None),
+            entry.get("device_memory_bytes") or first.device_memory_bytes,
+            json.dumps(entry.get("process_groups") or first.process_groups),
+            json.dumps([i.file for i in cr.infos]), sum(i.file_bytes for i in cr.infos),
+            first.base_time_ns, clock.get("offset_ns"), clock.get("uncertainty_ns"),
+            entry.get("pp_stage"), json.dumps(entry.get("coords")) if entry.get("coords") else None,
+            json.dumps(first.device_properties) if first.device_properties else None,
+            json.dumps(trace_meta), sum(i.event_count for i in cr.infos),
+        ])
+    con.executemany(
+        "INSERT INTO ranks VALUES (" + ", ".join("?" for _ in range(18)) + ")", rows
+    )
+
+
+def _load(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    by_rank: dict[int, ConvertedRank],
+    capture: Capture | None,
+) -> None:
+    mapping: list[tuple[str, str, int, int]] = []
+    for rank, cr in by_rank.items():
+        offset = 0
+        for info, folder in zip(cr.infos, cr.dirs, strict=True):
+            for kind in ("events", "memory", "lanes"):
+                mapping.append((str(folder / f"{kind}.parquet"), kind, rank, offset))
+            offset += info.event_count
+    con.execute(
+        "CREATE TEMP TABLE _files (path VARCHAR, kind VARCHAR, rank INTEGER, idx_offset BIGINT)"
+    )
+    con.executemany("INSERT INTO _files VALUES (?, ?, ?, ?)", mapping)
+
+    def files(kind: str) -> list[str]:
+        return [m[0] for m in mapping if m[1] == kind]
+
+    load_sql.load_events(con, rid, files("events"))
+    load_sql.load_trace_memory(con, rid, files("memory"))
+    load_sql.load_lanes(con, rid, files("lanes"))
+    load_sql.load_trace_collectives(con, rid)
+    if capture is not None:
+        load_capture_records(con, rid, capture, set(by_rank))
+    load_sql.number_collectives(con, rid)
+    con.execute("DROP TABLE _files")

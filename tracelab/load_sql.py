@@ -1,0 +1,238 @@
+"""The SQL that loads converted ranks (Parquet) into the store, inside the ingest transaction.
+
+Everything derived is computed here, once, in DuckDB: the category of each event (from
+tracelab.classify's rules), correlation/stream ids from the args JSON, the profiler step of each
+event (host events by time, device events through their launch's correlation), the steps table,
+and the collectives read from NCCL kernels, `record_param_comms` and gloo annotations.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from tracelab.classify import category_sql, on_device_sql
+
+#: Bytes per element for the dtype names traces use (record_param_comms, gloo Input type).
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
+    "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2,
+    "char": 1, "int8": 1, "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1,
+    "float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16,
+}
+
+#: (regex on the lower-cased collective name with '_' removed, normalized op), first match wins.
+OP_RULES = (
+    (r"reducescatter", "reduce_scatter"),
+    (r"allreduce", "all_reduce"),
+    (r"allgather", "all_gather"),
+    (r"alltoall", "all_to_all"),
+    (r"sendrecv", "send_recv"),
+    (r"broadcast", "broadcast"),
+    (r"barrier", "barrier"),
+    (r"^(c10d::)?reduce|reduce$", "reduce"),
+    (r"gather", "gather"),
+    (r"scatter", "scatter"),
+    (r"send", "send"),
+    (r"recv", "recv"),
+)
+
+
+def op_sql(expr: str) -> tuple[str, list[str]]:
+    """SQL normalizing a collective name expression to tracelab's op vocabulary."""
+    norm = f"replace(lower({expr}), '_', '')"
+    parts, params = [], []
+    for pattern, op in OP_RULES:
+        parts.append(f"WHEN regexp_matches({norm}, ?) THEN ?")
+        params += [pattern, op]
+    return f"CASE {' '.join(parts)} ELSE 'unknown' END", params
+
+
+def dtype_bytes_sql(expr: str) -> tuple[str, list[object]]:
+    parts, params = [], []
+    for name, size in DTYPE_BYTES.items():
+        parts.append("WHEN ? THEN ?")
+        params += [name, size]
+    return f"(CASE lower({expr}) {' '.join(parts)} ELSE NULL END)", params
+
+
+def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str]) -> None:
+    """Load converted events Parquet `files` (mapped to ranks by the `_files` table) into
+    events and steps."""
+    cat_case, cat_params = category_sql("p.cat", "p.name")
+    dev_case, dev_params = on_device_sql("p.cat")
+    con.execute(
+        f"""
+        CREATE TEMP TABLE _ev AS
+        SELECT f.rank, p.idx + f.idx_offset AS idx, p.cat, p.name, p.pid, p.tid, p.lane_label,
+               p.ts_ns, p.dur_ns, {cat_case} AS category, {dev_case} AS on_device, p.args
+        FROM read_parquet(?, filename = true) p
+        JOIN _files f ON f.path = p.filename
+        """,
+        [*cat_params, *dev_params, files],
+    )
+    con.execute(
+        """
+        CREATE TEMP TABLE _ids AS
+        SELECT rank, idx,
+               CASE WHEN on_device THEN coalesce(
+                   TRY_CAST(json_extract_string(args, '$.stream') AS BIGINT), tid) END AS stream,
+               TRY_CAST(json_extract_string(args, '$.correlation') AS BIGINT) AS correlation,
+               TRY_CAST(json_extract_string(args, '$."External id"') AS BIGINT) AS external_id
+        FROM _ev
+        """
+    )
+    con.execute(
+        """
+        INSERT INTO steps
+        SELECT ?, rank, step, min(ts_ns), max(ts_ns + dur_ns), NULL
+        FROM (SELECT rank, ts_ns, dur_ns,
+                     TRY_CAST(regexp_extract(name, '^ProfilerStep#(\\d+)$', 1) AS INTEGER) AS step
+              FROM _ev WHERE NOT on_device AND name LIKE 'ProfilerStep#%')
+        WHERE step IS NOT NULL
+        GROUP BY rank, step
+        """,
+        [run_id],
+    )
+    con.execute(
+        """
+        CREATE TEMP TABLE _host_step AS
+        SELECT e.rank, e.idx, CASE WHEN e.ts_ns < s.end_ns THEN s.step END AS step
+        FROM (SELECT rank, idx, ts_ns FROM _ev WHERE NOT on_device) e
+        ASOF LEFT JOIN (SELECT rank, step, start_ns, end_ns FROM steps WHERE run_id = ?) s
+          ON e.rank = s.rank AND e.ts_ns >= s.start_ns
+        """,
+        [run_id],
+    )
+    con.execute(
+        """
+        INSERT INTO events
+        SELECT ?, e.rank, e.idx, e.cat, e.name, e.pid, e.tid, e.lane_label, e.ts_ns, e.dur_ns,
+               e.category, e.on_device, i.stream, i.correlation, i.external_id,
+               CASE WHEN e.on_device THEN coalesce(l.step, d.step) ELSE h.step END,
+               e.args
+        FROM _ev e
+        JOIN _ids i USING (rank, idx)
+        LEFT JOIN _host_step h USING (rank, idx)
+        LEFT JOIN (
+            SELECT hi.rank, hi.correlation, any_value(hs.step) AS step
+            FROM _ids hi JOIN _host_step hs USING (rank, idx)
+            WHERE hi.correlation IS NOT NULL AND hs.step IS NOT NULL
+            GROUP BY hi.rank, hi.correlation
+        ) l ON e.on_device AND l.rank = e.rank AND l.correlation = i.correlation
+        LEFT JOIN (
+            SELECT ev.rank, ev.idx, CASE WHEN ev.ts_ns < s.end_ns THEN s.step END AS step
+            FROM (SELECT rank, idx, ts_ns FROM _ev WHERE on_device) ev
+            ASOF LEFT JOIN (SELECT rank, step, start_ns, end_ns FROM steps WHERE run_id = ?) s
+              ON ev.rank = s.rank AND ev.ts_ns >= s.start_ns
+        ) d ON e.on_device AND d.rank = e.rank AND d.idx = e.idx
+        ORDER BY e.rank, e.ts_ns
+        """,
+        [run_id, run_id],
+    )
+    con.execute(
+        """
+        UPDATE steps SET device_end_ns = d.end_ns
+        FROM (SELECT rank, step, max(ts_ns + dur_ns) AS end_ns FROM events
+              WHERE run_id = ? AND on_device AND step IS NOT NULL GROUP BY rank, step) d
+        WHERE steps.run_id = ? AND steps.rank = d.rank AND steps.step = d.step
+        """,
+        [run_id, run_id],
+    )
+    for table in ("_ev", "_ids", "_host_step"):
+        con.execute(f"DROP TABLE {table}")
+
+
+def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """Collectives from NCCL/RCCL kernels (with record_param_comms metadata) and gloo annotations."""
+    arg = "coalesce(json_extract_string(k.args, '$.\"{0}\"'), json_extract_string(r.args, '$.\"{0}\"'))"
+    coll = arg.format("Collective name")
+    op_case, op_params = op_sql(f"coalesce({coll}, regexp_extract(k.name, '^(nccl|rccl)(Dev)?Kernel_([A-Za-z]+)', 3), k.name)")
+    size_case, size_params = dtype_bytes_sql(arg.format("dtype"))
+    con.execute(
+        f"""
+        INSERT INTO collectives
+        SELECT ?, k.rank, 'kernel', {op_case},
+               {arg.format("Process Group Name")}, {arg.format("Process Group Description")},
+               TRY_CAST({arg.format("Process Group Ranks")} AS JSON),
+               TRY_CAST({arg.format("Group size")} AS INTEGER),
+               TRY_CAST(coalesce({arg.format("Seq")}, {arg.format("seq")}) AS BIGINT),
+               0,
+               TRY_CAST({arg.format("In msg nelems")} AS BIGINT) * {size_case},
+               TRY_CAST({arg.format("Out msg nelems")} AS BIGINT) * {size_case},
+               {arg.format("dtype")}, NULL,
+               launch.ts_ns, k.ts_ns, k.ts_ns + k.dur_ns, k.step, k.idx
+        FROM events k
+        LEFT JOIN events r
+          ON r.run_id = k.run_id AND r.rank = k.rank AND r.external_id = k.external_id
+         AND r.name = 'record_param_comms' AND NOT r.on_device
+        LEFT JOIN events launch
+          ON launch.run_id = k.run_id AND launch.rank = k.rank
+         AND launch.correlation = k.correlation AND launch.category = 'runtime'
+        WHERE k.run_id = ? AND k.on_device AND k.category = 'communication'
+        """,
+        [run_id, *op_params, *size_params, *size_params, run_id],
+    )
+    gop_case, gop_params = op_sql("substr(g.name, 6)")
+    gsize_case, gsize_params = dtype_bytes_sql("json_extract_string(g.args, '$.\"Input type\"[0]')")
+    con.execute(
+        f"""
+        INSERT INTO collectives
+        SELECT ?, g.rank, 'host', {gop_case}, NULL, NULL, NULL, NULL, NULL, 0,
+               CAST(list_aggregate(TRY_CAST(json_extract(g.args, '$."Input Dims"[0]') AS BIGINT[]),
+                                   'product') AS BIGINT) * {gsize_case},
+               NULL, json_extract_string(g.args, '$."Input type"[0]'), NULL,
+               NULL, g.ts_ns, g.ts_ns + g.dur_ns, g.step, g.idx
+        FROM events g
+        WHERE g.run_id = ? AND NOT g.on_device AND g.name LIKE 'gloo:%'
+          AND g.category = 'communication'
+        """,
+        [run_id, *gop_params, *gsize_params, run_id],
+    )
+
+
+def number_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """Set `occurrence`: the 0-based index of (source, pg, op) on each rank, in start order."""
+    con.execute(
+        """
+        UPDATE collectives SET occurrence = o.occ
+        FROM (SELECT rowid AS rid, row_number() OVER (
+                  PARTITION BY rank, source, coalesce(pg_name, ''), op
+                  ORDER BY coalesce(start_ns, enqueue_ns), seq) - 1 AS occ
+              FROM collectives WHERE run_id = ?) o
+        WHERE collectives.rowid = o.rid
+        """,
+        [run_id],
+    )
+
+
+def load_trace_memory(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str]) -> None:
+    con.execute(
+        """
+        INSERT INTO memory
+        SELECT ?, m.rank, 'trace', m.ts_ns,
+               CASE WHEN m.ts_ns < s.end_ns THEN s.step END,
+               TRY_CAST(json_extract_string(m.args, '$."Device Type"') AS INTEGER),
+               TRY_CAST(json_extract_string(m.args, '$."Device Id"') AS INTEGER),
+               TRY_CAST(json_extract_string(m.args, '$.Bytes') AS BIGINT),
+               TRY_CAST(json_extract_string(m.args, '$."Total Allocated"') AS BIGINT),
+               TRY_CAST(json_extract_string(m.args, '$."Total Reserved"') AS BIGINT)
+        FROM (SELECT f.rank, p.ts_ns, p.args
+              FROM read_parquet(?, filename = true) p
+              JOIN _files f ON f.path = p.filename) m
+        ASOF LEFT JOIN (SELECT rank, step, start_ns, end_ns FROM steps WHERE run_id = ?) s
+          ON m.rank = s.rank AND m.ts_ns >= s.start_ns
+        """,
+        [run_id, files, run_id],
+    )
+
+
+def load_lanes(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str]) -> None:
+    con.execute(
+        """
+        INSERT INTO lanes
+        SELECT DISTINCT ?, f.rank, p.pid, p.tid, p.kind, p.value, p.sort_index
+        FROM read_parquet(?, filename = true) p
+        JOIN _files f ON f.path = p.filename
+        """,
+        [run_id, files],
+    )
