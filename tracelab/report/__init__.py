@@ -1,1 +1,7 @@
-"""Package placeholder; filled in by its owner."""
+"""Headless CI regression reports: compare a candidate run against a baseline and gate on it.
+
+The pipeline runs one way: `metrics.extract` reads a run's metrics from the store and the
+analyzers, `compare.compare` judges them against thresholds (`thresholds`), and a renderer
+(`render_markdown`, `render_html`, `render_json`, `render_junit`) writes the result. This package
+imports neither dash nor a browser; plotly is used for the HTML figures only when installed.
+"""

@@ -1,0 +1,264 @@
+"""The comparison model: one row per metric, a verdict per row, and the report's verdict.
+
+A row is a regression only when the change is beyond its threshold in the bad direction and,
+for metrics measured per step (a distribution), the one-sided Mann–Whitney U test is
+significant at `alpha`. Metrics with one value per run (peak memory) are judged on the
+threshold alone. Too few steps on either side gives a warning instead of a verdict.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tracelab.report.stats import difference_of_medians, mann_whitney_u, ratio_of_medians
+from tracelab.report.thresholds import GATES, Kind, ReportSettings, Threshold
+from tracelab.results import Finding
+
+
+class Verdict(str, enum.Enum):
+    """Outcome of one row; REGRESSION rows fail the report."""
+
+    REGRESSION = "regression"
+    WARN = "warn"  # could not judge: too few steps, or missing on one side
+    IMPROVED = "improved"
+    PASS = "pass"
+    INFO = "info"  # not gated (threshold off): shown for context
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricValue:
+    """One metric of one run, as extracted for comparison."""
+
+    #: Unique row key: "step_time", "bubble_share[stage=1]", "op_time[aten::mm]".
+    key: str
+    #: Its family in thresholds.GATES, which sets unit, direction and threshold.
+    gate: str
+    #: Human label, e.g. "Pipeline bubble, stage 1" (trace text: escape before rendering).
+    label: str
+    #: The run's value in the gate's unit; None when it cannot be measured (see note).
+    #: For metrics with samples, compare() uses the median of the samples instead.
+    value: float | None
+    #: Per-step values when the metric has a distribution (enables the statistical test).
+    samples: tuple[float, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """What was compared: the run, its size, and the steps that were used."""
+
+    name: str
+    run_id: int | None = None
+    source: tuple[str, ...] = ()
+    ranks: int = 0
+    world_size: int | None = None
+    steps_used: int = 0
+    steps_dropped: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunMetrics:
+    """Everything the report needs from one run."""
+
+    run: RunSummary
+    values: dict[str, MetricValue]
+    findings: tuple[Finding, ...] = ()
+    #: Rows for figures: "per_rank" ({rank, step_time_ms, ...}), "steps" ({step, step_time_ms}).
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """One row of the report."""
+
+    key: str
+    gate: str
+    label: str
+    unit: str
+    baseline: float | None
+    candidate: float | None
+    #: Relative change (candidate/baseline - 1) or change in points, per `delta_kind`.
+    delta: float | None
+    delta_kind: Kind
+    #: Bootstrap CI of the same quantity as `delta` (None without samples).
+    ci_low: float | None = None
+    ci_high: float | None = None
+    #: One-sided Mann–Whitney p-value in the bad direction (None without samples).
+    p_value: float | None = None
+    n_baseline: int = 0
+    n_candidate: int = 0
+    threshold: str = "off"
+    gated: bool = False
+    verdict: Verdict = Verdict.INFO
+    #: Why this verdict, in words.
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    """A candidate run judged against a baseline run."""
+
+    baseline: RunMetrics
+    candidate: RunMetrics
+    rows: tuple[Comparison, ...]
+    new_findings: tuple[Finding, ...]
+    resolved_findings: tuple[Finding, ...]
+    warnings: tuple[str, ...]
+    settings: ReportSettings
+
+    @property
+    def regressions(self) -> tuple[Comparison, ...]:
+        return tuple(r for r in self.rows if r.verdict is Verdict.REGRESSION)
+
+    @property
+    def verdict(self) -> str:
+        """'regression', 'warn' (nothing failed, something could not be judged) or 'pass'."""
+        if self.regressions:
+            return "regression"
+        if any(r.verdict is Verdict.WARN for r in self.rows):
+            return "warn"
+        return "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+
+def _delta(base: float, cand: float, kind: Kind) -> float:
+    if kind is Kind.POINTS:
+        return (cand - base) * 100.0
+    if base == 0:
+        return 0.0 if cand == 0 else math.copysign(math.inf, cand)
+    return cand / base - 1.0
+
+
+def _beyond(delta: float, threshold: Threshold, direction: int) -> bool:
+    """Whether `delta` moved past the threshold's limit in `direction` (+1 up, -1 down)."""
+    return direction * delta > threshold.limit
+
+
+def _delta_kind(gate: str, threshold: Threshold) -> Kind:
+    if threshold.kind is not None:
+        return threshold.kind
+    return Kind.POINTS if GATES[gate].unit == "share" else Kind.RELATIVE
+
+
+def _sampled_row(
+    b: MetricValue, c: MetricValue, t: Threshold, kind: Kind, s: ReportSettings, **row: Any
+) -> Comparison:
+    xb, xc = np.asarray(b.samples, dtype=float), np.asarray(c.samples, dtype=float)
+    base, cand = float(np.median(xb)), float(np.median(xc))
+    delta = _delta(base, cand, kind)
+    row |= dict(baseline=base, candidate=cand, delta=delta, delta_kind=kind,
+                n_baseline=xb.size, n_candidate=xc.size)
+    if min(xb.size, xc.size) < s.min_steps:
+        return Comparison(**row, verdict=Verdict.WARN if t.gated else Verdict.INFO,
+                          reason=f"too few steps to judge ({xb.size} vs {xc.size}, fewer than "
+                                 f"{s.min_steps} a side): profile more active steps")
+    bad = "greater" if t.direction > 0 else "less"
+    good = "less" if t.direction > 0 else "greater"
+    p_bad = mann_whitney_u(xc, xb, alternative=bad).p_value
+    p_good = mann_whitney_u(xc, xb, alternative=good).p_value
+    ci_low = ci_high = None
+    if kind is Kind.RELATIVE and base > 0:
+        ci = ratio_of_medians(xb, xc, confidence=s.confidence, resamples=s.resamples, seed=s.seed)
+        ci_low, ci_high = ci.low - 1.0, ci.high - 1.0
+    elif kind is Kind.POINTS:
+        ci = difference_of_medians(xb, xc, confidence=s.confidence, resamples=s.resamples,
+                                   seed=s.seed)
+        ci_low, ci_high = ci.low * 100.0, ci.high * 100.0
+    row |= dict(ci_low=ci_low, ci_high=ci_high, p_value=p_bad)
+    if not t.gated:
+        return Comparison(**row, verdict=Verdict.INFO, reason="not gated (threshold off)")
+    beyond_bad, beyond_good = _beyond(delta, t, t.direction), _beyond(delta, t, -t.direction)
+    if beyond_bad and p_bad < s.alpha:
+        verdict, reason = Verdict.REGRESSION, f"beyond {t.text} and significant (p={p_bad:.2g})"
+    elif beyond_good and p_good < s.alpha:
+        verdict, reason = Verdict.IMPROVED, f"improved beyond {t.text} (p={p_good:.2g})"
+    elif beyond_bad:
+        verdict, reason = Verdict.PASS, f"beyond {t.text} but not significant (p={p_bad:.2g})"
+    elif p_bad < s.alpha:
+        verdict, reason = Verdict.PASS, f"significant (p={p_bad:.2g}) but within {t.text}"
+    else:
+        verdict, reason = Verdict.PASS, f"within {t.text}"
+    return Comparison(**row, verdict=verdict, reason=reason)
+
+
+def compare_values(
+    b: MetricValue | None, c: MetricValue | None, settings: ReportSettings
+) -> Comparison:
+    """Judge one metric of the candidate against the same metric of the baseline."""
+    some = c or b
+    assert some is not None
+    gate = GATES[some.gate]
+    t = settings.threshold(some.gate)
+    kind = _delta_kind(some.gate, t)
+    row: dict[str, Any] = dict(key=some.key, gate=some.gate, label=some.label, unit=gate.unit,
+                               threshold=t.text, gated=t.gated)
+    if b is not None and c is not None and b.samples and c.samples:
+        return _sampled_row(b, c, t, kind, settings, **row)
+    base = b.value if b is not None else None
+    cand = c.value if c is not None else None
+    if base is None or cand is None:
+        side = "baseline" if base is None else "candidate"
+        note = (b if side == "baseline" else c)
+        why = f": {note.note}" if note is not None and note.note else ""
+        return Comparison(**row, baseline=base, candidate=cand, delta=None, delta_kind=kind,
+                          verdict=Verdict.WARN if t.gated else Verdict.INFO,
+                          reason=f"not measured in the {side}{why}")
+    delta = _delta(base, cand, kind)
+    row |= dict(baseline=base, candidate=cand, delta=delta, delta_kind=kind,
+                n_baseline=1, n_candidate=1)
+    if not t.gated:
+        return Comparison(**row, verdict=Verdict.INFO, reason="not gated (threshold off)")
+    if _beyond(delta, t, t.direction):
+        return Comparison(**row, verdict=Verdict.REGRESSION,
+                          reason=f"beyond {t.text} (one value per run: threshold only)")
+    if _beyond(delta, t, -t.direction):
+        return Comparison(**row, verdict=Verdict.IMPROVED, reason=f"improved beyond {t.text}")
+    return Comparison(**row, verdict=Verdict.PASS, reason=f"within {t.text}")
+
+
+def _finding_key(f: Finding) -> tuple[str, str, tuple[int, ...]]:
+    return (f.analyzer, f.code, tuple(sorted(f.evidence.ranks)))
+
+
+def _order(key: str) -> tuple[int, str]:
+    gate = key.split("[", 1)[0]
+    names = list(GATES)
+    return (names.index(gate) if gate in names else len(names), key)
+
+
+def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ReportSettings) -> Report:
+    """Judge every metric present in either run, and diff the findings."""
+    rows = []
+    for key in sorted(set(baseline.values) | set(candidate.values), key=_order):
+        rows.append(compare_values(baseline.values.get(key), candidate.values.get(key), settings))
+    # Op/kernel rows: keep the top movers (largest absolute change) plus any regression.
+    ops = [r for r in rows if r.gate == "op_time"]
+    keep = {r.key for r in sorted(
+        (r for r in ops if r.baseline is not None and r.candidate is not None),
+        key=lambda r: -abs((r.candidate or 0.0) - (r.baseline or 0.0)))[: settings.top_ops]}
+    keep |= {r.key for r in ops if r.verdict is Verdict.REGRESSION}
+    rows = [r for r in rows if r.gate != "op_time" or r.key in keep]
+    rows = sorted(rows, key=lambda r: (_order(r.key)[0], -abs((r.candidate or 0.0)
+                  - (r.baseline or 0.0)) if r.gate == "op_time" else 0.0, r.key))
+    base_keys = {_finding_key(f) for f in baseline.findings}
+    cand_keys = {_finding_key(f) for f in candidate.findings}
+    new = tuple(sorted((f for f in candidate.findings if _finding_key(f) not in base_keys),
+                       key=lambda f: (-int(f.severity), f.code)))
+    resolved = tuple(f for f in baseline.findings if _finding_key(f) not in cand_keys)
+    warnings = [f"{r.label}: {r.reason}" for r in rows if r.verdict is Verdict.WARN]
+    warnings += [f"baseline: {n}" for n in baseline.notes]
+    warnings += [f"candidate: {n}" for n in candidate.notes]
+    return Report(baseline=baseline, candidate=candidate, rows=tuple(rows), new_findings=new,
+                  resolved_findings=resolved, warnings=tuple(warnings), settings=settings)

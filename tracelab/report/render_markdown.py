@@ -1,0 +1,103 @@
+"""Markdown for a pull-request comment: verdict line, metrics table, new findings.
+
+Trace text (op names, run names, finding titles) is untrusted: it is HTML-escaped (GitHub
+renders inline HTML) and Markdown's table and emphasis characters are backslash-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from tracelab.report import _format as fmt
+from tracelab.report.compare import Comparison, Report, RunMetrics, Verdict
+from tracelab.results import Finding
+
+_ICON = {
+    Verdict.REGRESSION: "❌",
+    Verdict.WARN: "⚠️",
+    Verdict.IMPROVED: "🟢",
+    Verdict.PASS: "✅",
+    Verdict.INFO: "ℹ️",
+}
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+
+
+def esc(text: object) -> str:
+    """Untrusted text, safe inside Markdown (and a table cell)."""
+    flat = " ".join(str(text).split())
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
+
+
+def _run_line(role: str, m: RunMetrics) -> str:
+    r = m.run
+    world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
+    return (f"**{role}** `{esc(r.name)}`: {r.ranks} rank(s){world}, {r.steps_used} step(s) "
+            f"compared ({r.steps_dropped} warm-up dropped)")
+
+
+def verdict_line(report: Report) -> str:
+    icon, headline, detail = fmt.verdict_summary(report)
+    return f"{icon} **{headline}** {esc(detail)}"
+
+
+def _table(rows: list[Comparison]) -> list[str]:
+    out = ["| Metric | Baseline | Candidate | Change | 95% CI | p | n | Threshold | Verdict |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        out.append(
+            f"| {esc(r.label)} | {fmt.value(r.baseline, r.unit)} | "
+            f"{fmt.value(r.candidate, r.unit)} | {fmt.delta(r.delta, r.delta_kind)} | "
+            f"{fmt.ci(r)} | {fmt.p_value(r.p_value)} | {fmt.samples(r)} | {esc(r.threshold)} | "
+            f"{_ICON[r.verdict]} {fmt.VERDICT_WORDS[r.verdict]} |"
+        )
+    return out
+
+
+def _finding(f: Finding) -> str:
+    where = []
+    if f.evidence.ranks:
+        where.append("ranks " + ", ".join(str(r) for r in f.evidence.ranks))
+    if f.evidence.steps:
+        where.append("steps " + ", ".join(str(s) for s in f.evidence.steps[:8]))
+    impact = ""
+    if f.impact_ms_per_step is not None:
+        impact = f" Impact: {f.impact_ms_per_step:.3g} ms/step"
+        if f.impact_share is not None:
+            impact += f" ({f.impact_share * 100:.1f}% of the step)"
+        impact += "."
+    place = f" ({'; '.join(where)})" if where else ""
+    return (f"- **{str(f.severity).upper()}** `{esc(f.code)}`: {esc(f.title)}{place}.{impact} "
+            f"_Fix:_ {esc(f.suggestion)}")
+
+
+def render(report: Report) -> str:
+    lines = ["## tracelab performance report", "", verdict_line(report), "",
+             _run_line("Baseline", report.baseline) + "  ",
+             _run_line("Candidate", report.candidate), ""]
+    main = [r for r in report.rows if r.gate != "op_time"]
+    ops = [r for r in report.rows if r.gate == "op_time"]
+    lines += _table(main)
+    if ops:
+        lines += ["", "<details><summary>Ops and kernels that moved most "
+                  f"({len(ops)})</summary>", ""]
+        lines += _table(ops)
+        lines += ["", "</details>"]
+    lines += ["", f"### New findings ({len(report.new_findings)})", ""]
+    lines += [_finding(f) for f in report.new_findings] or ["None."]
+    if report.resolved_findings:
+        lines += ["", f"<details><summary>Resolved findings ({len(report.resolved_findings)})"
+                  "</summary>", ""]
+        lines += [_finding(f) for f in report.resolved_findings]
+        lines += ["", "</details>"]
+    if report.warnings:
+        lines += ["", "### Warnings", ""]
+        lines += [f"- {esc(w)}" for w in report.warnings]
+    s = report.settings
+    cfg = f", thresholds from `{esc(s.config_file)}`" if s.config_file else ""
+    lines += ["", f"<sub>Regression = beyond threshold in the bad direction and, for per-step "
+              f"metrics, one-sided Mann–Whitney U p &lt; {s.alpha}. CI: bootstrap "
+              f"{s.confidence:.0%} of the ratio (or difference) of medians, {s.resamples} "
+              f"resamples, seed {s.seed}. Warm-up steps dropped: {s.warmup_steps}; at least "
+              f"{s.min_steps} steps a side to judge{cfg}.</sub>", ""]
+    return "\n".join(lines)
