@@ -4,13 +4,16 @@ This is the one function that turns JSON into columns. Ingest runs it in a proce
 trace per task; the collector may run it on each rank when a window ends, so that a 1,000-rank
 job never funnels through one parser. Output, in `out_dir`:
 
-- `events.parquet`: the X events (idx, cat, name, pid, tid, lane_label, ts_ns, dur_ns, args)
-- `memory.parquet`: the `[memory]` instants (ts_ns, args)
+- `events.parquet`: the X events with every derived column of the store's `events` table
+  (category, on_device, stream, correlation, external_id, step), sorted by time
+- `steps.parquet`: the ProfilerStep spans
+- `memory.parquet`: the `[memory]` instants (ts_ns, step, args)
 - `lanes.parquet`: process/thread names and sort indices from `M` events
 - `trace.json`: the file's metadata (rank info, base time, counts) as `TraceInfo`
 
 Decoding uses typed msgspec structs with `args` kept as raw JSON bytes, so no Python dict is built
-per event; the derived columns (correlation, stream, ...) are extracted later by DuckDB.
+per event; derived columns are computed with numpy/arrow in tracelab.columns. All of it runs in
+the worker that parses the file, so the store's load is a plain columnar copy.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracelab import columns
 from tracelab.errors import TraceFormatError
 
 #: Above 2**43 µs a float64 can no longer hold µs with ns resolution; such traces (no
@@ -100,6 +104,12 @@ EVENTS_SCHEMA = pa.schema(
         ("lane_label", pa.string()),
         ("ts_ns", pa.int64()),
         ("dur_ns", pa.int64()),
+        ("category", pa.string()),
+        ("on_device", pa.bool_()),
+        ("stream", pa.int64()),
+        ("correlation", pa.int64()),
+        ("external_id", pa.int64()),
+        ("step", pa.int32()),
         ("args", pa.string()),
     ]
 )
@@ -140,10 +150,10 @@ def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-def _lane_label(pid: Any, tid: Any) -> str | None:
-    if type(pid) is int and type(tid) is int:
-        return None
-    return f"{pid}/{tid}"
+def _us_to_ns(us: np.ndarray) -> np.ndarray:
+    """µs floats to integer ns without losing the integer part above 2**53 ns."""
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
 def _exact_times_ns(buf: bytes, path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -227,8 +237,8 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     base_raw = top.get("baseTimeNanoseconds")
     base_ns = int(msgspec.json.decode(base_raw)) if base_raw is not None else 0
 
-    ts_f = [e.ts for e in xs]
-    dur_f = [e.dur for e in xs]
+    ts_f = list(map(attrgetter("ts"), xs))
+    dur_f = list(map(attrgetter("dur"), xs))
     if None in ts_f:
         bad = ts_f.index(None)
         raise TraceFormatError(f"X event #{bad} ({xs[bad].name!r}) has no 'ts'.", str(path))
@@ -236,6 +246,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
         dur_f = [0.0 if d is None else d for d in dur_f]
     ts_arr = np.asarray(ts_f, dtype=np.float64)
     dur_arr = np.asarray(dur_f, dtype=np.float64)
+    del ts_f, dur_f
     if (dur_arr < 0).any():
         bad = int(np.argmax(dur_arr < 0))
         raise TraceFormatError(
@@ -243,39 +254,62 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
             "The profiler clock went backwards; drop this rank (--skip-bad) or re-capture.",
             str(path),
         )
-    if base_ns == 0 and np.abs(ts_arr).max() >= _FLOAT_EXACT_LIMIT_US:
+    if (
+        base_ns == 0
+        and np.abs(ts_arr).max() >= _FLOAT_EXACT_LIMIT_US
+        and not (np.all(ts_arr == np.floor(ts_arr)) and np.all(dur_arr == np.floor(dur_arr)))
+    ):
+        # Absolute µs with fractions: a float64 cannot hold them to the ns, parse the text.
         ts_ns, dur_ns = _exact_times_ns(top["traceEvents"], path)
     else:
-        ts_ns = np.rint(ts_arr * 1000.0).astype(np.int64) + base_ns
-        dur_ns = np.rint(dur_arr * 1000.0).astype(np.int64)
+        ts_ns = _us_to_ns(ts_arr) + base_ns
+        dur_ns = _us_to_ns(dur_arr)
 
-    pids = [e.pid for e in xs]
-    tids = [e.tid for e in xs]
+    pids = list(map(attrgetter("pid"), xs))
+    tids = list(map(attrgetter("tid"), xs))
+    cat_arr = pa.array(list(map(attrgetter("cat"), xs)), pa.string())
+    name_arr = pa.array(list(map(attrgetter("name"), xs)), pa.string())
+    category, on_device = columns.classify_columns(cat_arr, name_arr)
+    tid_col = columns.ints_or_nulls(tids)
+    raw_args = [bytes(e.args) for e in xs]
+    stream, correlation, external_id = columns.id_columns(raw_args, cat_arr, on_device, tid_col)
     try:
-        args = pa.array([bytes(e.args) or None for e in xs], pa.binary()).cast(pa.string())
+        args = pa.array([a or None for a in raw_args], pa.binary()).cast(pa.string())
     except pa.ArrowInvalid as exc:
         raise TraceFormatError(
             f"event args are not valid UTF-8 ({exc}). Re-export the trace.", str(path)
         ) from exc
+    del raw_args
+    device_np = on_device.to_numpy(zero_copy_only=False)
+    steps = columns.step_spans(name_arr, ts_ns, dur_ns, device_np)
+    step = columns.step_column(ts_ns, device_np, correlation, steps)
     table = pa.Table.from_arrays(
         [
             pa.array(np.arange(len(xs), dtype=np.int64)),
-            pa.array(list(map(attrgetter("cat"), xs)), pa.string()),
-            pa.array(list(map(attrgetter("name"), xs)), pa.string()),
-            pa.array(list(map(_int_or_none, pids)), pa.int64()),
-            pa.array(list(map(_int_or_none, tids)), pa.int64()),
-            pa.array(list(map(_lane_label, pids, tids)), pa.string()),
+            cat_arr,
+            name_arr,
+            columns.ints_or_nulls(pids),
+            tid_col,
+            columns.lane_labels(pids, tids),
             pa.array(ts_ns),
             pa.array(dur_ns),
+            category,
+            on_device,
+            stream,
+            correlation,
+            external_id,
+            pa.array(step.astype(np.int32), mask=step < 0),
             args,
         ],
         schema=EVENTS_SCHEMA,
-    )
+    ).sort_by([("ts_ns", "ascending")])
+    del pids, tids
     mem = [e for e in events if e.ph in ("i", "I") and e.name == "[memory]"]
     lanes = [e for e in events if e.ph == "M"]
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, out / "events.parquet", compression="snappy", row_group_size=1 << 20)
-    _write_memory(mem, base_ns, out / "memory.parquet")
+    _write_memory(mem, base_ns, steps, out / "memory.parquet")
+    _write_steps(steps, ts_ns + dur_ns, device_np, step, out / "steps.parquet")
     _write_lanes(lanes, out / "lanes.parquet")
     del table, xs
 
@@ -321,13 +355,27 @@ def _device(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
     }
 
 
-def _write_memory(mem: list[_Event], base_ns: int, path: Path) -> None:
+def _write_steps(
+    steps: pa.Table, end_ns: np.ndarray, on_device: np.ndarray, step: np.ndarray, path: Path
+) -> None:
+    """steps.parquet: the step spans plus the end of each step's last device event."""
+    device_end: list[int | None] = []
+    for n in steps.column("step").to_pylist():
+        hit = on_device & (step == n)
+        device_end.append(int(end_ns[hit].max()) if hit.any() else None)
+    pq.write_table(
+        steps.append_column("device_end_ns", pa.array(device_end, pa.int64())), path
+    )
+
+
+def _write_memory(mem: list[_Event], base_ns: int, steps: pa.Table, path: Path) -> None:
     ts = [e.ts if e.ts is not None else 0.0 for e in mem]
+    ts_ns = _us_to_ns(np.asarray(ts, dtype=np.float64)) + base_ns
+    step = columns.step_by_time(ts_ns, steps)
     table = pa.table(
         {
-            "ts_ns": pa.array(
-                np.rint(np.asarray(ts, dtype=np.float64) * 1000.0).astype(np.int64) + base_ns
-            ),
+            "ts_ns": pa.array(ts_ns),
+            "step": pa.array(step.astype(np.int32), mask=step < 0),
             "args": pa.array([bytes(e.args) or None for e in mem], pa.binary()).cast(pa.string()),
         }
     )

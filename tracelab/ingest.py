@@ -343,7 +343,7 @@ def _load(
     for rank, cr in by_rank.items():
         offset = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
-            for kind in ("events", "memory", "lanes"):
+            for kind in ("events", "steps", "memory", "lanes"):
                 mapping.append((str(folder / f"{kind}.parquet"), kind, rank, offset))
             offset += info.event_count
     con.execute(
@@ -354,7 +354,7 @@ def _load(
     def files(kind: str) -> list[str]:
         return [m[0] for m in mapping if m[1] == kind]
 
-    load_sql.load_events(con, rid, files("events"))
+    load_sql.load_events(con, rid, files("events"), files("steps"))
     load_sql.load_trace_memory(con, rid, files("memory"))
     load_sql.load_lanes(con, rid, files("lanes"))
     load_sql.load_trace_collectives(con, rid)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import duckdb
 
-from tracelab.classify import category_sql, on_device_sql
 
 #: Bytes per element for the dtype names traces use (record_param_comms, gloo Input type).
 DTYPE_BYTES = {
@@ -55,91 +54,30 @@ def dtype_bytes_sql(expr: str) -> tuple[str, list[object]]:
     return f"(CASE lower({expr}) {' '.join(parts)} ELSE NULL END)", params
 
 
-def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str]) -> None:
-    """Load converted events Parquet `files` (mapped to ranks by the `_files` table) into
-    events and steps."""
-    cat_case, cat_params = category_sql("p.cat", "p.name")
-    dev_case, dev_params = on_device_sql("p.cat")
+def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str], steps: list[str]) -> None:
+    """Copy converted events and steps Parquet (mapped to ranks by `_files`) into the store."""
     con.execute(
-        f"""
-        CREATE TEMP TABLE _ev AS
-        SELECT f.rank, p.idx + f.idx_offset AS idx, p.cat, p.name, p.pid, p.tid, p.lane_label,
-               p.ts_ns, p.dur_ns, {cat_case} AS category, {dev_case} AS on_device, p.args
+        """
+        INSERT INTO events
+        SELECT ?, f.rank, p.idx + f.idx_offset, p.cat, p.name, p.pid, p.tid, p.lane_label,
+               p.ts_ns, p.dur_ns, p.category, p.on_device, p.stream, p.correlation,
+               p.external_id, p.step, p.args
         FROM read_parquet(?, filename = true) p
         JOIN _files f ON f.path = p.filename
+        ORDER BY f.rank, p.filename
         """,
-        [*cat_params, *dev_params, files],
-    )
-    con.execute(
-        """
-        CREATE TEMP TABLE _ids AS
-        SELECT rank, idx,
-               CASE WHEN on_device THEN coalesce(
-                   TRY_CAST(json_extract_string(args, '$.stream') AS BIGINT), tid) END AS stream,
-               TRY_CAST(json_extract_string(args, '$.correlation') AS BIGINT) AS correlation,
-               TRY_CAST(json_extract_string(args, '$."External id"') AS BIGINT) AS external_id
-        FROM _ev
-        """
+        [run_id, files],
     )
     con.execute(
         """
         INSERT INTO steps
-        SELECT ?, rank, step, min(ts_ns), max(ts_ns + dur_ns), NULL
-        FROM (SELECT rank, ts_ns, dur_ns,
-                     TRY_CAST(regexp_extract(name, '^ProfilerStep#(\\d+)$', 1) AS INTEGER) AS step
-              FROM _ev WHERE NOT on_device AND name LIKE 'ProfilerStep#%')
-        WHERE step IS NOT NULL
-        GROUP BY rank, step
+        SELECT ?, f.rank, p.step, min(p.start_ns), max(p.end_ns), max(p.device_end_ns)
+        FROM read_parquet(?, filename = true) p
+        JOIN _files f ON f.path = p.filename
+        GROUP BY f.rank, p.step
         """,
-        [run_id],
+        [run_id, steps],
     )
-    con.execute(
-        """
-        CREATE TEMP TABLE _host_step AS
-        SELECT e.rank, e.idx, CASE WHEN e.ts_ns < s.end_ns THEN s.step END AS step
-        FROM (SELECT rank, idx, ts_ns FROM _ev WHERE NOT on_device) e
-        ASOF LEFT JOIN (SELECT rank, step, start_ns, end_ns FROM steps WHERE run_id = ?) s
-          ON e.rank = s.rank AND e.ts_ns >= s.start_ns
-        """,
-        [run_id],
-    )
-    con.execute(
-        """
-        INSERT INTO events
-        SELECT ?, e.rank, e.idx, e.cat, e.name, e.pid, e.tid, e.lane_label, e.ts_ns, e.dur_ns,
-               e.category, e.on_device, i.stream, i.correlation, i.external_id,
-               CASE WHEN e.on_device THEN coalesce(l.step, d.step) ELSE h.step END,
-               e.args
-        FROM _ev e
-        JOIN _ids i USING (rank, idx)
-        LEFT JOIN _host_step h USING (rank, idx)
-        LEFT JOIN (
-            SELECT hi.rank, hi.correlation, any_value(hs.step) AS step
-            FROM _ids hi JOIN _host_step hs USING (rank, idx)
-            WHERE hi.correlation IS NOT NULL AND hs.step IS NOT NULL
-            GROUP BY hi.rank, hi.correlation
-        ) l ON e.on_device AND l.rank = e.rank AND l.correlation = i.correlation
-        LEFT JOIN (
-            SELECT ev.rank, ev.idx, CASE WHEN ev.ts_ns < s.end_ns THEN s.step END AS step
-            FROM (SELECT rank, idx, ts_ns FROM _ev WHERE on_device) ev
-            ASOF LEFT JOIN (SELECT rank, step, start_ns, end_ns FROM steps WHERE run_id = ?) s
-              ON ev.rank = s.rank AND ev.ts_ns >= s.start_ns
-        ) d ON e.on_device AND d.rank = e.rank AND d.idx = e.idx
-        ORDER BY e.rank, e.ts_ns
-        """,
-        [run_id, run_id],
-    )
-    con.execute(
-        """
-        UPDATE steps SET device_end_ns = d.end_ns
-        FROM (SELECT rank, step, max(ts_ns + dur_ns) AS end_ns FROM events
-              WHERE run_id = ? AND on_device AND step IS NOT NULL GROUP BY rank, step) d
-        WHERE steps.run_id = ? AND steps.rank = d.rank AND steps.step = d.step
-        """,
-        [run_id, run_id],
-    )
-    for table in ("_ev", "_ids", "_host_step"):
-        con.execute(f"DROP TABLE {table}")
 
 
 def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -209,20 +147,17 @@ def load_trace_memory(con: duckdb.DuckDBPyConnection, run_id: int, files: list[s
     con.execute(
         """
         INSERT INTO memory
-        SELECT ?, m.rank, 'trace', m.ts_ns,
-               CASE WHEN m.ts_ns < s.end_ns THEN s.step END,
+        SELECT ?, m.rank, 'trace', m.ts_ns, m.step,
                TRY_CAST(json_extract_string(m.args, '$."Device Type"') AS INTEGER),
                TRY_CAST(json_extract_string(m.args, '$."Device Id"') AS INTEGER),
                TRY_CAST(json_extract_string(m.args, '$.Bytes') AS BIGINT),
                TRY_CAST(json_extract_string(m.args, '$."Total Allocated"') AS BIGINT),
                TRY_CAST(json_extract_string(m.args, '$."Total Reserved"') AS BIGINT)
-        FROM (SELECT f.rank, p.ts_ns, p.args
+        FROM (SELECT f.rank, p.ts_ns, p.step, p.args
               FROM read_parquet(?, filename = true) p
               JOIN _files f ON f.path = p.filename) m
-        ASOF LEFT JOIN (SELECT rank, step, start_ns, end_ns FROM steps WHERE run_id = ?) s
-          ON m.rank = s.rank AND m.ts_ns >= s.start_ns
         """,
-        [run_id, files, run_id],
+        [run_id, files],
     )
 
 

@@ -1,0 +1,165 @@
+"""Derived per-event columns, computed once per rank with vectorized numpy/arrow.
+
+Used by tracelab.convert: the category of each event (classifying each distinct (cat, name) pair
+once), correlation/stream ids (one batched JSON decode of the args that carry them), and the
+profiler step of every event (host events by time, device events through their launch's
+correlation, falling back to time).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracelab.classify import DEVICE_CATS, classify
+
+#: Kineto categories whose events carry correlation/stream ids worth extracting.
+ID_CATS = tuple(DEVICE_CATS) + ("cuda_runtime", "cuda_driver", "cpu_op")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+class _Ids(msgspec.Struct, gc=False, rename={"external_id": "External id"}):
+    correlation: Any = None
+    external_id: Any = None
+    stream: Any = None
+
+
+_IDS_DECODER = msgspec.json.Decoder(list[_Ids | None])
+
+
+def ints_or_nulls(values: list[Any]) -> pa.Array:
+    """An int64 column from Kineto pid/tid values; non-integers (e.g. 'Spans') become NULL."""
+    try:
+        return pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([v if type(v) is int else None for v in values], pa.int64())
+
+
+def lane_labels(pids: list[Any], tids: list[Any]) -> pa.Array:
+    """'pid/tid' text for events whose pid or tid is not an integer, else NULL."""
+    return pa.array(
+        [None if type(p) is int and type(t) is int else f"{p}/{t}" for p, t in zip(pids, tids)],
+        pa.string(),
+    )
+
+
+def classify_columns(cats: pa.Array, names: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Category and on_device per event, classifying each distinct (cat, name) pair once."""
+    dc = pc.dictionary_encode(cats.fill_null(""))
+    dn = pc.dictionary_encode(names)
+    width = max(len(dn.dictionary), 1)
+    key = dc.indices.to_numpy().astype(np.int64) * width + dn.indices.to_numpy()
+    uniq, inverse = np.unique(key, return_inverse=True)
+    cat_values = dc.dictionary.to_pylist()
+    name_values = dn.dictionary.to_pylist()
+    labels = []
+    device = []
+    for k in uniq.tolist():
+        cat = cat_values[k // width]
+        labels.append(classify(cat or None, name_values[k % width]).value)
+        device.append(cat in DEVICE_CATS)
+    inverse = inverse.reshape(-1)
+    return (
+        pa.array(np.asarray(labels, dtype=object)[inverse], pa.string()),
+        pa.array(np.asarray(device, dtype=bool)[inverse]),
+    )
+
+
+def id_columns(
+    args: list[bytes], cats: pa.Array, on_device: pa.Array, tids: pa.Array
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """stream (device events only), correlation and External id.
+
+    The args that can carry them are joined into one JSON array and decoded in a single call,
+    so no Python dict is built per event.
+    """
+    n = len(args)
+    want = pc.is_in(cats.fill_null(""), value_set=pa.array(ID_CATS)).to_numpy(zero_copy_only=False)
+    sel = np.flatnonzero(want)
+    correlation = np.full(n, -1, dtype=np.int64)
+    external = np.full(n, -1, dtype=np.int64)
+    stream = np.full(n, -1, dtype=np.int64)
+    if len(sel):
+        joined = b"[" + b",".join(args[i] or b"null" for i in sel.tolist()) + b"]"
+        try:
+            ids = _IDS_DECODER.decode(joined)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            ids = []
+        if len(ids) == len(sel):
+            for column, attr in ((correlation, "correlation"), (external, "external_id"), (stream, "stream")):
+                values = [getattr(x, attr, None) if x is not None else None for x in ids]
+                column[sel] = [v if type(v) is int else -1 for v in values]
+    dev = on_device.to_numpy(zero_copy_only=False)
+    tid_np = tids.to_numpy(zero_copy_only=False)
+    tid_np = np.where(np.isnan(tid_np), -1, tid_np).astype(np.int64) if tid_np.dtype.kind == "f" else tid_np
+    stream = np.where(dev & (stream < 0), tid_np, stream)
+    stream = np.where(dev, stream, -1)
+
+    def col(a: np.ndarray) -> pa.Array:
+        return pa.array(a, mask=a < 0)
+
+    return col(stream), col(correlation), col(external)
+
+
+def step_spans(names: pa.Array, ts_ns: np.ndarray, dur_ns: np.ndarray, on_device: np.ndarray) -> pa.Table:
+    """ProfilerStep#N host annotations as (step, start_ns, end_ns), merged by N and sorted."""
+    starts = pc.starts_with(names, "ProfilerStep#").to_numpy(zero_copy_only=False) & ~on_device
+    rows: dict[int, list[int]] = {}
+    for i in np.flatnonzero(starts).tolist():
+        m = _STEP_RE.match(names[i].as_py())
+        if m is None:
+            continue
+        n = int(m.group(1))
+        lo, hi = int(ts_ns[i]), int(ts_ns[i] + dur_ns[i])
+        if n in rows:
+            rows[n] = [min(rows[n][0], lo), max(rows[n][1], hi)]
+        else:
+            rows[n] = [lo, hi]
+    order = sorted(rows, key=lambda n: rows[n][0])
+    return pa.table(
+        {
+            "step": pa.array(order, pa.int32()),
+            "start_ns": pa.array([rows[n][0] for n in order], pa.int64()),
+            "end_ns": pa.array([rows[n][1] for n in order], pa.int64()),
+        }
+    )
+
+
+def step_by_time(ts_ns: np.ndarray, steps: pa.Table) -> np.ndarray:
+    """Step containing each time, -1 outside every step."""
+    starts = steps.column("start_ns").to_numpy()
+    ends = steps.column("end_ns").to_numpy()
+    nums = steps.column("step").to_numpy().astype(np.int64)
+    if len(starts) == 0:
+        return np.full(len(ts_ns), -1, dtype=np.int64)
+    i = np.searchsorted(starts, ts_ns, side="right") - 1
+    inside = (i >= 0) & (ts_ns < ends[np.clip(i, 0, None)])
+    return np.where(inside, nums[np.clip(i, 0, None)], -1)
+
+
+def step_column(
+    ts_ns: np.ndarray, on_device: np.ndarray, correlation: pa.Array, steps: pa.Table
+) -> np.ndarray:
+    """Host events: the step they start in. Device events: their launch's step, else by time."""
+    by_time = step_by_time(ts_ns, steps)
+    corr = correlation.to_numpy(zero_copy_only=False)
+    corr = np.where(np.isnan(corr), -1, corr).astype(np.int64) if corr.dtype.kind == "f" else corr
+    host_with = (~on_device) & (corr >= 0) & (by_time >= 0)
+    if not host_with.any():
+        return by_time
+    keys = corr[host_with]
+    vals = by_time[host_with]
+    order = np.argsort(keys, kind="stable")
+    keys, vals = keys[order], vals[order]
+    dev = np.flatnonzero(on_device & (corr >= 0))
+    pos = np.searchsorted(keys, corr[dev])
+    pos_c = np.clip(pos, 0, len(keys) - 1)
+    hit = keys[pos_c] == corr[dev]
+    out = by_time.copy()
+    out[dev[hit]] = vals[pos_c[hit]]
+    return out
