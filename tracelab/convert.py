@@ -135,9 +135,14 @@ def read_trace_bytes(path: Path) -> bytes:
         ) from exc
 
 
-def _decode_error(path: Path, exc: Exception) -> TraceFormatError:
+def _decode_error(path: Path, exc: Exception, buf: bytes = b"") -> TraceFormatError:
     text = str(exc)
-    if "truncated" in text.lower() or "end of" in text.lower():
+    if b"NaN" in buf or b"Infinity" in buf:
+        hint = (
+            f"it holds NaN or Infinity, which JSON does not allow ({text}): a NaN or infinite "
+            "duration or timestamp. Fix the exporter or drop this rank (--skip-bad)."
+        )
+    elif "truncated" in text.lower() or "end of" in text.lower():
         hint = "the JSON ends early: the file is truncated. Copy or export it again."
     elif "utf-8" in text.lower():
         hint = f"it is not valid UTF-8 ({text}). Re-export the trace with a current profiler."
@@ -212,7 +217,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
             str(path),
         ) from exc
     except msgspec.DecodeError as exc:
-        raise _decode_error(path, exc) from exc
+        raise _decode_error(path, exc, buf) from exc
     if "traceEvents" not in top:
         raise TraceFormatError(
             "no 'traceEvents' key, so this is not a Kineto trace. Pass torch.profiler's "

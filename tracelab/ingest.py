@@ -30,6 +30,8 @@ from tracelab.records import load_capture_records
 from tracelab.store import DEFAULT_DB, delete_run, open_store
 
 IfExists = Literal["refuse", "replace"]
+#: Below this much input, files are converted in-process rather than in a pool.
+_POOL_MIN_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,7 +193,10 @@ def ingest(
     found: Discovery = discover(list(paths))
     capture = found.captures[0] if found.captures else None
     name = run or _default_run_name(paths, capture)
-    workers = workers or min(os.cpu_count() or 1, len(found.files))
+    if workers is None:
+        total = sum(tf.path.stat().st_size for tf in found.files)
+        # A process pool costs more than it saves on small inputs.
+        workers = 1 if total < _POOL_MIN_BYTES else min(os.cpu_count() or 1, len(found.files))
     show = _progress_printer() if progress is None or progress else None
     db_path = Path(db)
     staging = Path(tempfile.mkdtemp(prefix=".tracelab-ingest-", dir=_staging_parent(db_path)))

@@ -1,0 +1,117 @@
+"""Run isolation, idempotent re-ingest, replace/refuse, deletion, versions, and readers during
+an ingest."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tracelab.errors import StoreError, UsageError
+from tracelab.ingest import ingest
+from tracelab.store import delete_run, list_runs, open_store, run_id
+
+from .kineto import run_set, trace, write
+
+
+def counts(db: Path, run: str) -> dict[str, int]:
+    with open_store(db) as con:
+        rid = run_id(con, run)
+        return {t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [rid]).fetchone()[0]
+                for t in ("events", "steps", "ranks", "memory", "lanes", "collectives")}
+
+
+def test_reingest_of_identical_files_is_a_no_op(tmp_path: Path) -> None:
+    db, folder = tmp_path / "s.duckdb", run_set(tmp_path / "t", ranks=2)
+    first = ingest([folder], db=db, run="a", progress=False)
+    again = ingest([folder], db=db, run="a", progress=False)
+    assert again.unchanged and again.run_id == first.run_id
+    assert counts(db, "a") == {"events": 8, "steps": 2, "ranks": 2, "memory": 2, "lanes": 2,
+                               "collectives": 0}
+
+
+def test_changed_files_are_refused_then_replaced(tmp_path: Path) -> None:
+    db, folder = tmp_path / "s.duckdb", run_set(tmp_path / "t", ranks=2)
+    ingest([folder], db=db, run="a", progress=False)
+    ingest([run_set(tmp_path / "u", ranks=1)], db=db, run="b", progress=False)
+    write(folder / "rank-1.json", trace(rank=1, world=2, base=1_800_000_000_000_000_000))
+    with pytest.raises(UsageError, match="--replace"):
+        ingest([folder], db=db, run="a", progress=False)
+    ingest([folder], db=db, run="a", if_exists="replace", progress=False)
+    with open_store(db) as con:
+        names = sorted(r["name"] for r in list_runs(con))
+        starts = con.execute(
+            "SELECT min(ts_ns) FROM events JOIN runs USING (run_id) WHERE runs.name = 'a' AND rank = 1"
+        ).fetchone()[0]
+    assert names == ["a", "b"]
+    assert starts == 1_800_000_000_000_000_000
+    assert counts(db, "b")["events"] == 4
+
+
+def test_delete_run_removes_every_row(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t")], db=db, run="a", progress=False)
+    ingest([run_set(tmp_path / "u")], db=db, run="b", progress=False)
+    with open_store(db, read_only=False) as con:
+        rid = run_id(con, "a")
+        delete_run(con, rid)
+        leftovers = sum(
+            con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [rid]).fetchone()[0]
+            for t in ("runs", "ranks", "events", "steps", "lanes", "collectives", "memory"))
+    assert leftovers == 0
+    assert counts(db, "b")["events"] == 8
+
+
+def test_other_schema_version_is_a_clear_error(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t")], db=db, progress=False)
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE tracelab_meta SET value = '99' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(StoreError, match="version 99"):
+        with open_store(db):
+            pass
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE t (x INT)")
+    con.close()
+    with pytest.raises(StoreError, match="not a tracelab store"):
+        ingest([run_set(tmp_path / "u")], db=other, progress=False)
+
+
+def test_unknown_run_lists_the_runs(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t")], db=db, run="known", progress=False)
+    with open_store(db) as con, pytest.raises(UsageError, match="known"):
+        run_id(con, "nope")
+
+
+def test_readers_keep_working_while_an_ingest_runs(tmp_path: Path) -> None:
+    """A reader that opens the store per request succeeds while another process ingests."""
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t")], db=db, run="first", progress=False)
+    big = tmp_path / "big"
+    for r in range(4):
+        events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 50}", "pid": 1, "tid": 1,
+                   "ts": float(i), "dur": 0.5, "args": {"External id": i}} for i in range(60_000)]
+        write(big / f"rank-{r}.json", trace(rank=r, world=4, events=events))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracelab.cli", "ingest", str(big), "--db", str(db), "--run", "big"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    reads = 0
+    try:
+        while proc.poll() is None:
+            with open_store(db, timeout_s=60) as con:
+                assert con.execute("SELECT count(*) FROM runs WHERE name='first'").fetchone()[0] == 1
+            reads += 1
+            time.sleep(0.05)
+    finally:
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert reads >= 3
+    assert counts(db, "big")["events"] == 4 * 60_000 + 0
