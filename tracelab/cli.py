@@ -20,6 +20,7 @@ COMMANDS = (
     "tracelab.commands.runs",
     "tracelab.commands.sql",
     "tracelab.commands.export",
+    "tracelab.commands.analyze",
 )
 
 

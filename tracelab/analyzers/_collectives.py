@@ -1,0 +1,161 @@
+"""Matching one collective across the ranks that took part, and the clock offsets it implies.
+
+Matching key (FACTS.md section 1): (process group, seq) when every row of the chosen source has a
+sequence number; else (process group, op, profiler step, occurrence within that step), which stays
+right when ranks' profiling windows start at different collectives. Point-to-point ops are not
+matched here (they pair two ranks, not a group).
+
+One source per run, the most precise one available on every rank: the collector's own timings,
+then NCCL/RCCL kernels, then host annotations (gloo).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import duckdb
+
+#: Sources in order of preference.
+SOURCES = ("collector", "kernel", "host")
+#: Ops that are never matched as group collectives.
+P2P_OPS = ("send", "recv", "send_recv")
+#: busbw/algbw per op (nccl-tests' PERFORMANCE.md); n = ranks in the group.
+BUS_FACTOR_SQL = """CASE op WHEN 'all_reduce' THEN 2.0 * (n - 1) / n
+    WHEN 'all_gather' THEN (n - 1) * 1.0 / n WHEN 'reduce_scatter' THEN (n - 1) * 1.0 / n
+    WHEN 'all_to_all' THEN (n - 1) * 1.0 / n ELSE 1.0 END"""
+
+
+def choose_source(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
+    """The most precise collective source that has timed group collectives on every rank that
+    has any; None when the run has no timed collectives."""
+    rows = con.execute(
+        """
+        SELECT source, count(DISTINCT rank) AS ranks FROM collectives
+        WHERE run_id = ? AND start_ns IS NOT NULL AND end_ns IS NOT NULL
+          AND op NOT IN ('send', 'recv', 'send_recv')
+        GROUP BY source
+        """,
+        [run_id],
+    ).fetchall()
+    have = {src: n for src, n in rows}
+    if not have:
+        return None
+    most = max(have.values())
+    for src in SOURCES:
+        if have.get(src) == most:
+            return src
+    return max(have, key=lambda s: have[s])
+
+
+def offsets_relation(offsets: Mapping[int, int]) -> tuple[str, list[object]]:
+    """A (rank, off_ns) relation of clock offsets, as SQL plus its two bind parameters."""
+    ranks = sorted(offsets)
+    return (
+        "(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::BIGINT[]) AS off_ns)",
+        [ranks, [int(offsets[r]) for r in ranks]],
+    )
+
+
+def matched_sql(offsets_rel: str) -> str:
+    """Rows of matched group collectives, one per (match, rank). Binds: run_id, source, then the
+    offsets relation's parameters. Columns: rank, key, op, pg_name, step, start_ns, end_ns (raw),
+    a_ns/e_ns (arrival and end on the aligned clock), bytes, n (ranks matched), last_arrival_ns,
+    last_rank, transfer_ns (shortest duration, alignment-free), wait_ns, event_idx."""
+    return f"""
+    WITH c AS (
+        SELECT rank, op, pg_name, step, start_ns, end_ns, seq, event_idx,
+               coalesce(in_bytes, out_bytes) AS bytes,
+               bool_and(seq IS NOT NULL) OVER () AS all_seq,
+               row_number() OVER (PARTITION BY rank, coalesce(pg_name, ''), op, step
+                                  ORDER BY start_ns, seq) - 1 AS occ
+        FROM collectives
+        WHERE run_id = ? AND source = ? AND start_ns IS NOT NULL AND end_ns IS NOT NULL
+          AND op NOT IN ('send', 'recv', 'send_recv')
+    ),
+    k AS (
+        SELECT c.*, coalesce(o.off_ns, 0) AS off_ns,
+               CASE WHEN all_seq THEN concat_ws(':', coalesce(pg_name, ''), seq::VARCHAR)
+                    ELSE concat_ws(':', coalesce(pg_name, ''), op, coalesce(step, -1)::VARCHAR,
+                                   occ::VARCHAR) END AS key
+        FROM c LEFT JOIN {offsets_rel} o USING (rank)
+    ),
+    m AS (
+        SELECT *, start_ns - off_ns AS a_ns, end_ns - off_ns AS e_ns,
+               count(*) OVER (PARTITION BY key) AS n,
+               max(start_ns - off_ns) OVER (PARTITION BY key) AS last_arrival_ns,
+               arg_max(rank, start_ns - off_ns) OVER (PARTITION BY key) AS last_rank,
+               min(end_ns - start_ns) OVER (PARTITION BY key) AS transfer_ns,
+               min(step) OVER (PARTITION BY key) AS match_step
+        FROM k
+    )
+    SELECT rank, key, op, pg_name, match_step AS step, start_ns, end_ns, a_ns, e_ns, bytes, n,
+           last_arrival_ns, last_rank, transfer_ns, last_arrival_ns - a_ns AS wait_ns, event_idx
+    FROM m WHERE n >= 2
+    """
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClockEstimate:
+    """Per rank: offset (local minus reference clock) and its uncertainty, with provenance."""
+
+    offsets_ns: dict[int, int]
+    uncertainty_ns: dict[int, int]
+    #: 'collector' (clock exchange), 'same_host', 'collectives' (estimated), or 'none'.
+    method: dict[int, str]
+    reference_rank: int | None
+    source: str | None
+
+
+def estimate_clocks(con: duckdb.DuckDBPyConnection, run_id: int,
+                    quantile: float = 0.9) -> ClockEstimate:
+    """Offsets from the collector's clock exchange when present; ranks on one named host share a
+    clock (offset 0); else the median over matched collectives of (end_r - end_ref), ends being
+    nearly simultaneous across ranks (FACTS.md section 3). Uncertainty: the collector's, or the
+    `quantile` of |residual| of the matched ends after correction."""
+    ranks = con.execute(
+        "SELECT rank, clock_offset_ns, clock_uncertainty_ns, host FROM ranks WHERE run_id = ? "
+        "ORDER BY rank",
+        [run_id],
+    ).fetchall()
+    if not ranks:
+        return ClockEstimate(offsets_ns={}, uncertainty_ns={}, method={}, reference_rank=None,
+                             source=None)
+    ref = int(ranks[0][0])
+    source = choose_source(con, run_id)
+    est: dict[int, tuple[int, int]] = {}
+    if source is not None:
+        zero_rel, zero_params = offsets_relation({int(r[0]): 0 for r in ranks})
+        rows = con.execute(
+            f"""
+            WITH mt AS ({matched_sql(zero_rel)}),
+            d AS (SELECT x.rank, x.end_ns - r.end_ns AS diff
+                  FROM mt x JOIN mt r ON r.key = x.key AND r.rank = ?),
+            o AS (SELECT rank, median(diff) AS off FROM d GROUP BY rank)
+            SELECT d.rank, any_value(o.off)::BIGINT,
+                   quantile_cont(abs(d.diff - o.off), ?)::BIGINT, count(*)
+            FROM d JOIN o USING (rank) GROUP BY d.rank
+            """,
+            [run_id, source, *zero_params, ref, quantile],
+        ).fetchall()
+        est = {int(r): (int(off), int(unc)) for r, off, unc, _ in rows}
+    offsets: dict[int, int] = {}
+    unc: dict[int, int] = {}
+    method: dict[int, str] = {}
+    hosts = {h for _, _, _, h in ranks}
+    one_host = len(hosts) == 1 and None not in hosts
+    for rank, c_off, c_unc, _ in ranks:
+        rank = int(rank)
+        if c_off is not None:
+            offsets[rank], unc[rank], method[rank] = int(c_off), int(c_unc or 0), "collector"
+        elif one_host:
+            offsets[rank], unc[rank], method[rank] = 0, est.get(rank, (0, 0))[1], "same_host"
+        elif rank in est:
+            offsets[rank], unc[rank] = est[rank]
+            method[rank] = "reference" if rank == ref else "collectives"
+        else:
+            offsets[rank], unc[rank], method[rank] = 0, 0, "none"
+    if method.get(ref) == "reference":
+        unc[ref] = max((u for r, u in unc.items() if method[r] == "collectives"), default=0)
+    return ClockEstimate(offsets_ns=offsets, uncertainty_ns=unc, method=method,
+                         reference_rank=ref, source=source)

@@ -1,0 +1,138 @@
+"""Reconstructing pipeline actions (stage, F/I/B/W, microbatch) and their compute from a trace.
+
+Sources, first found wins per run:
+- `pp`: the runtime schedules' `PP:{stage}{F|I|B|W}{mb}` record_function spans;
+- `gpipe`: ScheduleGPipe's `Forward i` / `Backward i` spans (stage = the rank's pp_stage);
+- `host_ops`: Schedule1F1B, which names nothing: runs of top-level operators on the step's thread
+  between communication ops, backward runs being `autograd::engine::evaluate_function:` ops. The
+  m backward runs are the microbatches' backwards; the m longest other runs are the forwards (the
+  rest is input splitting, loss bookkeeping, the optimizer).
+
+A span's compute is measured, not its span: on device ranks, the kernels launched inside it; on
+host ranks, operator time inside it minus the thread's communication waits (a PP span includes
+the wait for its input on a blocking backend, FACTS.md section 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from tracelab.analyzers import _intervals as iv
+from tracelab.analyzers._common import rows
+from tracelab.analyzers.breakdown import HOST_OPS_SQL
+
+PP_RE = r"^PP:(\d+)(F|I|B|W)(\d+)$"
+GPIPE_RE = r"^(Forward|Backward) (\d+)$"
+
+
+def _annotated(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[str, Any]]]:
+    spans = rows(con, """
+        SELECT rank, step, tid, ts_ns AS a0, ts_ns + dur_ns AS a1,
+               TRY_CAST(regexp_extract(name, ?, 1) AS INTEGER) AS stage,
+               coalesce(nullif(regexp_extract(name, ?, 2), ''),
+                        CASE WHEN name LIKE 'Forward %' THEN 'F' ELSE 'B' END) AS kind,
+               TRY_CAST(coalesce(nullif(regexp_extract(name, ?, 3), ''),
+                                 regexp_extract(name, ?, 2)) AS INTEGER) AS mb,
+               name LIKE 'PP:%' AS is_pp
+        FROM events
+        WHERE run_id = ? AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
+          AND (regexp_matches(name, ?) OR regexp_matches(name, ?))
+        ORDER BY rank, ts_ns
+        """, [PP_RE, PP_RE, PP_RE, GPIPE_RE, run_id, PP_RE, GPIPE_RE])
+    if any(s["is_pp"] for s in spans):
+        return "pp", [s for s in spans if s["is_pp"]]
+    return ("gpipe", spans) if spans else ("", [])
+
+
+def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
+                      microbatches: int | None) -> list[dict[str, Any]]:
+    segs = rows(con, """
+        WITH main AS (SELECT DISTINCT rank, tid FROM events
+                      WHERE run_id = ? AND NOT on_device AND name LIKE 'ProfilerStep#%'),
+        ops AS (SELECT e.rank, e.step, e.tid, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
+                       CASE WHEN e.category = 'communication' THEN 'C'
+                            WHEN e.name LIKE 'autograd::engine::evaluate_function:%' THEN 'B'
+                            ELSE 'F' END AS kind
+                FROM events e JOIN main USING (rank, tid)
+                WHERE e.run_id = ? AND NOT e.on_device AND e.cat = 'cpu_op'
+                  AND e.step IS NOT NULL),
+        top AS (SELECT *, coalesce(max(t1) OVER (PARTITION BY rank, step
+                         ORDER BY t0, kind = 'C' DESC, t1 DESC
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS prev_end
+                FROM ops),
+        k AS (SELECT *, CASE WHEN kind IS DISTINCT FROM lag(kind) OVER w THEN 1 ELSE 0 END AS chg
+              FROM top WHERE t0 >= prev_end
+              WINDOW w AS (PARTITION BY rank, step ORDER BY t0, kind = 'C' DESC, t1 DESC)),
+        g AS (SELECT *, sum(chg) OVER (PARTITION BY rank, step
+                                       ORDER BY t0, kind = 'C' DESC, t1 DESC
+                                       ROWS UNBOUNDED PRECEDING) AS seg FROM k)
+        SELECT rank, step, any_value(tid) AS tid, any_value(kind) AS kind, min(t0) AS a0,
+               max(t1) AS a1, sum(t1 - t0) AS ops_ns
+        FROM g WHERE kind <> 'C' GROUP BY rank, step, seg ORDER BY rank, step, a0
+        """, [run_id, run_id])
+    out: list[dict[str, Any]] = []
+    by: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for s in segs:
+        by.setdefault((s["rank"], s["step"]), []).append(s)
+    for (rank, step), ss in sorted(by.items()):
+        bwd = [s for s in ss if s["kind"] == "B"]
+        m = microbatches or len(bwd)
+        if not bwd or len(bwd) != m:
+            continue
+        fwd = sorted(sorted((s for s in ss if s["kind"] == "F"), key=lambda s: -s["ops_ns"])[:m],
+                     key=lambda s: s["a0"])
+        if len(fwd) != m:
+            continue
+        for kind, group in (("F", fwd), ("B", bwd)):
+            for mb, s in enumerate(group):
+                out.append({"rank": rank, "step": step, "tid": s["tid"], "a0": s["a0"],
+                            "a1": s["a1"], "stage": None, "kind": kind, "mb": mb})
+    return out
+
+
+def actions(con: duckdb.DuckDBPyConnection, run_id: int, microbatches: int | None,
+            stage_of: dict[int, int]) -> tuple[str, list[dict[str, Any]]]:
+    """(source, actions) with each action's compute: busy_ns, c0/c1 (first/last compute, raw
+    clock). Empty when the run shows no pipeline schedule."""
+    source, spans = _annotated(con, run_id)
+    if not spans:
+        source, spans = "host_ops", _host_op_segments(con, run_id, microbatches)
+    if not spans:
+        return "", []
+    for s in spans:
+        if s["stage"] is None:
+            s["stage"] = stage_of.get(s["rank"], s["rank"])
+    keys = ["rank", "step", "tid", "a0", "a1", "stage", "kind", "mb"]
+    cols = {k: [s[k] for s in spans] for k in keys}
+    rel = ("(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::INTEGER[]) AS step, "
+           "unnest(?::BIGINT[]) AS tid, unnest(?::BIGINT[]) AS a0, unnest(?::BIGINT[]) AS a1, "
+           "unnest(?::INTEGER[]) AS stage, unnest(?::VARCHAR[]) AS kind, "
+           "unnest(?::INTEGER[]) AS mb)")
+    rel_params = [cols[k] for k in keys]
+    host_compute = iv.host_compute_sql("SELECT * FROM _hs", "rank, step, tid")
+    measured = rows(con, f"""
+        WITH a AS {rel},
+        _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = ? AND on_device
+                 AND category = 'compute'),
+        _hs AS ({HOST_OPS_SQL} AND rank NOT IN (SELECT rank FROM _dev)),
+        dk AS (SELECT a.rank, a.step, a.stage, a.kind, a.mb, k.ts_ns AS t0,
+                      k.ts_ns + k.dur_ns AS t1
+               FROM a JOIN events l ON l.run_id = ? AND l.rank = a.rank AND l.tid = a.tid
+                    AND NOT l.on_device AND l.correlation IS NOT NULL
+                    AND l.ts_ns >= a.a0 AND l.ts_ns < a.a1
+               JOIN events k ON k.run_id = l.run_id AND k.rank = l.rank
+                    AND k.correlation = l.correlation AND k.on_device AND k.category = 'compute'),
+        hk AS (SELECT a.rank, a.step, a.stage, a.kind, a.mb, greatest(h.t0, a.a0) AS t0,
+                      least(h.t1, a.a1) AS t1
+               FROM a JOIN ({host_compute}) h ON h.rank = a.rank AND h.tid = a.tid
+                    AND h.t0 < a.a1 AND h.t1 > a.a0),
+        u AS ({iv.union_sql("SELECT * FROM dk UNION ALL SELECT * FROM hk",
+                            "rank, step, stage, kind, mb")})
+        SELECT a.rank, a.step, a.stage, a.kind, a.mb, a.a0, a.a1,
+               coalesce(sum(u.t1 - u.t0), 0) AS busy_ns, min(u.t0) AS c0, max(u.t1) AS c1
+        FROM a LEFT JOIN u USING (rank, step, stage, kind, mb)
+        GROUP BY ALL ORDER BY a.rank, a.step, c0
+        """, [*rel_params, run_id, run_id, run_id])
+    return source, [x for x in measured if x["c0"] is not None]

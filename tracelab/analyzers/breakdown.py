@@ -1,0 +1,246 @@
+"""Time breakdown and comm/compute overlap, per rank and per step.
+
+On ranks with device events the intervals are the device's kernels: compute, communication
+(NCCL/RCCL) and memcpy/memset, across all streams. On host-only ranks (gloo on CPU) compute is the
+time a thread spends in operators minus its own communication waits, and communication is the
+gloo/c10d spans on any thread. A sweep over interval unions (tracelab.analyzers._intervals) splits
+each step's window [first start, last end] into compute, exposed communication, exposed memcpy
+and idle, which add up to the window; overlapped communication is communication under compute.
+
+Overlap % is HTA's |C ∩ M| / |M| over merged intervals. The run-level numbers use one window per
+rank from its first to its last event over the included steps (HTA's kernel_time), so with
+`exclude_last_step` they reproduce HTA's temporal breakdown and overlap (tests/analyzers/
+test_hta_crosscheck.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import duckdb
+
+from tracelab.analyzers import _intervals as iv
+from tracelab.analyzers._collectives import (
+    BUS_FACTOR_SQL, choose_source, estimate_clocks, matched_sql, offsets_relation)
+from tracelab.analyzers._common import median, merge_params, ms, r, ranks_str, rows, run_info
+from tracelab.results import Evidence, Finding, Result, Severity
+
+NAME = "breakdown"
+TITLE = "Time breakdown and comm/compute overlap"
+VIEW = "overview"
+DEFAULTS: dict[str, Any] = {
+    # Flag exposed communication above this share of the step (median over steps, per rank).
+    "exposed_comm_threshold": 0.10,
+    # Leave out each rank's last profiler step, as HTA does by default.
+    "exclude_last_step": False,
+}
+
+#: Point-to-point op names, as collectives.op or event names.
+P2P_NAMES = ("send", "recv", "send_recv", "gloo:send", "gloo:recv", "c10d::send", "c10d::recv_")
+
+_FIELDS = ("window_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "comm_ns",
+           "exposed_memcpy_ns", "idle_ns")
+
+
+#: Host operators per thread: 'compute' for cpu_ops, 'comm' for communication *operators*
+#: (c10d::*, record_param_comms), whose span is the thread's own wait. gloo:* annotations are
+#: excluded here: on gloo they time the transfer asynchronously and may span compute that runs
+#: meanwhile. Binds run_id.
+HOST_OPS_SQL = """SELECT rank, step, tid, ts_ns AS t0, ts_ns + dur_ns AS t1,
+                         CASE WHEN category = 'cpu_op' THEN 'compute' ELSE 'comm' END AS cls
+                  FROM events
+                  WHERE run_id = ? AND NOT on_device AND cat = 'cpu_op'
+                    AND category IN ('cpu_op', 'communication') AND step IS NOT NULL"""
+
+
+def intervals_sql() -> str:
+    """Classified intervals (rank, step, tid, t0, t1, cls, idx). Binds run_id x4."""
+    return f"""
+    WITH _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = ? AND on_device
+                  AND category IN ('compute', 'communication')),
+    _hs AS ({HOST_OPS_SQL} AND rank NOT IN (SELECT rank FROM _dev))
+    SELECT rank, step, stream AS tid, ts_ns AS t0, ts_ns + dur_ns AS t1,
+           CASE category WHEN 'compute' THEN 'compute' WHEN 'communication' THEN 'comm'
+                ELSE 'memcpy' END AS cls, idx, true AS device,
+           CASE WHEN category = 'communication' THEN name END AS name
+    FROM events
+    WHERE run_id = ? AND on_device AND step IS NOT NULL
+      AND category IN ('compute', 'communication', 'memcpy', 'memset')
+    UNION ALL
+    SELECT rank, step, tid, t0, t1, 'compute', NULL, false, NULL
+    FROM ({iv.host_compute_sql('SELECT * FROM _hs', 'rank, step, tid')})
+    UNION ALL
+    SELECT rank, step, tid, ts_ns, ts_ns + dur_ns, 'comm', idx, false, name
+    FROM events
+    WHERE run_id = ? AND NOT on_device AND category = 'communication' AND step IS NOT NULL
+      AND rank NOT IN (SELECT rank FROM _dev)
+    """
+
+
+def _row_out(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in row.items() if k not in _FIELDS and k not in ("t_first", "t_last")}
+    for k in _FIELDS:
+        out[k.replace("_ns", "_ms")] = ms(row[k])
+    w, comm = row["window_ns"], row["comm_ns"]
+    out["overlap_pct"] = r(100.0 * row["overlapped_comm_ns"] / comm, 3) if comm else None
+    for part in ("compute", "exposed_comm", "exposed_memcpy", "idle"):
+        out[f"{part}_pct"] = r(100.0 * row[f"{part}_ns"] / w, 3) if w else None
+    nc = row["exposed_comm_ns"] + row["exposed_memcpy_ns"]
+    out["non_compute_pct"] = r(100.0 * nc / w, 3) if w else None
+    return out
+
+
+def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int,
+               offsets: dict[int, int]) -> list[dict[str, Any]]:
+    """Per (op, group, size): matched count, median transfer time, algbw and busbw in GB/s."""
+    source = choose_source(con, run_id)
+    if source is None:
+        return []
+    rel, rel_params = offsets_relation(offsets)
+    return rows(con, f"""
+        WITH mt AS ({matched_sql(rel)}),
+        per AS (SELECT key, any_value(op) AS op, any_value(pg_name) AS pg_name,
+                       any_value(bytes) AS bytes, any_value(n) AS n,
+                       any_value(transfer_ns) AS transfer_ns FROM mt GROUP BY key)
+        SELECT op, pg_name, bytes, n AS ranks, count(*) AS count,
+               round(median(transfer_ns) / 1e6, 4) AS transfer_ms,
+               round(median(bytes / transfer_ns), 3) AS algbw_gbps,
+               round(median(bytes / transfer_ns * {BUS_FACTOR_SQL}), 3) AS busbw_gbps
+        FROM per WHERE transfer_ns > 0 AND bytes IS NOT NULL
+        GROUP BY op, pg_name, bytes, n ORDER BY count(*) * median(transfer_ns) DESC
+        """, [run_id, source, *rel_params])
+
+
+def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
+    p = merge_params(NAME, DEFAULTS, params)
+    info = run_info(con, run_id)
+    tbl = f"_tl_bd_{uuid.uuid4().hex[:12]}"
+    con.execute(f"CREATE TEMP TABLE {tbl} AS {intervals_sql()}", [run_id] * 4)
+    try:
+        step_bd = iv.breakdown_sql(f"SELECT * FROM {tbl}", "rank, step")
+        per_step = rows(con, f"SELECT * FROM ({step_bd}) ORDER BY rank, step", [])
+        last = ("AND step < (SELECT max(step) FROM steps s WHERE s.run_id = ? AND s.rank = x.rank)"
+                if p["exclude_last_step"] else "")
+        rank_bd = iv.breakdown_sql(f"SELECT * FROM {tbl} x WHERE true {last}", "rank")
+        per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank",
+                        [run_id] if last else [])
+        segs = iv.segments_sql(f"SELECT rank, step, t0, t1, cls FROM {tbl}", "rank, step")
+        exposed_by = rows(con, f"""
+            WITH seg AS (
+                SELECT rank, step, t, t + len AS t_end FROM ({segs})
+                WHERE m > 0 AND c = 0 AND len > 0),
+            ev AS (SELECT rank, step, t0, t1, idx, name FROM {tbl}
+                   WHERE cls = 'comm' AND idx IS NOT NULL)
+            SELECT ev.rank, coalesce(c.op, ev.name) AS op, c.pg_name, c.in_bytes AS bytes,
+                   count(DISTINCT ev.idx) AS events,
+                   sum(least(ev.t1, seg.t_end) - greatest(ev.t0, seg.t)) AS exposed_ns
+            FROM ev JOIN seg ON seg.rank = ev.rank AND seg.step = ev.step
+                 AND seg.t < ev.t1 AND seg.t_end > ev.t0
+            LEFT JOIN collectives c ON c.run_id = ? AND c.rank = ev.rank AND c.event_idx = ev.idx
+                 AND c.source IN ('kernel', 'host')
+            GROUP BY ALL ORDER BY exposed_ns DESC""", [run_id])
+        dev = {int(x[0]) for x in con.execute(
+            f"SELECT DISTINCT rank FROM {tbl} WHERE device").fetchall()}
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {tbl}")
+    clocks = estimate_clocks(con, run_id)
+    bw = _bandwidth(con, run_id, clocks.offsets_ns)
+    steps_tbl = [_row_out(x) for x in per_step]
+    ranks_tbl = [{**_row_out(x), "mode": "device" if x["rank"] in dev else "host"}
+                 for x in per_rank]
+    findings = _findings(p, steps_tbl, exposed_by, bw, per_step)
+    overlaps = [x["overlap_pct"] for x in ranks_tbl if x["overlap_pct"] is not None]
+    metrics = {
+        "ranks": len(ranks_tbl),
+        "steps": len({x["step"] for x in steps_tbl}),
+        "overlap_pct_mean": r(sum(overlaps) / len(overlaps), 3) if overlaps else None,
+        "step_window_ms_median": r(median([x["window_ms"] for x in steps_tbl])),
+        "compute_share_median": r(median([x["compute_pct"] / 100 for x in steps_tbl
+                                          if x["compute_pct"] is not None])),
+        "exposed_comm_share_median": r(median([x["exposed_comm_pct"] / 100 for x in steps_tbl
+                                               if x["exposed_comm_pct"] is not None])),
+        "idle_share_median": r(median([x["idle_pct"] / 100 for x in steps_tbl
+                                       if x["idle_pct"] is not None])),
+    }
+    notes = []
+    if not steps_tbl:
+        notes.append("no events inside profiler steps: nothing to break down "
+                     "(profile with a schedule so that ProfilerStep#N spans exist).")
+    if any(x["mode"] == "host" for x in ranks_tbl):
+        notes.append("host-only ranks: compute is operator time minus the thread's own "
+                     "communication waits; communication is gloo/c10d spans on any thread.")
+    return Result(analyzer=NAME, run=info["name"], params=p, metrics=metrics,
+                  tables={"ranks": ranks_tbl, "steps": steps_tbl, "exposed_by_collective": [
+                      {**{k: v for k, v in x.items() if k != "exposed_ns"},
+                       "exposed_ms": ms(x["exposed_ns"])} for x in exposed_by],
+                      "bandwidth": bw},
+                  findings=tuple(findings), notes=tuple(notes))
+
+
+def _findings(p: Mapping[str, Any], steps_tbl: list[dict[str, Any]],
+              exposed_by: list[dict[str, Any]], bw: list[dict[str, Any]],
+              per_step: list[dict[str, Any]]) -> list[Finding]:
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for x in steps_tbl:
+        by_rank.setdefault(x["rank"], []).append(x)
+    hot = {}
+    for rank, xs in by_rank.items():
+        share = median([x["exposed_comm_ms"] / x["window_ms"] for x in xs if x["window_ms"]])
+        if share is not None and share > p["exposed_comm_threshold"]:
+            hot[rank] = (share, median([x["exposed_comm_ms"] for x in xs]),
+                         median([x["window_ms"] for x in xs]), median(
+                             [x["overlap_pct"] for x in xs if x["overlap_pct"] is not None]))
+    if not hot:
+        return []
+    n_steps = max(len(v) for v in by_rank.values())
+    impact = sum(v[1] for v in hot.values()) / len(hot)
+    step_ms = sum(v[2] for v in hot.values()) / len(hot)
+    share = impact / step_ms if step_ms else None
+    agg: dict[tuple[Any, ...], float] = {}
+    for x in exposed_by:
+        if x["rank"] in hot:
+            key = (x["op"], x["pg_name"], x["bytes"])
+            agg[key] = agg.get(key, 0.0) + float(x["exposed_ns"])
+    numbers: dict[str, float | int | str | None] = {
+        "exposed_comm_ms_per_step": r(impact), "step_ms": r(step_ms),
+        "exposed_comm_share": r(share), "overlap_pct": r(median([v[3] for v in hot.values()
+                                                                  if v[3] is not None]), 3),
+        "threshold_share": p["exposed_comm_threshold"]}
+    bw_by = {(b["op"], b["pg_name"], b["bytes"]): b for b in bw}
+    names = []
+    for i, (key, tot) in enumerate(sorted(agg.items(), key=lambda kv: -kv[1])[:3], 1):
+        op, pg, nbytes = key
+        b = bw_by.get(key)
+        per_step_ms = tot / len(hot) / max(n_steps, 1) / 1e6
+        size = f"{nbytes / 2**20:.1f} MiB" if nbytes else "size unknown"
+        text = f"{op} of {size} on group {pg if pg is not None else '?'}: " \
+               f"{per_step_ms:.3f} ms exposed per step"
+        if b is not None:
+            text += f", algbw {b['algbw_gbps']} GB/s, busbw {b['busbw_gbps']} GB/s"
+        numbers[f"collective_{i}"] = text
+        names.append(f"{op} ({size})")
+    worst = max(hot, key=lambda k: hot[k][0])
+    ranges = tuple((int(x["t_first"]), int(x["t_last"])) for x in per_step
+                   if x["rank"] == worst)[:5]
+    sev = Severity.CRITICAL if share is not None and share > 2.5 * p["exposed_comm_threshold"] \
+        else Severity.WARNING
+    what = ", ".join(names) if names else "communication"
+    p2p = bool(names) and all(n.split(" ")[0] in P2P_NAMES for n in names)
+    return [Finding(
+        code="EXPOSED_COMM", severity=sev,
+        title=f"Exposed communication costs {100 * (share or 0):.1f}% of the step on "
+              f"{ranks_str(list(hot))} ({what})",
+        evidence=Evidence(ranks=tuple(sorted(hot)), time_ranges_ns=ranges, numbers=numbers),
+        impact_ms_per_step=r(impact), impact_share=r(share),
+        suggestion=(
+            f"These are pipeline point-to-point waits ({what}): the pipeline bubble seen from "
+            "the communication side (see PIPELINE_BUBBLE / PIPELINE_STALL). Post receives "
+            "early and overlap send/recv with compute (batched async p2p)." if p2p else
+            f"Overlap {what} with compute: start gradient all-reduces during backward (DDP "
+            "bucket_cap_mb smaller, FSDP backward_prefetch / reshard_after_forward=False), "
+            "prefetch parameters one layer ahead, and keep collectives on their own stream. "
+            "If busbw is far below the link's rate, check the network/NCCL settings; if the "
+            "bytes are the problem, communicate in bf16 or shard fewer parameters."),
+        analyzer=NAME, view="timeline")]

@@ -1,0 +1,173 @@
+"""Stage memory imbalance: peak memory per rank and per pipeline stage, against the schedule.
+
+Peaks come from the collector's per-step peaks (torch.cuda.max_memory_allocated, the true peak)
+when the capture has them; else from the trace's `[memory]` events, which only see allocations
+made while profiling, so the peak is then a lower bound and flagged as such. Per stage: max/mean,
+max/min and headroom = peak / device capacity (estimates under 80% did not run out of memory in
+454 runs, Fujii et al., arXiv 2411.06465). The schedule's activation pattern is the reference:
+1F1B stage s holds min(m, p - s) microbatches (max/mean 2p/(p+1)), GPipe holds m on every stage.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+import duckdb
+
+from tracelab.analyzers._common import merge_params, r, ranks_str, rows, run_info
+from tracelab.analyzers.pipeline import TORCH_SCHEDULES
+from tracelab.results import Evidence, Finding, Result, Severity
+
+NAME = "memory"
+TITLE = "Memory per rank and stage"
+VIEW = "memory"
+DEFAULTS: dict[str, Any] = {
+    # Report STAGE_MEMORY_IMBALANCE above this max/mean of stage peaks.
+    "imbalance_threshold": 1.2,
+    # Report MEMORY_HEADROOM above this peak / capacity.
+    "headroom_threshold": 0.8,
+}
+GIB = float(1 << 30)
+
+
+def expected_microbatches(schedule: str | None, p: int, m: int) -> list[int] | None:
+    """Microbatches of activations each stage holds at its peak, per the schedule."""
+    if schedule in ("1f1b", "interleaved_1f1b", "zb_h1"):
+        return [min(m, p - s) for s in range(p)]
+    if schedule == "gpipe":
+        return [m] * p
+    return None
+
+
+def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[str, Any]]]:
+    got = rows(con, """
+        SELECT m.rank, max(m.allocated_bytes) AS peak_bytes, max(m.reserved_bytes) AS reserved_bytes,
+               count(DISTINCT m.step) AS steps, any_value(k.device_memory_bytes) AS capacity_bytes,
+               any_value(k.pp_stage) AS pp_stage
+        FROM memory m JOIN ranks k ON k.run_id = m.run_id AND k.rank = m.rank
+        WHERE m.run_id = ? AND m.source = 'step_peak' AND m.allocated_bytes IS NOT NULL
+        GROUP BY m.rank ORDER BY m.rank
+        """, [run_id])
+    if got:
+        return "step_peak", got
+    # Trace events: the device the rank computes on (CUDA when it has one, else CPU).
+    return "trace", rows(con, """
+        WITH dev AS (SELECT rank, max(device_type) AS dt FROM memory
+                     WHERE run_id = ? AND source = 'trace' GROUP BY rank)
+        SELECT m.rank, max(m.allocated_bytes) AS peak_bytes, max(m.reserved_bytes) AS reserved_bytes,
+               count(DISTINCT m.step) AS steps,
+               any_value(CASE WHEN dev.dt >= 1 THEN k.device_memory_bytes END) AS capacity_bytes,
+               any_value(k.pp_stage) AS pp_stage
+        FROM memory m JOIN dev USING (rank)
+        JOIN ranks k ON k.run_id = m.run_id AND k.rank = m.rank
+        WHERE m.run_id = ? AND m.source = 'trace' AND m.device_type = dev.dt
+          AND m.allocated_bytes IS NOT NULL
+        GROUP BY m.rank ORDER BY m.rank
+        """, [run_id, run_id])
+
+
+def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
+    p = merge_params(NAME, DEFAULTS, params)
+    info = run_info(con, run_id)
+    source, peaks = _peaks(con, run_id)
+    if not peaks:
+        return Result(analyzer=NAME, run=info["name"], params=p, metrics={"source": None},
+                      notes=("no memory data: profile with profile_memory=True, or capture with "
+                             "tracelab.profile, which records per-step peaks.",))
+    pipe = (info["metadata"] or {}).get("pipeline") or {}
+    schedule = TORCH_SCHEDULES.get(str(pipe.get("schedule") or "").lower())
+    is_pipe = bool(pipe) or any(x["pp_stage"] is not None for x in peaks)
+    rank_tbl = []
+    for x in peaks:
+        cap = x["capacity_bytes"]
+        rank_tbl.append({
+            "rank": x["rank"], "stage": x["pp_stage"] if x["pp_stage"] is not None else
+            (x["rank"] if is_pipe else None),
+            "peak_gib": r(x["peak_bytes"] / GIB), "reserved_gib": r((x["reserved_bytes"] or 0) / GIB),
+            "capacity_gib": r(cap / GIB) if cap else None,
+            "headroom_used": r(x["peak_bytes"] / cap) if cap else None,
+            "lower_bound": source == "trace"})
+    stage_tbl: list[dict[str, Any]] = []
+    metrics: dict[str, Any] = {"source": source, "peak_is_lower_bound": source == "trace",
+                               "peak_gib_max": max(x["peak_gib"] for x in rank_tbl),
+                               "pipeline": is_pipe}
+    if is_pipe:
+        by: dict[int, list[float]] = {}
+        for x in rank_tbl:
+            by.setdefault(x["stage"], []).append(x["peak_gib"])
+        stages = sorted(by)
+        peak = {s: max(by[s]) for s in stages}
+        mean = statistics.mean(peak.values())
+        exp = expected_microbatches(schedule, len(stages), int(pipe.get("microbatches") or 0)) \
+            if pipe.get("microbatches") else None
+        exp_mean = statistics.mean(exp) if exp else None
+        for i, s in enumerate(stages):
+            stage_tbl.append({
+                "stage": s, "peak_gib": peak[s], "over_mean": r(peak[s] / mean) if mean else None,
+                "expected_microbatches": exp[i] if exp and i < len(exp) else None,
+                "expected_over_mean": r(exp[i] / exp_mean) if exp and i < len(exp) else None})
+        lo = min(peak.values())
+        metrics.update({
+            "schedule": schedule, "stages": len(stages),
+            "max_over_mean": r(max(peak.values()) / mean) if mean else None,
+            "max_over_min": r(max(peak.values()) / lo) if lo else None,
+            "expected_max_over_mean": r(max(exp) / exp_mean) if exp else None})
+    findings = _findings(p, metrics, stage_tbl, rank_tbl, source)
+    notes = ["peaks from the trace's [memory] events: allocations made before profiling "
+             "started are missing, so these are lower bounds."] if source == "trace" else []
+    return Result(analyzer=NAME, run=info["name"], params=p, metrics=metrics,
+                  tables={"ranks": rank_tbl, "stages": stage_tbl}, findings=tuple(findings),
+                  notes=tuple(notes))
+
+
+def _findings(p: Mapping[str, Any], metrics: dict[str, Any], stage_tbl: list[dict[str, Any]],
+              rank_tbl: list[dict[str, Any]], source: str) -> list[Finding]:
+    out = []
+    mom = metrics.get("max_over_mean")
+    if mom is not None and mom > p["imbalance_threshold"]:
+        heavy = max(stage_tbl, key=lambda s: s["peak_gib"])
+        light = min(stage_tbl, key=lambda s: s["peak_gib"])
+        exp = metrics.get("expected_max_over_mean")
+        beyond = exp is None or mom > 1.1 * exp
+        expl = (f"the {metrics['schedule']} schedule alone predicts {exp}" if exp is not None
+                else "no schedule to compare with")
+        out.append(Finding(
+            code="STAGE_MEMORY_IMBALANCE",
+            severity=Severity.WARNING if beyond else Severity.INFO,
+            title=f"Stage memory imbalance: stage {heavy['stage']} peaks at {heavy['peak_gib']} GiB, "
+                  f"{mom}x the mean ({expl})",
+            evidence=Evidence(
+                ranks=tuple(x["rank"] for x in rank_tbl if x["stage"] == heavy["stage"]),
+                numbers={"max_over_mean": mom, "max_over_min": metrics.get("max_over_min"),
+                         "expected_max_over_mean": exp, "heaviest_stage": heavy["stage"],
+                         "heaviest_peak_gib": heavy["peak_gib"], "lightest_stage": light["stage"],
+                         "lightest_peak_gib": light["peak_gib"], "source": source}),
+            impact_ms_per_step=None, impact_share=None,
+            suggestion=(f"Move layers from stage {heavy['stage']} toward stage {light['stage']}, "
+                        "or recompute activations (activation checkpointing) on the early "
+                        "stages, which hold the most microbatches under 1F1B; a V-shaped "
+                        "schedule (ZBV, DualPipeV) balances activation memory across ranks."
+                        if beyond else
+                        "This is the schedule's own activation pattern: the first stage holds "
+                        "the most microbatches. Balance it with activation checkpointing on early "
+                        "stages or a V-shaped schedule (ZBV, DualPipeV) if memory is tight."),
+            analyzer=NAME, view="memory"))
+    hot = [x for x in rank_tbl if (x["headroom_used"] or 0) > p["headroom_threshold"]]
+    if hot:
+        worst = max(hot, key=lambda x: x["headroom_used"])
+        out.append(Finding(
+            code="MEMORY_HEADROOM", severity=Severity.WARNING,
+            title=f"{ranks_str([x['rank'] for x in hot])} use up to "
+                  f"{100 * worst['headroom_used']:.0f}% of device memory"
+                  + (" (a lower bound)" if source == "trace" else ""),
+            evidence=Evidence(ranks=tuple(x["rank"] for x in hot), numbers={
+                "peak_gib": worst["peak_gib"], "capacity_gib": worst["capacity_gib"],
+                "headroom_used": worst["headroom_used"]}),
+            impact_ms_per_step=None, impact_share=None,
+            suggestion="Above 80% of capacity, fragmentation and spikes risk out-of-memory: "
+                       "reduce the microbatch size, checkpoint activations, or shard optimizer "
+                       "state (FSDP/ZeRO) on these ranks.",
+            analyzer=NAME, view="memory"))
+    return out

@@ -1,0 +1,256 @@
+"""Stragglers: who makes the others wait at collectives, why, and what it costs per step.
+
+Collectives are matched across ranks (tracelab.analyzers._collectives) on the aligned clock. For
+each match: arrival a_r, last arrival A, wait_r = A - a_r, transfer = the shortest duration (no
+clock needed), and the last arriver's lateness = A - the second-latest arrival. A rank is blamed
+when it is the last arriver, later than the clock uncertainty allows, in at least `min_share` of
+the matches. It is a *compute* straggler when the compute it did since its previous collective
+exceeds its peers' median by at least half its lateness, else a *communication* straggler (late
+without more compute: its previous communication, a launch delay or host work held it back).
+
+What-if (Lin et al., OSDI 2025): per step, each rank's time before each collective (its "gap")
+and after the last one is replayed through the matched collectives; with a rank's gaps set to the
+median across ranks, the replay gives the step time had it run at the median speed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import duckdb
+
+from tracelab.analyzers import _intervals as iv
+from tracelab.analyzers._collectives import (
+    choose_source, estimate_clocks, matched_sql, offsets_relation)
+from tracelab.analyzers._common import NS_PER_MS, merge_params, ms, r, ranks_str, rows, run_info
+from tracelab.analyzers.breakdown import intervals_sql
+from tracelab.results import Evidence, Finding, Result, Severity
+
+NAME = "stragglers"
+TITLE = "Stragglers at collectives"
+VIEW = "stragglers"
+DEFAULTS: dict[str, Any] = {
+    # Blame a rank that is the (blameable) last arriver in at least this share of matches.
+    "min_share": 0.5,
+    # ...and whose what-if saving is at least this share of the step.
+    "min_saving_share": 0.01,
+}
+
+
+def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, source: str,
+          offsets: dict[int, int]) -> list[dict[str, Any]]:
+    """Matched rows plus each rank's gap since its previous collective (or its step start)
+    and the compute inside that gap, all aligned."""
+    rel, rel_params = offsets_relation(offsets)
+    tbl = f"_tl_st_{uuid.uuid4().hex[:12]}"
+    con.execute(f"CREATE TEMP TABLE {tbl} AS {intervals_sql()}", [run_id] * 4)
+    try:
+        comp = iv.union_sql(f"SELECT rank, t0, t1 FROM {tbl} WHERE cls = 'compute'", "rank")
+        return rows(con, f"""
+            WITH mt AS ({matched_sql(rel)}),
+            off AS {rel},
+            st AS (SELECT s.rank, s.step, s.start_ns - coalesce(o.off_ns, 0) AS s0,
+                          greatest(s.end_ns, coalesce(s.device_end_ns, s.end_ns))
+                            - coalesce(o.off_ns, 0) AS s1
+                   FROM steps s LEFT JOIN off o USING (rank) WHERE s.run_id = ?),
+            g AS (SELECT mt.*, st.s0, st.s1,
+                         coalesce(lag(e_ns) OVER (PARTITION BY mt.rank, mt.step ORDER BY a_ns),
+                                  least(st.s0, a_ns)) AS prev_ns
+                  FROM mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step),
+            cu AS (SELECT c.rank, c.t0 - coalesce(o.off_ns, 0) AS t0,
+                          c.t1 - coalesce(o.off_ns, 0) AS t1
+                   FROM ({comp}) c LEFT JOIN off o USING (rank))
+            SELECT g.rank, g.key, g.op, g.step, g.a_ns, g.e_ns, g.n, g.last_arrival_ns,
+                   g.last_rank, g.transfer_ns, g.wait_ns, g.s0, g.s1, g.prev_ns,
+                   greatest(g.a_ns - g.prev_ns, 0) AS gap_ns,
+                   coalesce(sum(least(cu.t1, g.a_ns) - greatest(cu.t0, g.prev_ns)), 0) AS compute_ns
+            FROM g LEFT JOIN cu ON cu.rank = g.rank AND cu.t0 < g.a_ns AND cu.t1 > g.prev_ns
+            GROUP BY ALL ORDER BY g.step, g.last_arrival_ns, g.rank
+            """, [run_id, source, *rel_params, *rel_params, run_id])
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {tbl}")
+
+
+def _replay(matches: list[dict[str, Any]], gaps: dict[tuple[str, int], float],
+            start: dict[int, float], tail: dict[int, float]) -> float:
+    """Step time through the matched collectives, given per-(match, rank) gaps."""
+    t = dict(start)
+    for mt in matches:
+        arr = {rk: t[rk] + gaps[(mt["key"], rk)] for rk in mt["ranks"]}
+        end = max(arr.values()) + mt["transfer"]
+        for rk in mt["ranks"]:
+            t[rk] = end
+    ends = [t[rk] + tail.get(rk, 0.0) for rk in t]
+    return max(ends) - min(start.values())
+
+
+def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
+    p = merge_params(NAME, DEFAULTS, params)
+    info = run_info(con, run_id)
+    clocks = estimate_clocks(con, run_id)
+    source = choose_source(con, run_id)
+    data = _gaps(con, run_id, source, clocks.offsets_ns) if source else []
+    if not data:
+        return Result(analyzer=NAME, run=info["name"], params=p, metrics={"matched": 0},
+                      notes=("no collective is matched across two or more ranks: nothing to "
+                             "compare (single-rank trace, or no timed collectives).",))
+    unc = clocks.uncertainty_ns
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for x in data:
+        by_key.setdefault(x["key"], []).append(x)
+    per_match = []
+    for key, xs in by_key.items():
+        arr = sorted(x["a_ns"] for x in xs)
+        last = xs[0]["last_rank"]
+        late = arr[-1] - arr[-2]
+        margin = unc.get(last, 0) + max((unc.get(x["rank"], 0) for x in xs if x["rank"] != last),
+                                        default=0)
+        comp = {x["rank"]: x["compute_ns"] for x in xs}
+        peers = [c for rk, c in comp.items() if rk != last]
+        per_match.append({
+            "key": key, "op": xs[0]["op"], "step": xs[0]["step"], "last_rank": last,
+            "lateness_ns": late, "blameable": late > margin, "margin_ns": margin,
+            "transfer": xs[0]["transfer_ns"], "A": xs[0]["last_arrival_ns"],
+            "ranks": sorted(comp), "extra_compute_ns": comp[last] - statistics.median(peers)})
+    per_match.sort(key=lambda m: (m["step"] if m["step"] is not None else -1, m["A"]))
+    steps_out, savings = _whatif(per_match, data)
+    rank_rows, blamed = _rank_table(p, per_match, data, savings, steps_out)
+    findings = _findings(blamed, rank_rows, per_match, steps_out)
+    slow = [s["slowdown"] for s in steps_out if s["slowdown"] is not None]
+    metrics = {
+        "source": source, "matched": len(per_match), "ranks": len({x["rank"] for x in data}),
+        "clock_uncertainty_ms_max": ms(max(unc.values(), default=0)),
+        "blameable_share": r(sum(m["blameable"] for m in per_match) / len(per_match)),
+        "transfer_ms_median": ms(statistics.median(m["transfer"] for m in per_match)),
+        "step_ms_median": r(statistics.median([s["step_ms"] for s in steps_out])) if steps_out else None,
+        "ideal_step_ms_median": r(statistics.median([s["ideal_step_ms"] for s in steps_out]))
+        if steps_out else None,
+        "slowdown_median": r(statistics.median(slow)) if slow else None,
+        "stragglers": sorted(blamed),
+    }
+    coll_rows = [{"key": m["key"], "op": m["op"], "step": m["step"], "last_rank": m["last_rank"],
+                  "lateness_ms": ms(m["lateness_ns"]), "transfer_ms": ms(m["transfer"]),
+                  "blameable": m["blameable"], "last_arrival_ns": m["A"]} for m in per_match]
+    waits = [{"key": x["key"], "rank": x["rank"], "step": x["step"], "wait_ms": ms(x["wait_ns"]),
+              "arrival_ns": x["a_ns"], "end_ns": x["e_ns"], "gap_ms": ms(x["gap_ns"]),
+              "compute_ms": ms(x["compute_ns"])} for x in data]
+    return Result(analyzer=NAME, run=info["name"], params=p, metrics=metrics,
+                  tables={"ranks": rank_rows, "steps": steps_out, "collectives": coll_rows,
+                          "waits": waits}, findings=tuple(findings),
+                  notes=(f"collectives from source '{source}', clocks aligned by "
+                         f"{', '.join(sorted(set(clocks.method.values())))}; lateness within "
+                         "the clock uncertainty is never blamed.",))
+
+
+def _whatif(per_match: list[dict[str, Any]],
+            data: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
+    """Per step: measured and replayed step time, all-ranks-at-median ideal, and per rank the
+    saving had that rank alone run at the median."""
+    gap = {(x["key"], x["rank"]): float(x["gap_ns"]) for x in data}
+    steps: dict[Any, list[dict[str, Any]]] = {}
+    for m in per_match:
+        steps.setdefault(m["step"], []).append(m)
+    out, savings = [], {}
+    for step, ms_ in steps.items():
+        if step is None:
+            continue
+        rws = [x for x in data if x["step"] == step]
+        # Rebase to the step's first start: absolute ns do not fit a float exactly.
+        starts = [min(x["s0"], x["prev_ns"]) for x in rws if x["s0"] is not None]
+        if not starts:
+            continue
+        base = min(starts)
+        start = {x["rank"]: float(min(x["s0"], x["prev_ns"]) - base) for x in rws
+                 if x["s0"] is not None}
+        last_end: dict[int, int] = {}
+        for x in rws:
+            last_end[x["rank"]] = max(last_end.get(x["rank"], base), x["e_ns"])
+        tail = {x["rank"]: float(max(0, x["s1"] - last_end[x["rank"]])) for x in rws
+                if x["s1"] is not None}
+        ms_ = [m for m in ms_ if all(rk in start for rk in m["ranks"])]
+        if not ms_:
+            continue
+        med = {m["key"]: statistics.median(gap[(m["key"], rk)] for rk in m["ranks"]) for m in ms_}
+        med_tail = statistics.median(tail.values()) if tail else 0.0
+        actual = _replay(ms_, gap, start, tail)
+        ideal = _replay(ms_, {(m["key"], rk): med[m["key"]] for m in ms_ for rk in m["ranks"]},
+                        start, {rk: med_tail for rk in tail})
+        measured = max(x["s1"] for x in rws if x["s1"] is not None) - base
+        for rk in start:
+            g = {k: (med[k[0]] if k[1] == rk else v) for k, v in gap.items() if k[0] in med}
+            tl = {**tail, rk: med_tail} if rk in tail else tail
+            savings.setdefault(rk, []).append(actual - _replay(ms_, g, start, tl))
+        out.append({"step": step, "step_ms": ms(measured), "replayed_step_ms": ms(actual),
+                    "ideal_step_ms": ms(ideal),
+                    "slowdown": r(actual / ideal) if ideal else None,
+                    "saved_ms": ms(actual - ideal)})
+    return sorted(out, key=lambda s: s["step"]), savings
+
+
+def _rank_table(p: Mapping[str, Any], per_match: list[dict[str, Any]], data: list[dict[str, Any]],
+                savings: dict[int, list[float]],
+                steps_out: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    ranks = sorted({x["rank"] for x in data})
+    step_ms = statistics.median([s["step_ms"] for s in steps_out]) if steps_out else None
+    out, blamed = [], {}
+    for rk in ranks:
+        mine = [m for m in per_match if rk in m["ranks"]]
+        last = [m for m in mine if m["last_rank"] == rk and m["blameable"]]
+        save = statistics.median(savings[rk]) / NS_PER_MS if savings.get(rk) else None
+        share = len(last) / len(mine) if mine else 0.0
+        extra = statistics.median([m["extra_compute_ns"] for m in last]) if last else None
+        late = statistics.median([m["lateness_ns"] for m in last]) if last else None
+        kind = None
+        if last:
+            kind = "compute" if extra is not None and extra >= 0.5 * late else "communication"
+        row = {"rank": rk, "matches": len(mine), "times_last": len(last),
+               "share_last": r(share), "lateness_ms_median": ms(late),
+               "extra_compute_ms_median": ms(extra),
+               "wait_ms_total": ms(sum(x["wait_ns"] for x in data if x["rank"] == rk)),
+               "saving_ms_per_step": r(save), "kind": kind}
+        out.append(row)
+        if (last and share >= p["min_share"] and save is not None and step_ms
+                and save >= p["min_saving_share"] * step_ms):
+            blamed[rk] = kind or "communication"
+    return out, blamed
+
+
+def _findings(blamed: dict[int, str], rank_rows: list[dict[str, Any]],
+              per_match: list[dict[str, Any]], steps_out: list[dict[str, Any]]) -> list[Finding]:
+    out = []
+    step_ms = statistics.median([s["step_ms"] for s in steps_out]) if steps_out else None
+    for rk, kind in sorted(blamed.items()):
+        row = next(x for x in rank_rows if x["rank"] == rk)
+        late = sorted((m for m in per_match if m["last_rank"] == rk and m["blameable"]),
+                      key=lambda m: -m["lateness_ns"])
+        save = row["saving_ms_per_step"]
+        code = "STRAGGLER_COMPUTE" if kind == "compute" else "STRAGGLER_COMM"
+        why = (f"it computes {row['extra_compute_ms_median']} ms more than its peers' median "
+               "before the collective" if kind == "compute" else
+               "it arrives late without computing more than its peers (its previous "
+               "communication, kernel launches or host work hold it back)")
+        out.append(Finding(
+            code=code, severity=Severity.CRITICAL if step_ms and save and save > 0.1 * step_ms
+            else Severity.WARNING,
+            title=f"Rank {rk} is a {kind} straggler: last to arrive at {row['times_last']} of "
+                  f"{row['matches']} collectives, {row['lateness_ms_median']} ms late (median)",
+            evidence=Evidence(
+                ranks=(rk,), steps=tuple(sorted({m["step"] for m in late if m["step"] is not None})),
+                time_ranges_ns=tuple((m["A"] - m["lateness_ns"], m["A"]) for m in late[:5]),
+                numbers={"times_last": row["times_last"], "matches": row["matches"],
+                         "lateness_ms_median": row["lateness_ms_median"],
+                         "extra_compute_ms_median": row["extra_compute_ms_median"],
+                         "saving_ms_per_step": save, "step_ms": r(step_ms)}),
+            impact_ms_per_step=save, impact_share=r(save / step_ms) if save and step_ms else None,
+            suggestion=(f"Rank {rk}: {why}. " + (
+                "Check its device (clocks, thermals, ECC, a slower GPU), uneven work (data "
+                "sharding, sequence lengths, an extra layer), or background processes on its "
+                "host." if kind == "compute" else
+                "Look at its timeline before the late collectives: host-side stalls (data "
+                "loading, GC, logging on that rank), CPU launch overhead, or a slower link.")
+                + f" At the median speed the step would be {save} ms shorter."),
+            analyzer=NAME, view="stragglers"))
+    return out
