@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tracelab.report.compare import MetricValue, RunMetrics, RunSummary
 from tracelab.results import Evidence, Finding, Severity
+from tracelab.testing.synth import MS, RankTrace, write_capture
 
 
 def finding(code: str, ranks: tuple[int, ...], title: str = "t", sev: Severity = Severity.WARNING
@@ -52,3 +55,71 @@ def make_run_metrics() -> Callable[..., RunMetrics]:
 def make_finding() -> Callable[..., Finding]:
     """Builder of Findings: make_finding(code, ranks)."""
     return finding
+
+
+def write_training_run(
+    folder: Path,
+    *,
+    steps: int = 16,
+    ranks: int = 4,
+    step_ms: float = 20.0,
+    compute_slowdown: float = 1.0,
+    exposed_comm_ms: float = 0.0,
+    slow_rank: int | None = None,
+    seed: int = 0,
+) -> Path:
+    """A data-parallel CPU/gloo-shaped run as a capture folder: each step, every rank computes
+    (aten::mm, lognormal jitter), then all-reduces 4 MiB; the all-reduce ends together on all
+    ranks (the last arriver sets it). `exposed_comm_ms` lengthens the all-reduce; `slow_rank`
+    computes 30% longer (a straggler); `compute_slowdown` scales every rank's compute."""
+    rng = np.random.default_rng(seed)
+    traces = [RankTrace(r, ranks, backend="gloo", device=None) for r in range(ranks)]
+    t = 0
+    for step in range(steps):
+        compute = {r: step_ms * 0.7 * compute_slowdown * rng.lognormal(0, 0.02) *
+                   (1.3 if r == slow_rank else 1.0) for r in range(ranks)}
+        last = max(compute.values())
+        transfer = step_ms * 0.2 + exposed_comm_ms
+        end = t + int((last + transfer) * MS)
+        for tr in traces:
+            c_end = t + int(compute[tr.rank] * MS)
+            tr.step(step, t, end + int(0.5 * MS))
+            tr.cpu_op("aten::mm", t + 10_000, c_end)
+            tr.gloo("all_reduce", c_end, end, nbytes=4 << 20)
+        t = end + int(0.5 * MS) + 1000
+    write_capture(folder, traces, clock=False)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def training_run() -> Callable[..., Path]:
+    """Builder of synthetic capture folders: training_run(folder, compute_slowdown=1.1, ...)."""
+    return write_training_run
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def chromium_dump(page: Path, tmp: Path) -> tuple[str, list[str]]:
+    """Open `page` in headless Chromium; return the DOM after scripts ran and every console
+    message (uncaught exceptions show up there as 'Uncaught ...')."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    profile = tmp / "chromium-profile"
+    profile.mkdir(exist_ok=True)
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=5000", "--dump-dom", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    console = [line for line in out.stderr.splitlines() if ":CONSOLE" in line]
+    return out.stdout, console
+
+
+@pytest.fixture
+def open_in_chromium(tmp_path: Path) -> Callable[[Path], tuple[str, list[str]]]:
+    """open_in_chromium(page) -> (dom, console messages); skips without Chromium."""
+    return lambda page: chromium_dump(page, tmp_path)

@@ -38,7 +38,9 @@ def test_slowdown_is_a_significant_regression(make_run_metrics: Callable[..., An
     assert report.exit_code == 1
 
 
-def test_small_significant_change_within_threshold_passes(make_run_metrics: Callable[..., Any]) -> None:
+def test_small_significant_change_within_threshold_passes(
+    make_run_metrics: Callable[..., Any],
+) -> None:
     make_run = make_run_metrics
     report = compare(make_run("a", seed=1), make_run("b", seed=2, slowdown=1.03), SETTINGS)
     step = _row(report, "step_time")

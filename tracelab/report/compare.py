@@ -15,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from tracelab.report.stats import difference_of_medians, mann_whitney_u, ratio_of_medians
+from tracelab.report.stats import (
+    Alternative,
+    difference_of_medians,
+    mann_whitney_u,
+    ratio_of_medians,
+)
 from tracelab.report.thresholds import GATES, Kind, ReportSettings, Threshold
 from tracelab.results import Finding
 
@@ -164,8 +169,8 @@ def _sampled_row(
         return Comparison(**row, verdict=Verdict.WARN if t.gated else Verdict.INFO,
                           reason=f"too few steps to judge ({xb.size} vs {xc.size}, fewer than "
                                  f"{s.min_steps} a side): profile more active steps")
-    bad = "greater" if t.direction > 0 else "less"
-    good = "less" if t.direction > 0 else "greater"
+    bad: Alternative = "greater" if t.direction > 0 else "less"
+    good: Alternative = "less" if t.direction > 0 else "greater"
     p_bad = mann_whitney_u(xc, xb, alternative=bad).p_value
     p_good = mann_whitney_u(xc, xb, alternative=good).p_value
     ci_low = ci_high = None

@@ -102,7 +102,7 @@ def _figures(report: Report) -> tuple[list[str], str | None]:
                        if k != "rank" and k.endswith("_ms")})
         fig = make_subplots(rows=1, cols=len(cols) or 1, subplot_titles=[_e(c) for c in cols])
         for i, col in enumerate(cols, start=1):
-            for (role, m), rows in zip(runs, per_rank, strict=True):
+            for (role, _), rows in zip(runs, per_rank, strict=True):
                 pts = [(r["rank"], r[col]) for r in rows if r.get(col) is not None]
                 fig.add_trace(go.Bar(x=[f"rank {p[0]}" for p in pts], y=[p[1] for p in pts],
                                      name=_e(role), legendgroup=role, showlegend=i == 1,

@@ -49,7 +49,7 @@ def _run(m: RunMetrics) -> dict[str, Any]:
 def to_dict(report: Report) -> dict[str, Any]:
     """The report as plain JSON-ready data."""
     s = report.settings
-    return _finite({
+    out: dict[str, Any] = _finite({
         "schema": SCHEMA,
         "tracelab_version": __version__,
         "verdict": report.verdict,
@@ -72,6 +72,7 @@ def to_dict(report: Report) -> dict[str, Any]:
         "resolved_findings": [f.to_dict() for f in report.resolved_findings],
         "warnings": list(report.warnings),
     })
+    return out
 
 
 def render(report: Report) -> str:

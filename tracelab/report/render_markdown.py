@@ -20,7 +20,7 @@ _ICON = {
     Verdict.PASS: "✅",
     Verdict.INFO: "ℹ️",
 }
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
 
 
 def esc(text: object) -> str:

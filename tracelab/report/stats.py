@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -74,7 +74,7 @@ def _midranks(combined: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64
     return mid[inverse], float(np.sum(t**3 - t))
 
 
-def _u_distribution_counts(n1: int, n2: int) -> npt.NDArray[np.int64] | npt.NDArray[np.object_]:
+def _u_distribution_counts(n1: int, n2: int) -> npt.NDArray[Any]:
     """Number of orderings giving each U = 0..n1*n2 under H0 (exact integers).
 
     These are the coefficients of the Gaussian binomial [n1+n2 choose k]_q, built as
@@ -85,7 +85,7 @@ def _u_distribution_counts(n1: int, n2: int) -> npt.NDArray[np.int64] | npt.NDAr
     k, m = min(n1, n2), max(n1, n2)
     dtype: type = np.int64 if math.comb(n1 + n2, k) < 2**61 else object
     size = k * m + 1
-    poly = np.zeros(size, dtype=dtype)
+    poly: npt.NDArray[Any] = np.zeros(size, dtype=dtype)
     poly[0] = 1
     for i in range(1, k + 1):
         shift = m + i
@@ -113,7 +113,8 @@ def mann_whitney_u(
     candidate's steps are slower than chance explains.
     """
     if alternative not in ("greater", "less", "two-sided"):
-        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', not {alternative!r}")
+        raise ValueError(
+            f"alternative must be 'greater', 'less' or 'two-sided', not {alternative!r}")
     xs, ys = _as_sample(x, "x"), _as_sample(y, "y")
     n1, n2 = xs.size, ys.size
     ranks, tie_term = _midranks(np.concatenate([xs, ys]))
@@ -131,7 +132,8 @@ def mann_whitney_u(
 
     if method == "exact":
         if ties:
-            raise ValueError("the exact Mann–Whitney distribution assumes no ties; use 'asymptotic'")
+            raise ValueError(
+                "the exact Mann–Whitney distribution assumes no ties; use 'asymptotic'")
         counts = _u_distribution_counts(n1, n2)
         total = math.comb(n1 + n2, n1)
         upper = int(sum(int(c) for c in counts[int(round(u)) :]))  # P(U >= u) numerator

@@ -1,0 +1,144 @@
+"""Report metrics read from the analyzers' results (tracelab.analyzers.run_all).
+
+Each gate family maps to one analyzer's output, read here and nowhere else:
+
+- exposed_comm_share, comm_overlap: `breakdown`, table "steps" (per rank and step); per step,
+  summed over ranks: exposed comm / window, overlapped comm / comm.
+- collective_bandwidth: matched group collectives (the analyzers' `matched_sql`), per step and
+  op: sum(bytes x bus factor) / sum(transfer time), in GB/s (nccl-tests busbw).
+- straggler_wait, bubble_share, peak_memory, memory_imbalance: `stragglers`, `pipeline` and
+  `memory` (see the functions below for the table and metric names used).
+
+Warm-up steps are dropped from every per-step table, as for step time. A metric an analyzer
+cannot measure on this run (no pipeline, no collectives) is simply absent; the report then
+shows nothing for it rather than a misleading number.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from tracelab.report.compare import MetricValue
+from tracelab.report.metrics import kept_steps
+from tracelab.report.thresholds import ReportSettings
+from tracelab.results import Finding, Result
+
+
+@dataclass(kw_only=True)
+class AnalyzerMetrics:
+    """What the analyzers contribute to one run's RunMetrics."""
+
+    values: dict[str, MetricValue] = field(default_factory=dict)
+    #: Rows {rank, <part>_ms, ...} merged into the per-rank figure.
+    per_rank: list[dict[str, Any]] = field(default_factory=list)
+    findings: tuple[Finding, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+def _sampled(key: str, gate: str, label: str, by_step: dict[int, float]) -> MetricValue:
+    samples = tuple(by_step[s] for s in sorted(by_step))
+    return MetricValue(key=key, gate=gate, label=label,
+                       value=float(np.median(samples)) if samples else None, samples=samples)
+
+
+def _kept_rows(rows: Iterable[dict[str, Any]], kept: set[tuple[int, int]]) -> list[dict[str, Any]]:
+    return [x for x in rows if (int(x["rank"]), int(x["step"])) in kept]
+
+
+def _breakdown(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
+    rows = _kept_rows(res.tables.get("steps", []), kept)
+    sums: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for x in rows:
+        acc = sums[int(x["step"])]
+        for part in ("window_ms", "exposed_comm_ms", "overlapped_comm_ms", "comm_ms"):
+            acc[part] += float(x.get(part) or 0.0)
+    exposed = {s: a["exposed_comm_ms"] / a["window_ms"] for s, a in sums.items()
+               if a["window_ms"] > 0}
+    overlap = {s: a["overlapped_comm_ms"] / a["comm_ms"] for s, a in sums.items()
+               if a["comm_ms"] > 0}
+    if exposed:
+        out.values["exposed_comm_share"] = _sampled(
+            "exposed_comm_share", "exposed_comm_share", "Exposed communication (share of step)",
+            exposed)
+    if overlap:
+        out.values["comm_overlap"] = _sampled(
+            "comm_overlap", "comm_overlap", "Comm/compute overlap (share of comm)", overlap)
+    per_rank: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for x in rows:
+        for part in ("compute_ms", "exposed_comm_ms", "idle_ms"):
+            if x.get(part) is not None:
+                per_rank[int(x["rank"])][part].append(float(x[part]))
+    out.per_rank += [{"rank": r, **{k: float(np.median(v)) for k, v in parts.items()}}
+                     for r, parts in sorted(per_rank.items())]
+
+
+def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int, kept: set[tuple[int, int]],
+               out: AnalyzerMetrics) -> None:
+    from tracelab.analyzers._collectives import (
+        BUS_FACTOR_SQL,
+        choose_source,
+        matched_sql,
+        offsets_relation,
+    )
+
+    source = choose_source(con, run_id)
+    if source is None:
+        return
+    ranks = [int(r) for r, in con.execute("SELECT rank FROM ranks WHERE run_id = ?",
+                                           [run_id]).fetchall()]
+    # Transfer time is the shortest duration across the ranks: no clock alignment needed.
+    rel, rel_params = offsets_relation({r: 0 for r in ranks})
+    rows = con.execute(
+        f"""
+        WITH mt AS ({matched_sql(rel)}),
+        per AS (SELECT key, any_value(op) AS op, any_value(step) AS step,
+                       any_value(bytes) AS bytes, any_value(n) AS n,
+                       any_value(transfer_ns) AS transfer_ns, list(rank) AS ranks
+                FROM mt GROUP BY key)
+        SELECT op, step, ranks, sum(bytes * {BUS_FACTOR_SQL}) AS bus_bytes,
+               sum(transfer_ns) AS transfer_ns
+        FROM per WHERE transfer_ns > 0 AND bytes IS NOT NULL AND step IS NOT NULL
+        GROUP BY op, step, ranks
+        """,
+        [run_id, source, *rel_params],
+    ).fetchall()
+    acc: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    for op, step, members, bus_bytes, transfer_ns in rows:
+        if not any((int(r), int(step)) in kept for r in members):
+            continue
+        cell = acc[str(op)][int(step)]
+        cell[0] += float(bus_bytes)
+        cell[1] += float(transfer_ns)
+    for op, by_step in sorted(acc.items()):
+        gbps = {s: b / t for s, (b, t) in by_step.items() if t > 0}  # bytes/ns = GB/s
+        key = f"collective_bandwidth[{op}]"
+        out.values[key] = _sampled(key, "collective_bandwidth",
+                                   f"Collective bandwidth, {op} (busbw)", gbps)
+
+
+#: Analyzer name -> function reading its Result into report metrics.
+READERS: dict[str, Callable[[Result, set[tuple[int, int]], AnalyzerMetrics], None]] = {
+    "breakdown": _breakdown,
+}
+
+
+def from_analyzers(con: duckdb.DuckDBPyConnection, run_id: int, settings: ReportSettings
+                   ) -> AnalyzerMetrics:
+    """Run every registered analyzer once and read the report's metrics from the results."""
+    from tracelab.analyzers import all_findings, run_all
+
+    kept = kept_steps(con, run_id, settings.warmup_steps)
+    results = run_all(con, run_id)
+    out = AnalyzerMetrics(findings=tuple(all_findings(results)))
+    for res in results:
+        reader = READERS.get(res.analyzer)
+        if reader is not None:
+            reader(res, kept, out)
+    _bandwidth(con, run_id, kept, out)
+    return out
