@@ -21,6 +21,9 @@ COMMANDS = (
     "tracelab.commands.sql",
     "tracelab.commands.export",
     "tracelab.commands.analyze",
+    "tracelab.commands.serve",
+    "tracelab.commands.report",
+    "tracelab.commands.baseline",
 )
 
 
