@@ -1,1 +1,84 @@
-"""Package placeholder; filled in by its owner."""
+"""The tracelab web app (Dash Pages): `tracelab serve` and `tracelab demo` start it.
+
+A thin shell: each page parses its URL (tracelab.app.state), opens a read-only cursor
+(tracelab.app.db), calls a query in tracelab.views and a figure builder in tracelab.figures.
+No SQL and no analysis happen here. The URL carries the run and the view state (window, filters,
+page), so any view can be shared as a link.
+
+    from tracelab.app import create_app
+    create_app("tracelab.duckdb").run(host="127.0.0.1", port=8050)
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import logging
+from typing import Any
+
+#: Page modules, imported after the Dash app exists (register_page needs it).
+PAGES = (
+    "tracelab.app.pages.runs",
+    "tracelab.app.pages.overview",
+    "tracelab.app.pages.timeline",
+    "tracelab.app.pages.pipeline",
+    "tracelab.app.pages.stragglers",
+    "tracelab.app.pages.memory",
+    "tracelab.app.pages.compare",
+    "tracelab.app.pages.not_found_404",
+)
+
+_APP: Any = None
+
+
+def create_app(db: str, *, warm: bool = True) -> Any:
+    """The Dash app serving the store at `db` (one per process: Dash Pages keeps a global
+    registry). With `warm`, the newest runs are analyzed in the background right away."""
+    global _APP
+    import dash
+    from dash import dcc, html
+
+    from tracelab.app import db as appdb
+    from tracelab.app import ids
+
+    appdb.configure(db)
+    if _APP is not None:
+        return _APP
+    app = dash.Dash(
+        __name__,
+        use_pages=True,
+        pages_folder="",
+        title="tracelab",
+        update_title=None,
+        suppress_callback_exceptions=True,
+        assets_folder=str(importlib.resources.files("tracelab.app") / "assets"),
+    )
+    for name in PAGES:
+        importlib.import_module(name)
+    app.layout = html.Div([
+        dcc.Store(id=ids.URL_STATE),
+        html.Div(id=ids.URL_SINK, style={"display": "none"}),
+        dash.page_container,
+    ])
+    # Pages publish their view state as a query string; put it in the address bar without
+    # reloading, so that the URL can be shared at any moment.
+    app.clientside_callback(
+        """
+        function(query) {
+            if (typeof query === 'string') {
+                const url = window.location.pathname + (query ? '?' + query : '');
+                if (url !== window.location.pathname + window.location.search) {
+                    window.history.replaceState(window.history.state, '', url);
+                }
+            }
+            return '';
+        }
+        """,
+        dash.Output(ids.URL_SINK, "children"),
+        dash.Input(ids.URL_STATE, "data"),
+    )
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    if warm:
+        appdb.warm_newest()
+    _APP = app
+    return app

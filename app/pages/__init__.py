@@ -1,1 +1,1 @@
-"""Package placeholder; filled in by its owner."""
+"""One module per page; each calls dash.register_page and defines `layout(**kwargs)`."""

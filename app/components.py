@@ -1,0 +1,165 @@
+"""Building blocks shared by the pages: navigation, friendly error pages, tables, pagers, findings.
+
+Text from traces goes into Dash components as plain strings, which React renders as text (never
+as HTML); nothing here uses dangerouslySetInnerHTML or raw-HTML markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dash import dcc, html
+
+from tracelab.app import ids
+from tracelab.app.state import href
+from tracelab.results import Finding
+from tracelab.views.findings import FindingTarget
+
+#: (path, label) of the views that belong to one run, in menu order.
+RUN_VIEWS = (
+    ("/overview", "Overview"),
+    ("/timeline", "Timeline"),
+    ("/pipeline", "Pipeline"),
+    ("/stragglers", "Stragglers"),
+    ("/memory", "Memory"),
+)
+
+
+def nav(run: str | None, active: str) -> html.Nav:
+    """The top bar: the runs list, then this run's views (when a run is chosen)."""
+    links: list[Any] = [dcc.Link("tracelab", href="/", className="brand")]
+    links.append(dcc.Link("Runs", href="/", className="active" if active == "/" else ""))
+    if run is not None:
+        for path, label in RUN_VIEWS:
+            links.append(dcc.Link(label, href=href(path, run=run),
+                                  className="active" if active == path else ""))
+        links.append(dcc.Link("Compare", href=href("/compare", a=run),
+                              className="active" if active == "/compare" else ""))
+        links.append(html.Span(f"run: {run}", className="run-name"))
+    return html.Nav(links, id=ids.NAV, className="nav")
+
+
+def page(run: str | None, active: str, title: str, *children: Any) -> html.Div:
+    return html.Div([nav(run, active), html.Main([html.H1(title), *children])])
+
+
+def error_page(title: str, message: str, *, hint: str | None = None,
+               run: str | None = None, active: str = "") -> html.Div:
+    """What a bad link or an unknown run shows instead of a traceback."""
+    body: list[Any] = [html.P(message, className="error-message")]
+    if hint:
+        body.append(html.P(hint, className="hint"))
+    body.append(html.P(dcc.Link("Back to the runs", href="/")))
+    return html.Div(
+        [nav(run, active), html.Main([html.H1(title), html.Div(body, id=ids.ERROR, className="error")])]
+    )
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """A cell value as text: numbers to `digits` significant figures, None as a dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "—"
+        return f"{value:,.{digits}g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], *,
+          id: str | None = None, links: dict[str, Callable[[dict[str, Any]], str]] | None = None,
+          empty: str = "Nothing to show.") -> html.Div:
+    """A plain HTML table; `columns` is (key, header); `links` maps a key to a row -> href."""
+    if not rows:
+        return html.Div(html.P(empty, className="hint"), id=id) if id else html.P(empty, className="hint")
+    head = html.Thead(html.Tr([html.Th(h) for _, h in columns]))
+    body = []
+    for row in rows:
+        cells = []
+        for key, _ in columns:
+            text = fmt(row.get(key))
+            if links and key in links:
+                cells.append(html.Td(dcc.Link(text, href=links[key](row))))
+            else:
+                cells.append(html.Td(text))
+        body.append(html.Tr(cells))
+    kwargs = {"id": id} if id else {}
+    return html.Div(html.Table([head, html.Tbody(body)], className="table"), **kwargs)
+
+
+def pager(page: int, total_rows: int, page_rows: int, make_href: Callable[[int], str]) -> html.Div:
+    """'Page 2 of 7' with previous/next links (the page is a URL parameter)."""
+    pages = max(1, -(-total_rows // page_rows))
+    parts: list[Any] = []
+    if page > 1:
+        parts.append(dcc.Link("← previous", href=make_href(page - 1)))
+    parts.append(html.Span(f" page {page} of {pages} ({total_rows:,} rows) "))
+    if page < pages:
+        parts.append(dcc.Link("next →", href=make_href(page + 1)))
+    return html.Div(parts, className="pager")
+
+
+SEVERITY_CLASS = {0: "sev-info", 1: "sev-warning", 2: "sev-critical"}
+
+
+def finding_hrefs(t: FindingTarget, run: str) -> list[tuple[str, str]]:
+    """(label, href) links of a finding: its own view, and the timeline at its evidence."""
+    out = []
+    if t.view == "timeline":
+        out.append(("Show in timeline", href("/timeline", run=run, t0=t.t0_ms, t1=t.t1_ms,
+                                             ranks=_focus_ranks(t.ranks))))
+    else:
+        out.append((f"Open {t.view}", href(f"/{t.view}", run=run)))
+        if t.t0_ms is not None:
+            out.append(("Show in timeline", href("/timeline", run=run, t0=t.t0_ms, t1=t.t1_ms,
+                                                 ranks=_focus_ranks(t.ranks))))
+    return out
+
+
+def _focus_ranks(ranks: tuple[int, ...]) -> tuple[int, ...]:
+    """Filter the timeline to a finding's ranks only when they are a handful (else show all)."""
+    return ranks if 0 < len(ranks) <= 8 else ()
+
+
+def findings_list(targets: Sequence[FindingTarget], run: str, *, id: str | None = None,
+                  limit: int = 50) -> html.Div:
+    """Findings, worst first, each with its impact, evidence and links to the views that show it."""
+    if not targets:
+        return html.Div(html.P("No findings: nothing crossed a threshold.", className="hint"),
+                        id=id or "")
+    items = []
+    for link in targets[:limit]:
+        f: Finding = link.finding
+        impact = []
+        if f.impact_ms_per_step is not None:
+            impact.append(f"{f.impact_ms_per_step:.3g} ms/step")
+        if f.impact_share is not None:
+            impact.append(f"{100 * f.impact_share:.3g}% of the step")
+        anchors = [dcc.Link(label, href=url, className="finding-link")
+                   for label, url in finding_hrefs(link, run)]
+        items.append(html.Li([
+            html.Span(str(f.severity).upper(), className=f"sev {SEVERITY_CLASS.get(int(f.severity), '')}"),
+            html.Span(f.code, className="code"),
+            html.Strong(f.title),
+            html.Span(f" — {', '.join(impact)}" if impact else ""),
+            html.Div(link.evidence_text, className="evidence"),
+            html.Div(f.suggestion, className="suggestion"),
+            html.Div(anchors, className="finding-links"),
+        ], className="finding"))
+    more = [html.P(f"{len(targets) - limit} more findings not shown.", className="hint")] \
+        if len(targets) > limit else []
+    return html.Div([html.Ul(items, className="findings"), *more], id=id or "")
+
+
+def graph(id: str, figure: dict[str, Any], **config: Any) -> dcc.Graph:
+    """A plotly graph without the plotly logo and with the mode bar tools a trace viewer needs."""
+    return dcc.Graph(
+        id=id, figure=figure,
+        config={"displaylogo": False, "responsive": True,
+                "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"], **config},
+    )

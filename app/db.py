@@ -1,0 +1,111 @@
+"""The app's only door to the store: a read-only cursor per request, and the shared caches.
+
+Each request opens the store read-only (tracelab.store.open_store retries while an ingest in
+another process holds the write lock) and closes it when done, so the app never blocks an ingest
+for longer than one request. Within the process, DuckDB shares one database instance between the
+connections that are open at the same time; each request works on its own cursor.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import duckdb
+
+from tracelab.store import open_store
+from tracelab.views._run import RunContext, run_context
+from tracelab.views.analysis import Analysis, AnalysisCache, AnalysisKey, run_key
+from tracelab.errors import RunNotFoundError
+
+#: How long a request waits for an ingest to release the store, in seconds.
+LOCK_TIMEOUT_S = float(os.environ.get("TRACELAB_APP_LOCK_TIMEOUT_S", "30"))
+
+_config: dict[str, str] = {}
+ANALYSES = AnalysisCache(max_runs=8)
+_contexts: OrderedDict[AnalysisKey, RunContext] = OrderedDict()
+_ctx_lock = threading.Lock()
+
+
+def configure(db: str) -> None:
+    """Point the app at a store file (called once by create_app)."""
+    _config["db"] = os.path.abspath(db)
+    ANALYSES.clear()
+    with _ctx_lock:
+        _contexts.clear()
+
+
+def db_path() -> str:
+    if "db" not in _config:
+        configure(os.environ.get("TRACELAB_DB", "tracelab.duckdb"))
+    return _config["db"]
+
+
+@contextmanager
+def cursor() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only cursor on the store, for one request."""
+    with open_store(db_path(), read_only=True, timeout_s=LOCK_TIMEOUT_S) as con:
+        cur = con.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+
+def resolve(cur: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, str]:
+    """(run_id, name) of the named run, or of the newest run when no name is given."""
+    from tracelab.store import resolve_run
+
+    return resolve_run(cur, name)
+
+
+def analysis(cur: duckdb.DuckDBPyConnection, run_id: int) -> Analysis:
+    """Every analyzer's result for the run (computed once per ingest of the run, then cached)."""
+    key = run_key(cur, db_path(), run_id)
+    if key is None:
+        raise RunNotFoundError(f"run {run_id} is no longer in the store.")
+    return ANALYSES.get(cur, key)
+
+
+def peek_analysis(cur: duckdb.DuckDBPyConnection, run_id: int) -> Analysis | None:
+    key = run_key(cur, db_path(), run_id)
+    return ANALYSES.peek(key) if key else None
+
+
+def context(cur: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
+    """The run's context (ranks, clock offsets, time origin), cached per ingest of the run."""
+    key = run_key(cur, db_path(), run_id)
+    if key is None:
+        raise RunNotFoundError(f"run {run_id} is no longer in the store.")
+    with _ctx_lock:
+        ctx = _contexts.get(key)
+    if ctx is None:
+        ctx = run_context(cur, run_id)
+        with _ctx_lock:
+            _contexts[key] = ctx
+            while len(_contexts) > 32:
+                _contexts.popitem(last=False)
+    return ctx
+
+
+def warm_newest(count: int = 3) -> None:
+    """Analyze the newest runs in a background thread, so their first views open fast."""
+
+    def work() -> None:
+        try:
+            with cursor() as cur:
+                rows = cur.execute(
+                    "SELECT run_id FROM runs ORDER BY run_id DESC LIMIT ?", [count]
+                ).fetchall()
+                for (rid,) in rows:
+                    analysis(cur, int(rid))
+                    context(cur, int(rid))
+        except Exception:  # noqa: BLE001 - warming is best effort; requests report errors
+            import logging
+
+            logging.getLogger("tracelab.app").exception("background analysis failed")
+
+    threading.Thread(target=work, name="tracelab-warm", daemon=True).start()

@@ -1,0 +1,63 @@
+"""Every component id of the app, in one place. Pages and callbacks import these; tests too."""
+
+from __future__ import annotations
+
+# Shell
+NAV = "nav"
+URL = "url"
+#: Query string the current page wants in the address bar (a clientside callback writes it).
+URL_STATE = "url-state"
+URL_SINK = "url-sink"
+
+# Runs
+RUNS_TABLE = "runs-table"
+RUNS_FINDINGS = "runs-findings"
+RUNS_TRIGGER = "runs-trigger"
+RUNS_COMPARE_A = "runs-compare-a"
+RUNS_COMPARE_B = "runs-compare-b"
+RUNS_COMPARE_LINK = "runs-compare-link"
+
+# Overview
+OV_HEATMAP = "overview-step-heatmap"
+OV_BREAKDOWN = "overview-breakdown"
+OV_FINDINGS = "overview-findings"
+OV_SUMMARY = "overview-summary"
+
+# Timeline
+TL_GRAPH = "timeline-graph"
+TL_STATUS = "timeline-status"
+TL_RANKS = "timeline-ranks"
+TL_STEPS = "timeline-steps"
+TL_CATS = "timeline-categories"
+TL_APPLY = "timeline-apply"
+TL_RESET = "timeline-reset"
+TL_STATE = "timeline-state"
+TL_DETAIL = "timeline-detail"
+TL_SUMMARY = "timeline-rank-summary"
+TL_TOP = "timeline-top-events"
+
+# Pipeline
+PP_SCHEDULE = "pipeline-schedule"
+PP_BUBBLES = "pipeline-bubbles"
+PP_TABLE = "pipeline-table"
+
+# Stragglers
+ST_SKEW = "stragglers-skew"
+ST_WAIT = "stragglers-wait"
+ST_BLAME = "stragglers-blame"
+ST_PAGE = "stragglers-page"
+
+# Memory
+MEM_PEAKS = "memory-peaks"
+MEM_STAGES = "memory-stages"
+MEM_SERIES = "memory-series"
+MEM_SUMMARY = "memory-summary"
+
+# Compare
+CMP_METRICS = "compare-metrics"
+CMP_STEPS = "compare-steps"
+CMP_SUMMARY = "compare-summary"
+
+# Shared
+ERROR = "error-page"
+FINDINGS_PAGE = "findings-page"

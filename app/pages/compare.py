@@ -1,0 +1,84 @@
+"""Compare: two runs side by side, with metric deltas and step time distributions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, callback, dcc, html
+
+from tracelab.app import db, ids
+from tracelab.app.components import graph, page, table
+from tracelab.app.guard import safe_layout
+from tracelab.app.state import href, text
+from tracelab.figures.compare import step_distributions
+from tracelab.views.compare import finding_changes, metric_deltas, step_comparison
+from tracelab.views.runs import run_names
+
+PICK_A = "compare-pick-a"
+PICK_B = "compare-pick-b"
+PICK_LINK = "compare-pick-link"
+#: Most metric rows shown (moved ones first).
+MAX_ROWS = 80
+
+
+def pickers(names: list[str], a: str | None, b: str | None) -> html.Div:
+    options = [{"label": n, "value": n} for n in names]
+    return html.Div([
+        dcc.Dropdown(id=PICK_A, options=options, value=a, placeholder="baseline run (A)",
+                     className="picker"),
+        dcc.Dropdown(id=PICK_B, options=options, value=b, placeholder="candidate run (B)",
+                     className="picker"),
+        dcc.Link("Compare →", id=PICK_LINK, href=href("/compare", a=a, b=b), className="button"),
+    ], className="row")
+
+
+@safe_layout("/compare")
+def layout(**kwargs: Any) -> html.Div:
+    a_arg, b_arg = text(kwargs, "a"), text(kwargs, "b")
+    with db.cursor() as cur:
+        names = run_names(cur)
+        if not a_arg or not b_arg:
+            return page(a_arg, "/compare", "Compare two runs", pickers(names, a_arg, b_arg),
+                        html.P("Pick a baseline (A) and a candidate (B).", className="hint"))
+        a_id, a = db.resolve(cur, a_arg)
+        b_id, b = db.resolve(cur, b_arg)
+        an_a, an_b = db.analysis(cur, a_id), db.analysis(cur, b_id)
+        steps = step_comparison(cur, a_id, b_id)
+    rows = metric_deltas(an_a, an_b)
+    moved = sum(r["moved"] for r in rows)
+    changes = finding_changes(an_a, an_b)
+    for r in rows:
+        r["moved"] = "moved" if r["moved"] else ""
+    return page(
+        a, "/compare", f"Compare {a} (A) with {b} (B)",
+        pickers(names, a, b),
+        html.Div(
+            f"{moved} of {len(rows)} metrics moved by more than 5%. "
+            f"Findings: {len(changes['new'])} new in B, {len(changes['resolved'])} gone, "
+            f"{len(changes['persisting'])} in both.",
+            id=ids.CMP_SUMMARY, className="status"),
+        graph(ids.CMP_STEPS, step_distributions(steps, a, b)),
+        html.H2("Metrics"),
+        table((("metric", "metric"), ("a", f"A: {a}"), ("b", f"B: {b}"), ("delta", "B − A"),
+               ("delta_pct", "change %"), ("moved", "")), rows[:MAX_ROWS], id=ids.CMP_METRICS),
+        html.P(f"{len(rows) - MAX_ROWS} more unchanged metrics not shown."
+               if len(rows) > MAX_ROWS else ""),
+        html.H2("Findings"),
+        html.Div([
+            html.Div([html.H3(f"{title} ({len(items)})"),
+                      html.Ul([html.Li(t) for t in items[:30]])])
+            for title, items in (("New in B", changes["new"]), ("Gone in B", changes["resolved"]),
+                                 ("In both", changes["persisting"]))
+        ], className="tables"),
+    )
+
+
+def compare_link(a: str | None, b: str | None) -> str:
+    return href("/compare", a=a, b=b)
+
+
+callback(Output(PICK_LINK, "href"), Input(PICK_A, "value"), Input(PICK_B, "value"))(compare_link)
+
+dash.register_page(__name__, path="/compare", name="Compare", title="tracelab: compare",
+                   order=6, layout=layout)

@@ -1,0 +1,120 @@
+"""Fixtures of the app tests: one store with synthetic runs (known answers, an XSS probe) and
+the real sample captures when sample_traces/ has them, plus a running server for browser tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_traces"
+#: The XSS probe of the issue: an event and a thread named like this must render as text.
+PROBE = "<img src=x onerror=alert(1)>"
+
+
+def xss_run(folder: Path) -> list[Path]:
+    """Two ranks whose kernel, host op and thread names are the XSS probe."""
+    traces = []
+    for rank in range(2):
+        t = RankTrace(rank, 2)
+        for k in range(3):
+            o = k * 20 * MS
+            t.step(k + 1, o, o + 15 * MS)
+            t.cpu_op(PROBE, o + 1 * MS, o + 3 * MS)
+            t.kernel(PROBE, o + 2 * MS, o + 9 * MS)
+            t.nccl("all_reduce", o + 9 * MS + rank * MS, o + 14 * MS, nbytes=1 << 20)
+        t.cpu_op("aten::mm", 1 * MS, 2 * MS, tid=t.pid + 7)
+        t.events.append({"name": "thread_name", "ph": "M", "ts": 0, "pid": t.pid,
+                         "tid": t.pid + 7, "args": {"name": PROBE}})
+        traces.append(t)
+    return write_ranks(folder / "xss", traces)
+
+
+def sample_captures() -> list[tuple[str, Path]]:
+    """(run name, folder) of each capture under sample_traces/ (empty until they exist)."""
+    if not SAMPLES.is_dir():
+        return []
+    return sorted((p.name, p) for p in SAMPLES.iterdir()
+                  if p.is_dir() and (p / "manifest.json").is_file())
+
+
+def build_store(folder: Path) -> Path:
+    """The app tests' store: synthetic runs with known answers, the XSS probe, the samples."""
+    from tracelab.ingest import ingest
+
+    db = folder / "app.duckdb"
+    runs = [
+        ("stragglers", build_run(folder, "stragglers", capture=True).paths),
+        ("pipeline", build_run(folder, "pipeline", schedule="1f1b", p=4, m=8, capture=True).paths),
+        ("overlap_gloo", build_run(folder, "overlap", backend="gloo", steps=3).paths),
+        ("xss", xss_run(folder)),
+    ]
+    runs += [(f"sample-{name}", [path]) for name, path in sample_captures()]
+    for name, paths in runs:
+        ingest([str(p) for p in paths], db=str(db), run=name, if_exists="replace", workers=1)
+    return db
+
+
+@pytest.fixture(scope="session")
+def app_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_store(tmp_path_factory.mktemp("appstore"))
+
+
+@pytest.fixture(scope="session")
+def app_module(app_store: Path):  # type: ignore[no-untyped-def]
+    """The Dash app on the test store, in this process (for direct callback tests)."""
+    from tracelab.app import create_app
+
+    return create_app(str(app_store), warm=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(db: Path, log: Path, extra_env: dict[str, str] | None = None
+                 ) -> tuple[subprocess.Popen[bytes], str]:
+    """`tracelab serve` in a subprocess on a free port; returns it and its base URL once it
+    answers."""
+    port = free_port()
+    env = {**os.environ, **(extra_env or {})}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracelab.cli", "serve", "--db", str(db), "--port", str(port)],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tracelab serve exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"tracelab serve did not answer in 60 s: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def server(app_store: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    log = tmp_path_factory.mktemp("server") / "serve.log"
+    proc, url = start_server(app_store, log)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()

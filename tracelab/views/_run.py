@@ -1,0 +1,128 @@
+"""The facts every view needs about one run: its ranks, their clock offsets, and its time origin."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import duckdb
+
+from tracelab.errors import RunNotFoundError
+from tracelab.views._sql import OFFSETS, query
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """One run as the views see it. Times are ns on the aligned clock."""
+
+    run_id: int
+    name: str
+    created_at: dt.datetime
+    world_size: int | None
+    ranks: tuple[int, ...]
+    #: rank -> offset of its clock relative to the reference (aligned = local - offset).
+    offsets_ns: Mapping[int, int] = field(default_factory=dict)
+    #: Where the offsets came from: 'measured', 'estimated', 'same_host' or 'none'.
+    offset_source: str = "none"
+    #: First event start and last event end of the run, aligned.
+    origin_ns: int = 0
+    end_ns: int = 0
+    event_count: int = 0
+    #: Longest event of the run: lets time-window queries prune on ts_ns alone.
+    max_dur_ns: int = 0
+
+    @property
+    def span_ms(self) -> float:
+        return (self.end_ns - self.origin_ns) / 1e6
+
+    def params(self) -> dict[str, object]:
+        """Named parameters every view query shares: $run and the offsets ($off_ranks, $off_ns)."""
+        ranks = list(self.ranks)
+        return {
+            "run": self.run_id,
+            "off_ranks": ranks,
+            "off_ns": [int(self.offsets_ns.get(r, 0)) for r in ranks],
+        }
+
+    def to_ms(self, ns: int | float) -> float:
+        """Aligned ns -> ms since the run's first event."""
+        return (float(ns) - self.origin_ns) / 1e6
+
+    def to_ns(self, ms: float) -> int:
+        """ms since the run's first event -> aligned ns."""
+        return int(round(self.origin_ns + ms * 1e6))
+
+
+def _offsets(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[dict[int, int], str]:
+    """Per-rank clock offsets as the analyzers use them (so findings' time ranges line up), and
+    how they were obtained: 'measured' (collector), 'estimated' (matched collectives),
+    'same_host' (one host, one clock) or 'none'."""
+    try:
+        from tracelab.analyzers._collectives import estimate_clocks
+    except ImportError:  # analyzers unavailable: fall back to what ingest stored
+        rows = con.execute(
+            "SELECT rank, clock_offset_ns FROM ranks WHERE run_id = ? AND clock_offset_ns "
+            "IS NOT NULL", [run_id]).fetchall()
+        return {int(r): int(o) for r, o in rows}, "measured" if rows else "none"
+    est = estimate_clocks(con, run_id)
+    methods = set(est.method.values())
+    if "collectives" in methods:
+        source = "estimated"
+    elif methods and methods <= {"collector"}:
+        source = "measured"
+    elif "same_host" in methods:
+        source = "same_host"
+    else:
+        source = "none" if len(est.offsets_ns) > 1 else "same_host"
+    return {int(r): int(o) for r, o in est.offsets_ns.items()}, source
+
+
+def run_context(con: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
+    """Load the context of run `run_id`, with its clock offsets."""
+    row = con.execute(
+        "SELECT name, created_at, world_size FROM runs WHERE run_id = ?", [run_id]
+    ).fetchone()
+    if row is None:
+        raise RunNotFoundError(f"no run with id {run_id} in the store (was it deleted?).")
+    rank_rows = con.execute(
+        "SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]
+    ).fetchall()
+    offsets, source = _offsets(con, run_id)
+    ranks = tuple(int(r[0]) for r in rank_rows)
+    params = {
+        "run": run_id,
+        "off_ranks": list(ranks),
+        "off_ns": [offsets.get(r, 0) for r in ranks],
+    }
+    span = query(
+        con,
+        f"""
+        SELECT min(e.ts_ns - o.off_ns), max(e.ts_ns + e.dur_ns - o.off_ns), count(*),
+               max(e.dur_ns)
+        FROM events e JOIN {OFFSETS} o USING (rank)
+        WHERE e.run_id = $run
+        """,
+        params,
+    )[0]
+    origin, end, count, max_dur = span if span[0] is not None else (0, 0, 0, 0)
+    return RunContext(
+        run_id=run_id,
+        name=str(row[0]),
+        created_at=row[1],
+        world_size=row[2],
+        ranks=ranks,
+        offsets_ns=offsets,
+        offset_source=source,
+        origin_ns=int(origin),
+        end_ns=int(end),
+        event_count=int(count),
+        max_dur_ns=int(max_dur),
+    )
+
+
+def run_by_name(con: duckdb.DuckDBPyConnection, name: str) -> int:
+    """run_id of the run called `name` (RunNotFoundError listing the known runs otherwise)."""
+    from tracelab.store import run_id
+
+    return run_id(con, name)

@@ -1,0 +1,310 @@
+"""The timeline, by level of detail: raw events when few are visible, per-lane time bins otherwise.
+
+The browser never receives more than a bounded number of shapes: at most RAW_EVENT_LIMIT event
+bars, or at most MAX_CELLS aggregate cells (lanes x bins), plus at most MAX_LINKS collective
+links and MAX_STEP_MARKS step markers. DuckDB does the binning (`_timeline_sql.AGGREGATE`), so a
+1.7M-event run costs one scan per zoom, not a transfer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import duckdb
+
+from tracelab.views import _timeline_sql as sql
+from tracelab.views._run import RunContext
+from tracelab.views._sql import query
+
+#: Above this many visible events, the timeline shows aggregates.
+RAW_EVENT_LIMIT = 4000
+#: Most aggregate cells (lanes x bins) sent at once.
+MAX_CELLS = 24_000
+#: Most time bins per lane (about one per two pixels of a wide plot).
+MAX_BINS = 800
+#: Most collective matches drawn across ranks.
+MAX_LINKS = 300
+#: Most step markers drawn.
+MAX_STEP_MARKS = 200
+#: Characters of an event's args shown on hover (the detail panel shows them all).
+ARGS_CHARS = 160
+
+LaneKey = tuple[int, bool, int, int, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lane:
+    """One row of the timeline: a host thread or a device stream of one rank."""
+
+    index: int
+    rank: int
+    on_device: bool
+    pid: int | None
+    tid: int | None
+    #: Human label, raw text from the trace: renderers must escape it.
+    label: str
+    event_count: int
+    #: The trace's string pid/tid for lanes that had no numeric ids ('' otherwise).
+    lane_label: str = ""
+
+    @property
+    def key(self) -> LaneKey:
+        return (self.rank, self.on_device, -1 if self.pid is None else self.pid,
+                -1 if self.tid is None else self.tid, self.lane_label)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelineRequest:
+    """What the user asked to see. Times in ms since the run's first event; None = whole run."""
+
+    t0_ms: float | None = None
+    t1_ms: float | None = None
+    ranks: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()
+    categories: tuple[str, ...] = ()
+    #: Plot width in pixels: the number of bins follows it.
+    width_px: int = 1200
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawEvents:
+    """Columns of the visible events, one entry per event."""
+
+    lane: list[int] = field(default_factory=list)
+    depth: list[int] = field(default_factory=list)
+    rank: list[int] = field(default_factory=list)
+    idx: list[int] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    category: list[str] = field(default_factory=list)
+    start_ms: list[float] = field(default_factory=list)
+    dur_ms: list[float] = field(default_factory=list)
+    step: list[int | None] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Aggregate:
+    """Per-lane bins: busy share (0..1, None where a bin holds no event), counts, categories."""
+
+    bin_ms: float
+    #: Centers of the bins, ms.
+    centers_ms: list[float]
+    busy: list[list[float | None]]
+    count: list[list[int]]
+    dominant: list[list[str | None]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One collective matched across ranks: its arrival point on each rank's lane."""
+
+    label: str
+    lanes: list[int]
+    start_ms: list[float]
+    ranks: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelineData:
+    lanes: tuple[Lane, ...]
+    t0_ms: float
+    t1_ms: float
+    span_ms: float
+    visible_events: int
+    mode: Literal["raw", "aggregate", "empty"]
+    raw: RawEvents | None = None
+    aggregate: Aggregate | None = None
+    links: tuple[Link, ...] = ()
+    #: True when more collectives were in view than MAX_LINKS (none drawn then).
+    links_cut: bool = False
+    steps: tuple[tuple[int, float, float], ...] = ()
+    offset_source: str = "none"
+
+
+def lanes(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest) -> list[Lane]:
+    """The lanes of the run under the rank and category filters, ordered rank, host, device."""
+    rows = query(con, sql.LANES, {**ctx.params(), **_filters(req)})
+    out: list[Lane] = []
+    for rank, on_device, pid, tid, lbl, n, pname, plabels, tname in rows:
+        if lbl:
+            label = f"r{rank} {lbl}"
+        else:
+            if on_device:
+                proc = plabels or f"device {pid}"
+            else:
+                proc = pname or f"pid {pid}"
+            thread = (tname or "").strip() or (f"stream {tid}" if on_device else f"thread {tid}")
+            label = f"r{rank} {proc} / {thread}"
+        out.append(Lane(
+            index=len(out), rank=int(rank), on_device=bool(on_device),
+            pid=None if pid == -1 else int(pid), tid=None if tid == -1 else int(tid),
+            label=label, event_count=int(n), lane_label=lbl,
+        ))
+    return out
+
+
+def _filters(req: TimelineRequest) -> dict[str, object]:
+    return {"ranks": list(req.ranks), "cats": list(req.categories)}
+
+
+def step_spans(
+    con: duckdb.DuckDBPyConnection, ctx: RunContext, ranks: tuple[int, ...] = ()
+) -> list[tuple[int, float, float]]:
+    """(step, start ms, end ms) of each profiler step over `ranks` (all when empty)."""
+    rows = query(con, sql.STEPS, {**ctx.params(), "ranks": list(ranks)})
+    return [(int(s), ctx.to_ms(a), ctx.to_ms(b)) for s, a, b in rows]
+
+
+def resolve_window(
+    ctx: RunContext, req: TimelineRequest, spans: list[tuple[int, float, float]]
+) -> tuple[float, float]:
+    """The window to show, in ms: explicit t0/t1 win, then the chosen steps, then the run."""
+    lo, hi = 0.0, max(ctx.span_ms, 1e-6)
+    if req.steps:
+        chosen = [(a, b) for s, a, b in spans if s in req.steps]
+        if chosen:
+            lo, hi = min(a for a, _ in chosen), max(b for _, b in chosen)
+    t0 = lo if req.t0_ms is None else req.t0_ms
+    t1 = hi if req.t1_ms is None else req.t1_ms
+    t0, t1 = max(t0, 0.0 if req.t0_ms is None else -ctx.span_ms), min(t1, 2 * hi + 1)
+    if t1 <= t0:
+        t1 = t0 + 1e-3
+    return t0, t1
+
+
+def timeline(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest) -> TimelineData:
+    """Everything the timeline draws for `req`, bounded whatever the trace size."""
+    lane_list = lanes(con, ctx, req)
+    spans = step_spans(con, ctx, req.ranks)
+    t0, t1 = resolve_window(ctx, req, spans)
+    a, b = ctx.to_ns(t0), max(ctx.to_ns(t1), ctx.to_ns(t0) + 1)
+    offs = ctx.params()["off_ns"] or [0]
+    params = {
+        **ctx.params(), **_filters(req), "a": a, "b": b,
+        "prune_hi": b + max(offs), "prune_lo": a + min(offs) - ctx.max_dur_ns - 1,
+    }
+    visible = int(query(con, sql.COUNT, params)[0][0])
+    shown_steps = tuple(s for s in spans if s[2] > t0 and s[1] < t1)
+    common = dict(
+        lanes=tuple(lane_list), t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms, visible_events=visible,
+        steps=shown_steps if len(shown_steps) <= MAX_STEP_MARKS else (),
+        offset_source=ctx.offset_source,
+    )
+    if visible == 0 or not lane_list:
+        return TimelineData(mode="empty", **common)
+    index = {lane.key: lane.index for lane in lane_list}
+    links, cut = _links(con, ctx, params, index)
+    if visible <= RAW_EVENT_LIMIT:
+        raw = _raw(con, ctx, params, index)
+        return TimelineData(mode="raw", raw=raw, links=links, links_cut=cut, **common)
+    agg = _aggregate(con, ctx, params, index, req.width_px, len(lane_list), t0, t1)
+    return TimelineData(mode="aggregate", aggregate=agg, links=links, links_cut=cut, **common)
+
+
+def _raw(
+    con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
+    index: dict[LaneKey, int],
+) -> RawEvents:
+    rows = query(con, sql.RAW, {**params, "args_chars": ARGS_CHARS, "limit": RAW_EVENT_LIMIT})
+    out = RawEvents()
+    open_ends: dict[int, list[int]] = defaultdict(list)  # lane -> end ns of the open stack
+    for rank, on_dev, pid, tid, lbl, idx, name, cat, s, dur, step, args in rows:
+        lane = index.get((rank, on_dev, pid, tid, lbl))
+        if lane is None:
+            continue
+        stack = open_ends[lane]
+        while stack and stack[-1] <= s:
+            stack.pop()
+        depth = len(stack)
+        stack.append(s + dur)
+        out.lane.append(lane)
+        out.depth.append(depth)
+        out.rank.append(int(rank))
+        out.idx.append(int(idx))
+        out.name.append(name)
+        out.category.append(cat)
+        out.start_ms.append(round(ctx.to_ms(s), 6))
+        out.dur_ms.append(round(dur / 1e6, 6))
+        out.step.append(step)
+        out.args.append(args or "")
+    return out
+
+
+def _aggregate(
+    con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
+    index: dict[LaneKey, int], width_px: int, n_lanes: int, t0: float, t1: float,
+) -> Aggregate:
+    nbins = max(20, min(MAX_BINS, width_px // 2, MAX_CELLS // max(n_lanes, 1)))
+    a, b = int(params["a"]), int(params["b"])  # type: ignore[call-overload]
+    w = max(1, -(-(b - a) // nbins))
+    nbins = -(-(b - a) // w)
+    rows = query(con, sql.AGGREGATE, {**params, "w": w, "nbins": nbins})
+    busy: list[list[float | None]] = [[None] * nbins for _ in range(n_lanes)]
+    count = [[0] * nbins for _ in range(n_lanes)]
+    dominant: list[list[str | None]] = [[None] * nbins for _ in range(n_lanes)]
+    for rank, on_dev, pid, tid, lbl, bin_, busy_ns, n, dom in rows:
+        lane = index.get((rank, on_dev, pid, tid, lbl))
+        if lane is None:
+            continue
+        busy[lane][bin_] = round(min(1.0, busy_ns / w), 3)
+        count[lane][bin_] = int(n)
+        dominant[lane][bin_] = dom
+    bin_ms = w / 1e6
+    centers = [round(ctx.to_ms(a + (i + 0.5) * w), 6) for i in range(nbins)]
+    return Aggregate(bin_ms=bin_ms, centers_ms=centers, busy=busy, count=count, dominant=dominant)
+
+
+def _links(
+    con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
+    index: dict[LaneKey, int],
+) -> tuple[tuple[Link, ...], bool]:
+    """Collectives matched across ranks by (source, op, group, seq-or-occurrence)."""
+    limit = MAX_LINKS * max(len(ctx.ranks), 1) + 1
+    rows = query(con, sql.COLLECTIVES, {**params, "limit": limit})
+    if len(rows) >= limit:
+        return (), True
+    groups: dict[tuple[str, str, str, int], list[tuple[int, int, int]]] = defaultdict(list)
+    for source, op, pg, k, rank, s, _t, _bytes, *lane_key in rows:
+        lane = index.get(tuple(lane_key))  # type: ignore[arg-type]
+        if lane is not None:
+            groups[(source, op, pg, int(k))].append((lane, int(s), int(rank)))
+    links = []
+    for (_source, op, pg, k), members in groups.items():
+        if len({m[2] for m in members}) < 2:
+            continue
+        members.sort()
+        label = f"{op} #{k}" + (f" (group {pg})" if pg else "")
+        links.append(Link(
+            label=label, lanes=[m[0] for m in members],
+            start_ms=[round(ctx.to_ms(m[1]), 6) for m in members], ranks=[m[2] for m in members],
+        ))
+    if len(links) > MAX_LINKS:
+        return (), True
+    return tuple(links), False
+
+
+def event_detail(
+    con: duckdb.DuckDBPyConnection, ctx: RunContext, rank: int, idx: int
+) -> dict[str, object] | None:
+    """Everything about one event (for the detail panel), or None when it does not exist."""
+    row = con.execute(
+        """
+        SELECT name, cat, category, ts_ns, dur_ns, pid, tid, stream, step, correlation,
+               external_id, CAST(args AS VARCHAR)
+        FROM events WHERE run_id = ? AND rank = ? AND idx = ?
+        """,
+        [ctx.run_id, rank, idx],
+    ).fetchone()
+    if row is None:
+        return None
+    keys = ("name", "cat", "category", "ts_ns", "dur_ns", "pid", "tid", "stream", "step",
+            "correlation", "external_id", "args")
+    out = dict(zip(keys, row, strict=True))
+    out["rank"] = rank
+    out["start_ms"] = ctx.to_ms(int(row[3]) - int(ctx.offsets_ns.get(rank, 0)))
+    out["dur_ms"] = int(row[4]) / 1e6
+    args = str(out["args"] or "")
+    out["args"] = args if len(args) <= 20_000 else args[:20_000] + " ... (cut at 20,000 characters)"
+    return out
