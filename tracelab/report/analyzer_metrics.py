@@ -6,8 +6,13 @@ Each gate family maps to one analyzer's output, read here and nowhere else:
   summed over ranks: exposed comm / window, overlapped comm / comm.
 - collective_bandwidth: matched group collectives (the analyzers' `matched_sql`), per step and
   op: sum(bytes x bus factor) / sum(transfer time), in GB/s (nccl-tests busbw).
-- straggler_wait, bubble_share, peak_memory, memory_imbalance: `stragglers`, `pipeline` and
-  `memory` (see the functions below for the table and metric names used).
+- step_time: `steps`, table "steps" (per rank and step); a step's time is its slowest rank's.
+- straggler_wait: `stragglers`, tables "waits" and "steps": per step, the mean over ranks of
+  each rank's total wait for the last arriver, as a share of the step.
+- bubble_share: `pipeline`, table "steps" (bubble_share per rank and step), keyed by the stage
+  the rank holds.
+- peak_memory, memory_imbalance: `memory`, tables "stages" (pipelines) or "ranks"; one value per
+  run (threshold only), max/mean over stages or ranks.
 
 Warm-up steps are dropped from every per-step table, as for step time. A metric an analyzer
 cannot measure on this run (no pipeline, no collectives) is simply absent; the report then
@@ -29,6 +34,8 @@ from tracelab.report.metrics import kept_steps
 from tracelab.report.thresholds import ReportSettings
 from tracelab.results import Finding, Result
 
+GIB = float(1 << 30)
+
 
 @dataclass(kw_only=True)
 class AnalyzerMetrics:
@@ -49,6 +56,37 @@ def _sampled(key: str, gate: str, label: str, by_step: dict[int, float]) -> Metr
 
 def _kept_rows(rows: Iterable[dict[str, Any]], kept: set[tuple[int, int]]) -> list[dict[str, Any]]:
     return [x for x in rows if (int(x["rank"]), int(x["step"])) in kept]
+
+
+def _by_step(rows: list[dict[str, Any]], field_: str, agg: Callable[[list[float]], float]
+             ) -> dict[int, float]:
+    per: dict[int, list[float]] = defaultdict(list)
+    for x in rows:
+        if x.get(field_) is not None:
+            per[int(x["step"])].append(float(x[field_]))
+    return {s: agg(v) for s, v in per.items()}
+
+
+def _steps(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
+    """Step time of a step = the slowest rank's (the steps analyzer's definition, which counts
+    device work launched in the step)."""
+    rows = _kept_rows(res.tables.get("steps", []), kept)
+    by_step = _by_step(rows, "step_ms", max)
+    value = _sampled("step_time", "step_time", "Step time", by_step)
+    if not by_step:
+        total = int(res.metrics.get("steps") or 0)
+        value = MetricValue(key="step_time", gate="step_time", label="Step time", value=None,
+                            note=f"no ProfilerStep spans left after dropping warm-up steps "
+                                 f"({total} step(s) in the run): profile more steps or lower "
+                                 "warmup_steps")
+        out.notes.append(value.note)
+    out.values["step_time"] = value
+    per_rank: dict[int, list[float]] = defaultdict(list)
+    for x in rows:
+        if x.get("step_ms") is not None:
+            per_rank[int(x["rank"])].append(float(x["step_ms"]))
+    out.per_rank += [{"rank": r, "step_time_ms": float(np.median(v))}
+                     for r, v in sorted(per_rank.items())]
 
 
 def _breakdown(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
@@ -122,9 +160,80 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int, kept: set[tuple[int,
                                    f"Collective bandwidth, {op} (busbw)", gbps)
 
 
+def _stragglers(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
+    """Per step: the mean over ranks of each rank's total wait for last arrivers at
+    collectives, as a share of the step (the analyzer's measured step time)."""
+    rows = _kept_rows((x for x in res.tables.get("waits", []) if x.get("step") is not None),
+                      kept)
+    per_rank_step: dict[tuple[int, int], float] = defaultdict(float)
+    for x in rows:
+        per_rank_step[(int(x["rank"]), int(x["step"]))] += float(x.get("wait_ms") or 0.0)
+    mean_wait = _by_step([{"step": s, "w": w} for (_, s), w in per_rank_step.items()], "w",
+                         lambda v: float(np.mean(v)))
+    step_ms = {int(x["step"]): float(x["step_ms"]) for x in res.tables.get("steps", [])
+               if x.get("step") is not None and x.get("step_ms")}
+    by_step = {s: w / step_ms[s] for s, w in mean_wait.items() if s in step_ms}
+    if by_step:
+        out.values["straggler_wait"] = _sampled(
+            "straggler_wait", "straggler_wait", "Straggler wait (share of step)", by_step)
+    per_rank: dict[int, list[float]] = defaultdict(list)
+    for (rank, _), w in per_rank_step.items():
+        per_rank[rank].append(w)
+    out.per_rank += [{"rank": r, "wait_ms": float(np.median(v))}
+                     for r, v in sorted(per_rank.items())]
+
+
+def _pipeline(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
+    """Bubble share (idle / step window, GPipe form) per stage, per step."""
+    if not res.metrics.get("pipeline"):
+        return
+    stages = {int(x["rank"]): list(x.get("stages") or []) for x in res.tables.get("stages", [])}
+    rows = _kept_rows(res.tables.get("steps", []), kept)
+    for rank in sorted({int(x["rank"]) for x in rows}):
+        held = stages.get(rank, [])
+        if len(held) == 1:
+            key, label = f"bubble_share[stage={held[0]}]", f"Pipeline bubble, stage {held[0]}"
+        else:
+            key, label = f"bubble_share[rank={rank}]", f"Pipeline bubble, rank {rank}"
+        by_step = _by_step([x for x in rows if int(x["rank"]) == rank], "bubble_share", max)
+        if by_step:
+            out.values[key] = _sampled(key, "bubble_share", label, by_step)
+
+
+def _memory(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
+    """Peak allocated memory per stage (pipelines) or the largest over ranks, and max/mean."""
+    if not res.metrics.get("source"):
+        return
+    lower = " (lower bound: trace events)" if res.metrics.get("peak_is_lower_bound") else ""
+    stage_rows = res.tables.get("stages") or []
+    if stage_rows:
+        for x in stage_rows:
+            key = f"peak_memory[stage={x['stage']}]"
+            out.values[key] = MetricValue(key=key, gate="peak_memory",
+                                          label=f"Peak memory, stage {x['stage']}{lower}",
+                                          value=float(x["peak_gib"]) * GIB)
+        peaks = [float(x["peak_gib"]) for x in stage_rows]
+        what = "stages"
+    else:
+        peaks = [float(x["peak_gib"]) for x in res.tables.get("ranks", [])]
+        out.values["peak_memory"] = MetricValue(
+            key="peak_memory", gate="peak_memory", label=f"Peak memory, largest rank{lower}",
+            value=max(peaks) * GIB if peaks else None)
+        what = "ranks"
+    if len(peaks) > 1 and np.mean(peaks) > 0:
+        out.values["memory_imbalance"] = MetricValue(
+            key="memory_imbalance", gate="memory_imbalance",
+            label=f"Memory imbalance (max/mean over {what})",
+            value=float(max(peaks) / np.mean(peaks)))
+
+
 #: Analyzer name -> function reading its Result into report metrics.
 READERS: dict[str, Callable[[Result, set[tuple[int, int]], AnalyzerMetrics], None]] = {
+    "steps": _steps,
     "breakdown": _breakdown,
+    "stragglers": _stragglers,
+    "pipeline": _pipeline,
+    "memory": _memory,
 }
 
 

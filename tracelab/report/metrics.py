@@ -1,12 +1,9 @@
 """What a report compares, read from one run in the store.
 
-Step times and op/kernel times come straight from SQL on `steps` and `events` (per step, so
-they carry a distribution); the other metric families come from the analyzers' results
-(`tracelab.report.analyzer_metrics`). Warm-up steps (the first `warmup_steps` of every rank)
-are dropped everywhere.
-
-Step time of a step = the slowest rank's host ProfilerStep span (end_ns - start_ns): in a
-synchronous job every rank waits for the slowest one, so that is the step the job pays for.
+Op/kernel times per step come straight from SQL on `events`; every other metric family comes
+from the analyzers' results (`tracelab.report.analyzer_metrics`), so the report, the CLI and
+the app show the same numbers. Warm-up steps (the first `warmup_steps` of every rank) are
+dropped everywhere.
 """
 
 from __future__ import annotations
@@ -46,31 +43,6 @@ def kept_steps(con: duckdb.DuckDBPyConnection, run_id: int, warmup: int) -> set[
     """(rank, step) pairs left after dropping each rank's first `warmup` steps."""
     rows = con.execute(_KEPT_STEPS_SQL, {"run": run_id, "warmup": warmup}).fetchall()
     return {(int(r), int(s)) for r, s, _ in rows}
-
-
-def _step_time(con: duckdb.DuckDBPyConnection, run_id: int, s: ReportSettings
-               ) -> tuple[MetricValue, list[dict[str, Any]], int, int]:
-    """The step-time metric, per-rank medians, and the counts of kept and dropped steps."""
-    total = _scalar(con, "SELECT count(DISTINCT step) FROM steps WHERE run_id = ?", [run_id])
-    per_step = con.execute(
-        f"SELECT step, max(dur_ns), count(*) FROM ({_KEPT_STEPS_SQL}) GROUP BY step ORDER BY step",
-        {"run": run_id, "warmup": s.warmup_steps},
-    ).fetchall()
-    per_rank = con.execute(
-        f"SELECT rank, median(dur_ns), count(*) FROM ({_KEPT_STEPS_SQL}) GROUP BY rank "
-        "ORDER BY rank",
-        {"run": run_id, "warmup": s.warmup_steps},
-    ).fetchall()
-    samples = tuple(float(d) / NS_PER_MS for _, d, _ in per_step)
-    note = "" if samples else (
-        f"no ProfilerStep spans left after dropping {s.warmup_steps} warm-up step(s) "
-        f"({total} step(s) in the run): profile more steps or lower warmup_steps")
-    value = MetricValue(key="step_time", gate="step_time", label="Step time",
-                        value=float(np.median(samples)) if samples else None,
-                        samples=samples, note=note)
-    ranks = [{"rank": int(r), "step_time_ms": float(m) / NS_PER_MS, "steps": int(n)}
-             for r, m, n in per_rank]
-    return value, ranks, len(per_step), max(int(total) - len(per_step), 0)
 
 
 def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, s: ReportSettings
@@ -132,23 +104,22 @@ def extract(con: duckdb.DuckDBPyConnection, run_id: int, settings: ReportSetting
     from tracelab.report.analyzer_metrics import from_analyzers
 
     name, source, rank_count, world = _summary(con, run_id)
-    step_value, per_rank, kept, dropped = _step_time(con, run_id, settings)
-    values = {"step_time": step_value}
-    values.update(_op_times(con, run_id, settings))
+    total = int(_scalar(con, "SELECT count(DISTINCT step) FROM steps WHERE run_id = ?",
+                        [run_id]))
+    kept = len({step for _, step in kept_steps(con, run_id, settings.warmup_steps)})
     extra = from_analyzers(con, run_id, settings)
-    values.update(extra.values)
-    tables = {"per_rank": _merge_per_rank(per_rank, extra.per_rank)}
-    notes = list(extra.notes)
-    if step_value.note:
-        notes.insert(0, step_value.note)
+    values = dict(extra.values)
+    values.update(_op_times(con, run_id, settings))
     summary = RunSummary(name=name, run_id=run_id, source=source, ranks=rank_count,
-                         world_size=world, steps_used=kept, steps_dropped=dropped)
-    return RunMetrics(run=summary, values=values, findings=extra.findings, tables=tables,
-                      notes=tuple(notes))
+                         world_size=world, steps_used=kept, steps_dropped=max(total - kept, 0))
+    return RunMetrics(run=summary, values=values, findings=extra.findings,
+                      tables={"per_rank": _merge_per_rank(extra.per_rank)},
+                      notes=tuple(extra.notes))
 
 
-def _merge_per_rank(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _merge_per_rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per rank from the analyzers' per-rank pieces."""
     by_rank: dict[int, dict[str, Any]] = {}
-    for row in [*a, *b]:
+    for row in rows:
         by_rank.setdefault(int(row["rank"]), {"rank": int(row["rank"])}).update(row)
     return [by_rank[r] for r in sorted(by_rank)]

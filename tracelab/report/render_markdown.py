@@ -29,10 +29,15 @@ def esc(text: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
 
 
+def code(text: object) -> str:
+    """Untrusted text as an inline code span (shown literally: no escapes apply inside)."""
+    return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
+
+
 def _run_line(role: str, m: RunMetrics) -> str:
     r = m.run
     world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
-    return (f"**{role}** `{esc(r.name)}`: {r.ranks} rank(s){world}, {r.steps_used} step(s) "
+    return (f"**{role}** _{esc(r.name)}_: {r.ranks} rank(s){world}, {r.steps_used} step(s) "
             f"compared ({r.steps_dropped} warm-up dropped)")
 
 
@@ -67,7 +72,7 @@ def _finding(f: Finding) -> str:
             impact += f" ({f.impact_share * 100:.1f}% of the step)"
         impact += "."
     place = f" ({'; '.join(where)})" if where else ""
-    return (f"- **{str(f.severity).upper()}** `{esc(f.code)}`: {esc(f.title)}{place}.{impact} "
+    return (f"- **{str(f.severity).upper()}** {code(f.code)}: {esc(f.title)}{place}.{impact} "
             f"_Fix:_ {esc(f.suggestion)}")
 
 
@@ -94,7 +99,7 @@ def render(report: Report) -> str:
         lines += ["", "### Warnings", ""]
         lines += [f"- {esc(w)}" for w in report.warnings]
     s = report.settings
-    cfg = f", thresholds from `{esc(s.config_file)}`" if s.config_file else ""
+    cfg = f", thresholds from {esc(s.config_file)}" if s.config_file else ""
     lines += ["", f"<sub>Regression = beyond threshold in the bad direction and, for per-step "
               f"metrics, one-sided Mann–Whitney U p &lt; {s.alpha}. CI: bootstrap "
               f"{s.confidence:.0%} of the ratio (or difference) of medians, {s.resamples} "

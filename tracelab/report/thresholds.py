@@ -76,9 +76,9 @@ GATES: dict[str, Gate] = {
              default="+3%", description="peak allocated memory, per stage (or rank)"),
         Gate(name="memory_imbalance", title="Memory imbalance", unit="ratio", bad_direction=+1,
              default="+5%", description="max / mean of per-stage peak memory"),
-        Gate(name="straggler_wait", title="Straggler wait", unit="ms", bad_direction=+1,
-             default="+10%", description="time ranks wait at collectives for the last arriver, "
-                                         "per step"),
+        Gate(name="straggler_wait", title="Straggler wait", unit="share", bad_direction=+1,
+             default="+2pp", description="time ranks wait at collectives for the last arriver, "
+                                         "as a share of the step (mean over ranks)"),
         Gate(name="collective_bandwidth", title="Collective bandwidth", unit="GB/s",
              bad_direction=-1, default="-10%",
              description="bus bandwidth of collectives (nccl-tests busbw)"),
