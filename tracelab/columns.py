@@ -9,6 +9,7 @@ correlation, falling back to time).
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -30,6 +31,7 @@ class _Ids(msgspec.Struct, gc=False, rename={"external_id": "External id"}):
 
 
 _IDS_DECODER = msgspec.json.Decoder(list[_Ids | None])
+_EMPTY_IDS = _Ids()
 
 
 def ints_or_nulls(values: list[Any]) -> pa.Array:
@@ -63,10 +65,10 @@ def classify_columns(cats: pa.Array, names: pa.Array) -> tuple[pa.Array, pa.Arra
         cat = cat_values[k // width]
         labels.append(classify(cat or None, name_values[k % width]).value)
         device.append(cat in DEVICE_CATS)
-    inverse = inverse.reshape(-1)
+    take = pa.array(inverse.reshape(-1))
     return (
-        pa.array(np.asarray(labels, dtype=object)[inverse], pa.string()),
-        pa.array(np.asarray(device, dtype=bool)[inverse]),
+        pa.array(labels, pa.string()).take(take),
+        pa.array(device, pa.bool_()).take(take),
     )
 
 
@@ -85,18 +87,17 @@ def id_columns(
     external = np.full(n, -1, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
     if len(sel):
-        joined = b"[" + b",".join(args[i] or b"null" for i in sel.tolist()) + b"]"
+        joined = b"[" + b",".join([args[i] or b"null" for i in sel.tolist()]) + b"]"
         try:
             ids = _IDS_DECODER.decode(joined)
         except (msgspec.DecodeError, msgspec.ValidationError):
             ids = []
         if len(ids) == len(sel):
+            ids = [x if x is not None else _EMPTY_IDS for x in ids]
             for column, attr in ((correlation, "correlation"), (external, "external_id"), (stream, "stream")):
-                values = [getattr(x, attr, None) if x is not None else None for x in ids]
-                column[sel] = [v if type(v) is int else -1 for v in values]
+                column[sel] = _int_values(list(map(attrgetter(attr), ids)))
     dev = on_device.to_numpy(zero_copy_only=False)
-    tid_np = tids.to_numpy(zero_copy_only=False)
-    tid_np = np.where(np.isnan(tid_np), -1, tid_np).astype(np.int64) if tid_np.dtype.kind == "f" else tid_np
+    tid_np = tids.fill_null(-1).to_numpy(zero_copy_only=False)
     stream = np.where(dev & (stream < 0), tid_np, stream)
     stream = np.where(dev, stream, -1)
 
@@ -104,6 +105,14 @@ def id_columns(
         return pa.array(a, mask=a < 0)
 
     return col(stream), col(correlation), col(external)
+
+
+def _int_values(values: list[Any]) -> np.ndarray:
+    """Ints as int64, anything else (None, strings, floats) as -1."""
+    try:
+        return pa.array(values, pa.int64()).fill_null(-1).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return np.asarray([v if type(v) is int else -1 for v in values], dtype=np.int64)
 
 
 def step_spans(names: pa.Array, ts_ns: np.ndarray, dur_ns: np.ndarray, on_device: np.ndarray) -> pa.Table:
@@ -147,8 +156,7 @@ def step_column(
 ) -> np.ndarray:
     """Host events: the step they start in. Device events: their launch's step, else by time."""
     by_time = step_by_time(ts_ns, steps)
-    corr = correlation.to_numpy(zero_copy_only=False)
-    corr = np.where(np.isnan(corr), -1, corr).astype(np.int64) if corr.dtype.kind == "f" else corr
+    corr = correlation.fill_null(-1).to_numpy(zero_copy_only=False)
     host_with = (~on_device) & (corr >= 0) & (by_time >= 0)
     if not host_with.any():
         return by_time

@@ -345,7 +345,7 @@ def _load(
     capture: Capture | None,
 ) -> None:
     mapping: list[tuple[str, str, int, int]] = []
-    for rank, cr in by_rank.items():
+    for rank, cr in sorted(by_rank.items()):
         offset = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
             for kind in ("events", "steps", "memory", "lanes"):

@@ -55,19 +55,24 @@ def dtype_bytes_sql(expr: str) -> tuple[str, list[object]]:
 
 
 def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str], steps: list[str]) -> None:
-    """Copy converted events and steps Parquet (mapped to ranks by `_files`) into the store."""
-    con.execute(
-        """
-        INSERT INTO events
-        SELECT ?, f.rank, p.idx + f.idx_offset, p.cat, p.name, p.pid, p.tid, p.lane_label,
-               p.ts_ns, p.dur_ns, p.category, p.on_device, p.stream, p.correlation,
-               p.external_id, p.step, p.args
-        FROM read_parquet(?, filename = true) p
-        JOIN _files f ON f.path = p.filename
-        ORDER BY f.rank, p.filename
-        """,
-        [run_id, files],
-    )
+    """Copy converted events and steps Parquet (mapped to ranks by `_files`) into the store.
+
+    One statement per file, in rank order: rows land clustered by (rank, time), which keeps
+    DuckDB's zone maps useful for time-range queries, and memory stays bounded by one file
+    rather than growing with the number of ranks (no global sort).
+    """
+    for path in files:
+        con.execute(
+            """
+            INSERT INTO events
+            SELECT ?, f.rank, p.idx + f.idx_offset, p.cat, p.name, p.pid, p.tid, p.lane_label,
+                   p.ts_ns, p.dur_ns, p.category, p.on_device, p.stream, p.correlation,
+                   p.external_id, p.step, p.args
+            FROM read_parquet(?) p, _files f
+            WHERE f.path = ?
+            """,
+            [run_id, path, path],
+        )
     con.execute(
         """
         INSERT INTO steps

@@ -1,0 +1,126 @@
+"""Ingest speed and memory: tracelab vs HTA's parser on the same files, in the same run.
+
+    python benchmarks/ingest.py [--reps 3] [--scaling 8,64]
+
+Cases: (a) the single 54 MB `df_index_resolver` trace, (b) 8 copies of it with the rank rewritten
+(benchmarks/datasets.py). Each repetition runs each tool as a fresh process, interleaved, so
+both see the same machine load; we report medians, events/s, the peak RSS of each tool's whole
+process tree, and the ratio. `--scaling` measures tracelab's peak RSS as ranks grow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.datasets import rank_set  # noqa: E402
+from benchmarks.measure import Sample, median, run_measured  # noqa: E402
+
+HTA_PARSE = "from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir={folder!r})"
+EVENTS_PER_RANK = 216_092  # all events of df_index_resolver
+X_EVENTS_PER_RANK = 123_379  # its complete (X) events, the ones both tools keep
+
+
+def tracelab_ingest(folder: Path, work: Path) -> Sample:
+    db = work / "bench.duckdb"
+    db.unlink(missing_ok=True)
+    sample = run_measured([sys.executable, "-m", "tracelab.cli", "ingest", str(folder), "--db", str(db)])
+    if sample.returncode != 0:
+        raise SystemExit(f"tracelab ingest failed:\n{sample.stdout}")
+    return sample
+
+
+def hta_parse(folder: Path) -> Sample:
+    sample = run_measured([sys.executable, "-c", HTA_PARSE.format(folder=str(folder))])
+    if sample.returncode != 0:
+        raise SystemExit(f"HTA failed:\n{sample.stdout[-2000:]}")
+    return sample
+
+
+def bench_case(name: str, folder: Path, ranks: int, reps: int, work: Path) -> dict[str, object]:
+    tl: list[Sample] = []
+    hta: list[Sample] = []
+    for _ in range(reps):
+        tl.append(tracelab_ingest(folder, work))
+        hta.append(hta_parse(folder))
+    tl_s = median([s.wall_s for s in tl])
+    hta_s = median([s.wall_s for s in hta])
+    x_events = X_EVENTS_PER_RANK * ranks
+    return {
+        "case": name,
+        "ranks": ranks,
+        "bytes": sum(p.stat().st_size for p in folder.glob("*.json")),
+        "events": EVENTS_PER_RANK * ranks,
+        "x_events": x_events,
+        "tracelab_s": tl_s,
+        "hta_s": hta_s,
+        "speedup": hta_s / tl_s,
+        "tracelab_events_per_s": x_events / tl_s,
+        "hta_events_per_s": x_events / hta_s,
+        "tracelab_peak_rss_mb": median([s.peak_rss_bytes for s in tl]) / 2**20,
+        "hta_peak_rss_mb": median([s.peak_rss_bytes for s in hta]) / 2**20,
+        "tracelab_runs_s": [round(s.wall_s, 3) for s in tl],
+        "hta_runs_s": [round(s.wall_s, 3) for s in hta],
+    }
+
+
+def scaling(ranks: list[int], reps: int, work: Path) -> list[dict[str, object]]:
+    out = []
+    for n in ranks:
+        folder = rank_set(n)
+        samples = [tracelab_ingest(folder, work) for _ in range(reps)]
+        out.append({
+            "ranks": n,
+            "tracelab_s": median([s.wall_s for s in samples]),
+            "tracelab_peak_rss_mb": median([s.peak_rss_bytes for s in samples]) / 2**20,
+        })
+    return out
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    lines = [
+        "| case | ranks | input | X events | tracelab (median) | HTA (median) | speed-up | tracelab events/s | HTA events/s | tracelab peak RSS | HTA peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['ranks']} | {r['bytes'] / 1e6:.0f} MB | {r['x_events']:,} | "
+            f"{r['tracelab_s']:.2f} s | {r['hta_s']:.2f} s | {r['speedup']:.1f}x | "
+            f"{r['tracelab_events_per_s'] / 1e3:,.0f}k | {r['hta_events_per_s'] / 1e3:,.0f}k | "
+            f"{r['tracelab_peak_rss_mb']:.0f} MB | {r['hta_peak_rss_mb']:.0f} MB |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--scaling", default="", help="comma-separated rank counts, e.g. 8,64")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ingest.json"))
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tracelab-bench-"))
+    try:
+        rows = [
+            bench_case("(a) df_index_resolver", rank_set(1), 1, args.reps, work),
+            bench_case("(b) 8-rank set", rank_set(8), 8, args.reps, work),
+        ]
+        scale = scaling([int(n) for n in args.scaling.split(",") if n], args.reps, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(table(rows))
+    if scale:
+        print("\n| ranks | tracelab ingest (median) | tracelab peak RSS |\n|---|---|---|")
+        for s in scale:
+            print(f"| {s['ranks']} | {s['tracelab_s']:.2f} s | {s['tracelab_peak_rss_mb']:.0f} MB |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"cases": rows, "scaling": scale}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
