@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh Debian machine, then run it.
+# This is the README's test command; .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Headless Chromium for the dashboard's and the HTML report's browser tests.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
+# A project venv that still sees nothing of the system's packages.
+python3 -m venv .venv
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torch first and pinned: 2.13.0 is the CPU build on local disk; anything else pulls CUDA.
+pip install -q torch==2.13.0
+pip install -q -e ".[test,app,hta]"
+
+python -m pytest -q -n 2 --dist loadgroup "$@"
