@@ -35,7 +35,27 @@ DEFAULTS: dict[str, Any] = {
     "exposed_comm_threshold": 0.10,
     # Leave out each rank's last profiler step, as HTA does by default.
     "exclude_last_step": False,
+    # Select the run-level (per-rank) events exactly as HTA 0.5 does: device work whose host
+    # launch is in the trace and starts before the last ProfilerStep (HTA drops device events
+    # whose launch the profiler lost, and keeps those launched before the first step). Per-step
+    # numbers are unaffected.
+    "hta_compatible": False,
 }
+
+#: Device events as HTA's temporal breakdown and overlap select them. Binds run_id x3.
+HTA_DEVICE_SQL = """
+    SELECT e.rank, e.step, e.stream AS tid, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
+           CASE e.category WHEN 'compute' THEN 'compute' WHEN 'communication' THEN 'comm'
+                ELSE 'memcpy' END AS cls
+    FROM events e
+    JOIN (SELECT rank, correlation, min(ts_ns) AS launch_ns FROM events
+          WHERE run_id = ? AND NOT on_device AND correlation IS NOT NULL
+          GROUP BY rank, correlation) l ON l.rank = e.rank AND l.correlation = e.correlation
+    JOIN (SELECT rank, max(start_ns) AS last_start FROM steps WHERE run_id = ? GROUP BY rank) s
+      ON s.rank = e.rank AND l.launch_ns < s.last_start
+    WHERE e.run_id = ? AND e.on_device
+      AND e.category IN ('compute', 'communication', 'memcpy', 'memset')
+"""
 
 #: Point-to-point op names, as collectives.op or event names.
 P2P_NAMES = ("send", "recv", "send_recv", "gloo:send", "gloo:recv", "c10d::send", "c10d::recv_")
@@ -117,15 +137,23 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
     p = merge_params(NAME, DEFAULTS, params)
     info = run_info(con, run_id)
     tbl = f"_tl_bd_{uuid.uuid4().hex[:12]}"
-    con.execute(f"CREATE TEMP TABLE {tbl} AS {intervals_sql()}", [run_id] * 4)
+    con.execute(
+        f"""CREATE TEMP TABLE {tbl} AS
+            SELECT i.*, coalesce(i.step = ls.last_step, false) AS in_last_step
+            FROM ({intervals_sql()}) i
+            LEFT JOIN (SELECT rank, max(step) AS last_step FROM steps WHERE run_id = ?
+                       GROUP BY rank) ls USING (rank)""",
+        [run_id] * 5)
     try:
         step_bd = iv.breakdown_sql(f"SELECT * FROM {tbl}", "rank, step")
         per_step = rows(con, f"SELECT * FROM ({step_bd}) ORDER BY rank, step", [])
-        last = ("AND step < (SELECT max(step) FROM steps s WHERE s.run_id = ? AND s.rank = x.rank)"
-                if p["exclude_last_step"] else "")
-        rank_bd = iv.breakdown_sql(f"SELECT * FROM {tbl} x WHERE true {last}", "rank")
-        per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank",
-                        [run_id] if last else [])
+        if p["hta_compatible"]:
+            rank_bd = iv.breakdown_sql(HTA_DEVICE_SQL, "rank")
+            per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [run_id] * 6)
+        else:
+            last = "WHERE NOT in_last_step" if p["exclude_last_step"] else ""
+            rank_bd = iv.breakdown_sql(f"SELECT * FROM {tbl} {last}", "rank")
+            per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [])
         segs = iv.segments_sql(f"SELECT rank, step, t0, t1, cls FROM {tbl}", "rank, step")
         exposed_by = rows(con, f"""
             WITH seg AS (

@@ -41,9 +41,9 @@ def _skew(con: duckdb.DuckDBPyConnection, run_id: int, source: str,
     u_rel, u_p = offsets_relation(unc)
     got = rows(con, f"""
         WITH raw AS ({matched_sql(zero_rel)}), al AS ({matched_sql(rel)}), u AS {u_rel},
-        rs AS (SELECT x.rank, x.key, x.a_ns - median(o.a_ns) AS skew
+        rs AS (SELECT x.rank, x.key, median(x.a_ns - o.a_ns) AS skew
                FROM raw x JOIN raw o ON o.key = x.key AND o.rank <> x.rank GROUP BY x.rank, x.key, x.a_ns),
-        als AS (SELECT x.rank, x.key, x.a_ns - median(o.a_ns) AS skew,
+        als AS (SELECT x.rank, x.key, median(x.a_ns - o.a_ns) AS skew,
                        any_value(x.e_ns < x.last_arrival_ns - 2 * coalesce(uu.off_ns, 0)) AS bad
                 FROM al x JOIN al o ON o.key = x.key AND o.rank <> x.rank
                 LEFT JOIN u uu ON uu.rank = x.rank

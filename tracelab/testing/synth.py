@@ -167,14 +167,17 @@ def overlap(folder: Path, *, backend: str = "nccl", second_comm_stream: bool = F
 
 def stragglers(folder: Path, *, backend: str = "nccl", arrivals_ms: tuple[float, ...] = (0, 1, 5, 2),
                end_ms: float = 7, base_ms: float = 10, steps: int = 4, gz: bool = False,
-               capture: bool = False, name: str | None = None) -> SynthRun:
+               capture: bool = False, name: str | None = None,
+               clock_offsets_ms: tuple[float, ...] | None = None) -> SynthRun:
     """Each step: rank r computes for base+arrivals[r] ms, then an all-reduce that ends for all
     at base+end. Default: rank 2 is the straggler, waits [5,4,0,3] ms, transfer 2 ms; it is a
     compute straggler; at the median compute (base + median(arrivals)) the step would take
-    base + median + transfer. Expected: straggler_rank, waits_ms, transfer_ms, kind, step_ms,
-    ideal_step_ms, slowdown."""
+    base + median + transfer (ideal_step_ms; slowdown = step / ideal), and had the straggler
+    alone run at the median, saved_ms_straggler sooner. clock_offsets_ms skews the ranks'
+    clocks (true times unchanged). Expected: straggler_rank, waits_ms, transfer_ms, kind,
+    step_ms, ideal_step_ms, slowdown, saved_ms, saved_ms_straggler."""
     world = len(arrivals_ms)
-    traces = _ranks(world, backend)
+    traces = _ranks(world, backend, [ms(o) for o in clock_offsets_ms] if clock_offsets_ms else None)
     period = base_ms + end_ms + 5
     for t in traces:
         for k in range(steps):
@@ -189,7 +192,8 @@ def stragglers(folder: Path, *, backend: str = "nccl", arrivals_ms: tuple[float,
     transfer = end_ms - last
     step = base_ms + end_ms
     ideal = base_ms + med + transfer
-    expected = {"straggler_rank": arrivals_ms.index(last),
+    alone = max([a for i, a in enumerate(arrivals_ms) if i != arrivals_ms.index(last)] + [med])
+    expected = {"saved_ms_straggler": step - (base_ms + alone + transfer),"straggler_rank": arrivals_ms.index(last),
                 "waits_ms": [last - a for a in arrivals_ms], "transfer_ms": transfer,
                 "kind": "compute", "step_ms": step, "ideal_step_ms": ideal,
                 "slowdown": step / ideal, "saved_ms": step - ideal, "steps": steps}
@@ -204,7 +208,8 @@ def whatif(folder: Path, *, backend: str = "nccl", gz: bool = False) -> SynthRun
                      gz=gz, name=f"whatif_{backend}")
     return SynthRun(name=run.name, paths=run.paths, world_size=2, traces=run.traces,
                     expected={**run.expected, "step_ms": 15.0, "ideal_step_ms": 13.5,
-                              "slowdown": 15 / 13.5, "saved_ms": 1.5})
+                              "slowdown": 15 / 13.5, "saved_ms": 1.5,
+                              "saved_ms_straggler": 1.5})
 
 
 def clock_offset(folder: Path, *, offset_ms: float = 3.0, backend: str = "nccl",

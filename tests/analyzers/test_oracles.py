@@ -1,0 +1,241 @@
+"""Every oracle of FACTS.md section 4, as a constructed multi-rank trace set with a known answer,
+through the real ingest and the analyzers; plus combinations of them."""
+
+from __future__ import annotations
+
+import pytest
+
+TOL_MS = 1e-3  # 1 µs: traces store µs with 3 decimals, so answers are exact to the ns
+
+
+def by_rank(rows: list[dict], rank: int) -> dict:
+    return next(r for r in rows if r["rank"] == rank)
+
+
+# -- overlap and time breakdown -------------------------------------------------------------
+
+@pytest.mark.parametrize("params", [{}, {"second_comm_stream": True}, {"backend": "gloo"},
+                                    {"steps": 3, "ranks": 3}])
+def test_overlap_50_percent_exposed_10(analyzed, params):
+    run, res = analyzed("overlap", **params)
+    bd = res["breakdown"]
+    e = run.expected
+    assert len(bd.tables["steps"]) == run.world_size * params.get("steps", 1)
+    for row in bd.tables["steps"]:
+        assert row["overlap_pct"] == pytest.approx(e["overlap_pct"], abs=1e-6)
+        assert row["exposed_comm_ms"] == pytest.approx(e["exposed_comm_ms"], abs=TOL_MS)
+        assert row["overlapped_comm_ms"] == pytest.approx(e["overlapped_comm_ms"], abs=TOL_MS)
+        assert row["compute_ms"] == pytest.approx(e["compute_ms"], abs=TOL_MS)
+        assert row["idle_ms"] == pytest.approx(e["idle_ms"], abs=TOL_MS)
+        assert row["window_ms"] == pytest.approx(e["step_ms"], abs=TOL_MS)
+    codes = [f.code for f in bd.findings]
+    assert codes == ["EXPOSED_COMM"]
+    f = bd.findings[0]
+    assert f.impact_ms_per_step == pytest.approx(10.0, abs=TOL_MS)
+    assert f.impact_share == pytest.approx(1 / 3, abs=1e-3)
+    assert "all_reduce" in f.title and f.suggestion
+
+
+def test_parts_add_up_to_the_window(analyzed):
+    for scenario, params in [("overlap", {}), ("stragglers", {}), ("bandwidth", {}),
+                             ("pipeline", {"schedule": "gpipe", "annotate": "gpipe"}),
+                             ("pipeline", {"schedule": "1f1b", "backend": "gloo",
+                                           "annotate": "none"})]:
+        _, res = analyzed(scenario, **params)
+        for row in res["breakdown"].tables["steps"] + res["breakdown"].tables["ranks"]:
+            parts = (row["compute_ms"] + row["exposed_comm_ms"] + row["exposed_memcpy_ms"]
+                     + row["idle_ms"])
+            assert parts == pytest.approx(row["window_ms"], abs=TOL_MS), (scenario, row)
+            assert row["overlapped_comm_ms"] + row["exposed_comm_ms"] == pytest.approx(
+                row["comm_ms"], abs=TOL_MS)
+
+
+def test_below_threshold_no_exposed_comm_finding(analyzed):
+    _, res = analyzed("overlap", analyzer_params={"breakdown": {"exposed_comm_threshold": 0.5}})
+    assert not res["breakdown"].findings
+    assert res["breakdown"].params["exposed_comm_threshold"] == 0.5
+
+
+# -- bandwidth ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("style", ["legacy", "dev"])
+def test_busbw_175(analyzed, style):
+    run, res = analyzed("bandwidth", style=style)
+    (bw,) = res["breakdown"].tables["bandwidth"]
+    assert bw["op"] == "all_reduce" and bw["ranks"] == 8 and bw["bytes"] == 10**9
+    assert bw["transfer_ms"] == pytest.approx(10.0)
+    assert bw["algbw_gbps"] == pytest.approx(run.expected["algbw_gbps"])
+    assert bw["busbw_gbps"] == pytest.approx(run.expected["busbw_gbps"])
+    f = res["breakdown"].findings[0]
+    assert "busbw 175.0 GB/s" in f.evidence.numbers["collective_1"]
+
+
+# -- stragglers -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_straggler_rank2_waits_5403(analyzed, backend):
+    run, res = analyzed("stragglers", backend=backend)
+    st = res["stragglers"]
+    e = run.expected
+    assert st.metrics["stragglers"] == [e["straggler_rank"]]
+    assert st.metrics["matched"] == e["steps"]
+    for key in {w["key"] for w in st.tables["waits"]}:
+        waits = {w["rank"]: w["wait_ms"] for w in st.tables["waits"] if w["key"] == key}
+        assert [waits[r] for r in range(4)] == pytest.approx(e["waits_ms"], abs=TOL_MS)
+    for c in st.tables["collectives"]:
+        assert c["last_rank"] == 2 and c["transfer_ms"] == pytest.approx(e["transfer_ms"])
+    (f,) = st.findings
+    assert f.code == "STRAGGLER_COMPUTE" and f.evidence.ranks == (2,)
+    assert f.impact_ms_per_step == pytest.approx(e["saved_ms_straggler"], abs=TOL_MS)
+    assert st.metrics["slowdown_median"] == pytest.approx(e["slowdown"], abs=1e-3)
+    assert st.metrics["ideal_step_ms_median"] == pytest.approx(e["ideal_step_ms"], abs=TOL_MS)
+
+
+def test_whatif_two_ranks_slowdown_1111(analyzed):
+    run, res = analyzed("whatif")
+    st = res["stragglers"]
+    for s in st.tables["steps"]:
+        assert s["step_ms"] == pytest.approx(15.0, abs=TOL_MS)
+        assert s["ideal_step_ms"] == pytest.approx(13.5, abs=TOL_MS)
+        assert s["slowdown"] == pytest.approx(1.111, abs=1e-3)
+    assert st.findings[0].evidence.ranks == (1,)
+    assert st.findings[0].impact_ms_per_step == pytest.approx(1.5, abs=TOL_MS)
+
+
+def test_no_straggler_when_all_arrive_together(analyzed):
+    _, res = analyzed("stragglers", arrivals_ms=(2, 2, 2, 2), name="even")
+    assert res["stragglers"].metrics["stragglers"] == []
+    assert not res["stragglers"].findings
+
+
+# -- clocks ---------------------------------------------------------------------------------
+
+def test_clock_offset_3ms_recovered(analyzed):
+    run, res = analyzed("clock_offset")
+    ck = res["clocks"]
+    r1 = by_rank(ck.tables["ranks"], 1)
+    assert r1["method"] == "collectives"
+    assert r1["offset_ms"] == pytest.approx(3.000, abs=1e-6)
+    # Uncorrected, rank 1 looks 3 ms late at every collective: the false straggler.
+    assert r1["raw_skew_ms"] == pytest.approx(run.expected["false_lateness_ms"], abs=1e-6)
+    assert r1["aligned_skew_ms"] == pytest.approx(0.0, abs=1e-6)
+    assert ck.metrics["causality_violations"] == 0
+    assert [f.code for f in ck.findings] == ["CLOCK_SKEW"]
+    assert res["stragglers"].metrics["stragglers"] == []
+
+
+def test_clock_offset_from_collector_exchange(analyzed):
+    _, res = analyzed("clock_offset", capture=True)
+    r1 = by_rank(res["clocks"].tables["ranks"], 1)
+    assert r1["method"] == "collector"
+    assert r1["offset_ms"] == pytest.approx(3.0) and r1["uncertainty_ms"] == pytest.approx(0.02)
+    assert res["stragglers"].metrics["source"] == "collector"
+    assert res["stragglers"].metrics["stragglers"] == []
+
+
+def test_straggler_found_through_a_skewed_clock(analyzed):
+    # Rank 1's clock is 3 ms ahead (it would look late) and rank 2 really is late.
+    run, res = analyzed("stragglers", clock_offsets_ms=(0, 3, 0, 0), name="skewed")
+    assert by_rank(res["clocks"].tables["ranks"], 1)["offset_ms"] == pytest.approx(3.0)
+    assert res["stragglers"].metrics["stragglers"] == [2]
+    waits = {w["rank"]: w["wait_ms"] for w in res["stragglers"].tables["waits"]
+             if w["step"] == 1}
+    assert [waits[r] for r in range(4)] == pytest.approx(run.expected["waits_ms"], abs=TOL_MS)
+
+
+# -- pipelines ------------------------------------------------------------------------------
+
+PIPELINES = [
+    # (params, share of the step, megatron form, idle per stage ms, makespan ms)
+    ({"schedule": "gpipe", "annotate": "gpipe"}, 3 / 11, 3 / 8, 9.0, 33.0),
+    ({"schedule": "gpipe", "annotate": "gpipe", "backend": "gloo"}, 3 / 11, 3 / 8, 9.0, 33.0),
+    ({"schedule": "1f1b"}, 3 / 11, 3 / 8, 9.0, 33.0),
+    ({"schedule": "1f1b", "backend": "gloo", "annotate": "none"}, 3 / 11, 3 / 8, 9.0, 33.0),
+    ({"schedule": "1f1b", "p": 8, "m": 32}, 7 / 39, 7 / 32, 21.0, 117.0),
+    ({"schedule": "interleaved_1f1b", "v": 2}, 3 / 19, 3 / 16, 4.5, 28.5),
+    ({"schedule": "interleaved_1f1b", "v": 2, "backend": "gloo"}, 3 / 19, 3 / 16, 4.5, 28.5),
+    ({"schedule": "zb_h1", "tf_ms": 1.0}, 1 / 9, 1 / 8, 3.0, 27.0),
+]
+
+
+@pytest.mark.parametrize("params,share,megatron,idle,makespan", PIPELINES,
+                         ids=[str(p[0]) for p in PIPELINES])
+def test_pipeline_bubbles(analyzed, params, share, megatron, idle, makespan):
+    run, res = analyzed("pipeline", **params)
+    pp = res["pipeline"]
+    assert pp.metrics["schedule"] == params["schedule"]
+    assert pp.metrics["step_window_ms"] == pytest.approx(makespan, abs=TOL_MS)
+    assert len(pp.tables["stages"]) == run.expected["p"]
+    for s in pp.tables["stages"]:
+        assert s["bubble_share"] == pytest.approx(share, abs=1e-4)
+        assert s["bubble_share_megatron"] == pytest.approx(megatron, abs=1e-4)
+        assert s["idle_ms"] == pytest.approx(idle, abs=TOL_MS)
+        assert s["inherent_idle_ms"] == pytest.approx(idle, abs=TOL_MS)
+        assert s["excess_idle_ms"] == pytest.approx(0.0, abs=TOL_MS)
+        assert s["leading_ms"] == pytest.approx(run.expected["leading_idle_ms"][s["rank"]],
+                                                abs=TOL_MS)
+    assert pp.metrics["textbook_bubble_share"] == pytest.approx(share, abs=1e-4)
+    codes = [f.code for f in pp.findings]
+    assert codes == ["PIPELINE_BUBBLE"]
+    assert pp.findings[0].impact_ms_per_step == pytest.approx(idle, abs=TOL_MS)
+    assert "%" in pp.findings[0].suggestion
+
+
+def test_pipeline_stall_and_slow_stage(analyzed):
+    run, res = analyzed("pipeline", schedule="1f1b", slow_stage=2, slow_factor=1.5, stall_ms=3)
+    pp = res["pipeline"]
+    codes = {f.code for f in pp.findings}
+    assert codes == {"PIPELINE_BUBBLE", "PIPELINE_STALL", "PIPELINE_STAGE_IMBALANCE"}
+    stall = next(f for f in pp.findings if f.code == "PIPELINE_STALL")
+    assert stall.impact_ms_per_step == pytest.approx(3.0, abs=TOL_MS)
+    for s in pp.tables["stages"]:
+        exp = run.expected
+        assert s["idle_ms"] == pytest.approx(exp["idle_ms"][s["rank"]], abs=TOL_MS)
+        assert s["inherent_idle_ms"] == pytest.approx(exp["inherent_idle_ms"][s["rank"]],
+                                                      abs=TOL_MS)
+    imb = next(f for f in pp.findings if f.code == "PIPELINE_STAGE_IMBALANCE")
+    assert imb.evidence.ranks == (2,)
+
+
+def test_no_pipeline_in_a_data_parallel_run(analyzed):
+    _, res = analyzed("stragglers")
+    assert res["pipeline"].metrics == {"pipeline": False}
+    assert not res["pipeline"].findings
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+def test_1f1b_activation_peaks_max_over_mean_16(analyzed):
+    run, res = analyzed("pipeline", schedule="1f1b")
+    mem = res["memory"]
+    assert mem.metrics["source"] == "step_peak" and not mem.metrics["peak_is_lower_bound"]
+    assert [s["peak_gib"] for s in mem.tables["stages"]] == [4.0, 3.0, 2.0, 1.0]
+    assert [s["expected_microbatches"] for s in mem.tables["stages"]] == [4, 3, 2, 1]
+    assert mem.metrics["max_over_mean"] == pytest.approx(1.6)
+    assert mem.metrics["expected_max_over_mean"] == pytest.approx(1.6)
+    (f,) = mem.findings
+    assert f.code == "STAGE_MEMORY_IMBALANCE" and f.severity.name == "INFO"
+
+
+def test_memory_from_trace_events_is_a_lower_bound(analyzed):
+    run, res = analyzed("pipeline", schedule="1f1b", capture=False)
+    mem = res["memory"]
+    assert mem.metrics["source"] == "trace" and mem.metrics["peak_is_lower_bound"]
+    assert [r["peak_gib"] for r in mem.tables["ranks"]] == run.expected["peak_microbatches"]
+    assert mem.notes and "lower bound" in mem.notes[0]
+
+
+def test_gpipe_memory_is_balanced(analyzed):
+    _, res = analyzed("pipeline", schedule="gpipe", annotate="gpipe")
+    assert res["memory"].metrics["max_over_mean"] == pytest.approx(1.0)
+    assert not res["memory"].findings
+
+
+# -- steps ----------------------------------------------------------------------------------
+
+def test_step_summary(analyzed):
+    run, res = analyzed("stragglers")
+    st = res["steps"]
+    assert st.metrics["steps"] == 4 and st.metrics["ranks"] == 4
+    assert st.metrics["step_ms_median"] == pytest.approx(17.0, abs=TOL_MS)
+    assert st.metrics["outlier_steps"] == [] and not st.findings
