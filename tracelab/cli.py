@@ -17,6 +17,7 @@ from tracelab.errors import TracelabError
 #: Subcommand modules, in the order `tracelab --help` lists them.
 COMMANDS = (
     "tracelab.commands.ingest",
+    "tracelab.commands.convert",
     "tracelab.commands.runs",
     "tracelab.commands.sql",
     "tracelab.commands.export",

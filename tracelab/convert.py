@@ -115,14 +115,57 @@ EVENTS_SCHEMA = pa.schema(
 )
 
 
+#: Suffix of the folder holding a trace's columnar form next to the trace itself.
+CONVERTED_SUFFIX = ".tracelab"
+_PARQUET_FILES = ("events.parquet", "steps.parquet", "memory.parquet", "lanes.parquet")
+
+
+def converted_dir(trace_path: str | os.PathLike[str]) -> Path:
+    """Where the collector leaves a trace's columnar form: `window-0.pt.trace.json.gz` ->
+    `window-0.pt.trace.tracelab/` beside it."""
+    path = Path(trace_path)
+    name = path.name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return path.with_name(name + CONVERTED_SUFFIX)
+
+
+def load_converted(trace_path: str | os.PathLike[str]) -> TraceInfo | None:
+    """The TraceInfo of a trace converted earlier (e.g. on its rank by the collector), when its
+    columnar form is complete and was made from these exact bytes; else None."""
+    path = Path(trace_path)
+    folder = converted_dir(path)
+    meta = folder / "trace.json"
+    if not meta.is_file() or not all((folder / f).is_file() for f in _PARQUET_FILES):
+        return None
+    try:
+        info = TraceInfo.from_json(meta.read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+    if info.file_bytes != path.stat().st_size:
+        return None
+    with path.open("rb") as fh:
+        if hashlib.file_digest(fh, "sha256").hexdigest() != info.sha256:
+            return None
+    return info
+
+
 def read_trace_bytes(path: Path) -> bytes:
     """The decompressed bytes of a `.json` or `.json.gz` file (sniffed, not trusted by name)."""
+    return _decompress(_read_raw(path), path)
+
+
+def _read_raw(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceFormatError(f"cannot read the file: {exc.strerror}", str(path)) from exc
     if not raw:
         raise TraceFormatError("the file is empty (0 bytes). Re-export the trace.", str(path))
+    return raw
+
+
+def _decompress(raw: bytes, path: Path) -> bytes:
     if raw[:2] != _GZIP_MAGIC:
         return raw
     try:
@@ -207,7 +250,10 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     """
     path = Path(path)
     out = Path(out_dir)
-    buf = read_trace_bytes(path)
+    raw = _read_raw(path)
+    file_sha256 = hashlib.sha256(raw).hexdigest()
+    buf = _decompress(raw, path)
+    del raw
     try:
         top = _TOP_DECODER.decode(buf)
     except msgspec.ValidationError as exc:
@@ -321,7 +367,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     info = TraceInfo(
         file=str(path),
         file_bytes=path.stat().st_size,
-        sha256=hashlib.sha256(buf).hexdigest(),
+        sha256=file_sha256,
         rank=_int_or_none(dist.get("rank")),
         world_size=_int_or_none(dist.get("world_size")),
         backend=dist.get("backend"),

@@ -16,6 +16,9 @@ from typing import Any
 
 from tracelab.errors import InputError
 
+#: Suffix of a trace's pre-converted columnar folder (see tracelab.convert.converted_dir).
+CONVERTED_SUFFIX = ".tracelab"
+
 TRACE_SUFFIXES = (".json", ".json.gz")
 MANIFEST = "manifest.json"
 CAPTURE_FORMAT = "tracelab.capture"
@@ -163,7 +166,8 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
                 add(tf)
             continue
         for sub in sorted(p for p in path.rglob("*") if p.is_file()):
-            if any(part.startswith(".") for part in sub.relative_to(path).parts):
+            parts = sub.relative_to(path).parts
+            if any(p.startswith(".") or p.endswith(CONVERTED_SUFFIX) for p in parts):
                 continue
             if is_trace_name(sub):
                 add(TraceFile(path=sub))

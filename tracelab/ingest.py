@@ -16,14 +16,14 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
 
 from tracelab import __version__, load_sql
-from tracelab.convert import TraceInfo, convert_trace
+from tracelab.convert import TraceInfo, convert_trace, converted_dir, load_converted
 from tracelab.discover import Capture, Discovery, TraceFile, discover
 from tracelab.errors import InputError, RankConflictError, TracelabError, UsageError
 from tracelab.records import load_capture_records
@@ -69,19 +69,25 @@ def _convert_all(
     done: dict[int, tuple[TraceInfo, Path]] = {}
     errors: dict[int, TracelabError] = {}
     out_dirs = [staging / f"f{i}" for i in range(len(files))]
-    if workers <= 1 or len(files) == 1:
-        for i, tf in enumerate(files):
+    for i, tf in enumerate(files):
+        # Converted on its rank already (collector): register it, parse nothing.
+        pre = load_converted(tf.path)
+        if pre is not None:
+            done[i] = (replace(pre, file=str(tf.path)), converted_dir(tf.path))
+    todo = [i for i in range(len(files)) if i not in done]
+    if workers <= 1 or len(todo) <= 1:
+        for n, i in enumerate(todo, 1):
+            tf = files[i]
             try:
                 done[i] = (convert_trace(tf.path, out_dirs[i]), out_dirs[i])
             except InputError as exc:
                 errors[i] = exc
             if progress:
-                progress(i + 1, len(files))
+                progress(n, len(todo))
         return done, errors
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {
-            pool.submit(_convert_one, str(tf.path), str(out_dirs[i])): i
-            for i, tf in enumerate(files)
+            pool.submit(_convert_one, str(files[i].path), str(out_dirs[i])): i for i in todo
         }
         for n, fut in enumerate(as_completed(futures), 1):
             i = futures[fut]
@@ -90,7 +96,7 @@ def _convert_all(
             except InputError as exc:
                 errors[i] = exc
             if progress:
-                progress(n, len(files))
+                progress(n, len(todo))
     return done, errors
 
 

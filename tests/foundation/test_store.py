@@ -115,3 +115,32 @@ def test_readers_keep_working_while_an_ingest_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert reads >= 3
     assert counts(db, "big")["events"] == 4 * 60_000 + 0
+
+
+def test_preconverted_ranks_are_registered_not_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace converted on its rank (collector or `tracelab convert`) is not parsed again,
+    and gives the same rows as a fresh parse; a changed trace is parsed afresh."""
+    from tracelab import convert, ingest as ingest_mod
+
+    folder = run_set(tmp_path / "t", ranks=2)
+    fresh = tmp_path / "fresh.duckdb"
+    ingest([folder], db=fresh, run="a", progress=False)
+    for r in range(2):
+        path = folder / f"rank-{r}.json"
+        convert.convert_trace(path, convert.converted_dir(path))
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise AssertionError("parsed a trace that was already converted")
+
+    monkeypatch.setattr(ingest_mod, "convert_trace", boom)
+    reg = tmp_path / "registered.duckdb"
+    report = ingest([folder], db=reg, run="a", progress=False)
+    assert report.ranks == [0, 1] and not report.ignored
+    query = "SELECT * EXCLUDE (run_id) FROM events ORDER BY rank, idx"
+    with open_store(fresh) as a, open_store(reg) as b:
+        assert a.execute(query).fetchall() == b.execute(query).fetchall()
+    write(folder / "rank-1.json", trace(rank=1, world=2, base=1_900_000_000_000_000_000))
+    monkeypatch.undo()
+    ingest([folder], db=reg, run="a", if_exists="replace", progress=False)
+    with open_store(reg) as con:
+        assert con.execute("SELECT min(ts_ns) FROM events WHERE rank = 1").fetchone()[0] == 1_900_000_000_000_000_000
