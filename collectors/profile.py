@@ -68,6 +68,7 @@ class Profile:
         self._gloo_events: list[tuple[str, int, int]] = []
         self._step_start_ns = 0
         self._n_records = 0
+        self._in_torch = False
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -175,8 +176,15 @@ class Profile:
             self._close_window()
         if cur not in ACTIVE and nxt in ACTIVE:
             self._exchange_clocks("window_start")
-        self._prof.step()
+        self._in_torch = True
+        try:
+            self._prof.step()
+        finally:
+            self._in_torch = False
         self.step_num += 1
+        if not self._live:  # failed inside torch's callback: stop now that torch is done
+            self._stop_profiler()
+            return
         if cur == "record_and_save":
             self._finish_window(exchange=True)
         if nxt in RECORDING and (cur not in RECORDING or cur == "record_and_save"):
@@ -190,7 +198,14 @@ class Profile:
         if recording:
             self._end_step()
             self._close_window()
-        self._prof.__exit__(None, None, None)  # exports a partial window's trace
+        self._in_torch = True
+        try:
+            self._prof.__exit__(None, None, None)  # exports a partial window's trace
+        finally:
+            self._in_torch = False
+        if not self._live:  # the export failed: torch's profiler is stopped already
+            self._prof = None
+            return
         if recording:
             self._finish_window(exchange=clean)
 
@@ -362,8 +377,12 @@ class Profile:
                 self._comm.uninstall()
             except Exception:
                 pass
-        if self._prof is not None:
-            prof, self._prof = self._prof, None
+        if not self._in_torch:  # never stop torch's profiler from inside its own callback
+            self._stop_profiler()
+
+    def _stop_profiler(self) -> None:
+        prof, self._prof = self._prof, None
+        if prof is not None:
             try:
                 prof.on_trace_ready = None
                 prof.__exit__(None, None, None)

@@ -1,0 +1,34 @@
+"""A real internal fault on one rank (run under torchrun): rank 1's first trace file cannot be
+written, because a directory stands where the file should go. The collector must log it, switch
+itself off on that rank, and let every rank finish its loop; argv[1] is the capture folder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import tracelab
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    if rank == 1:
+        (out / "rank-1" / "window-0.pt.trace.json.gz").mkdir(parents=True)
+    total = torch.zeros(1)
+    with tracelab.profile(out, steps=range(1, 3), control_timeout_s=3) as prof:
+        for _ in range(5):
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            total += t
+            prof.step()
+    print(f"rank {rank} finished: total={int(total.item())} error={prof.error!r}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
