@@ -67,13 +67,17 @@ def write_training_run(
     exposed_comm_ms: float = 0.0,
     slow_rank: int | None = None,
     seed: int = 0,
+    backend: str = "gloo",
 ) -> Path:
     """A data-parallel CPU/gloo-shaped run as a capture folder: each step, every rank computes
     (aten::mm, lognormal jitter), then all-reduces 4 MiB; the all-reduce ends together on all
     ranks (the last arriver sets it). `exposed_comm_ms` lengthens the all-reduce; `slow_rank`
-    computes 30% longer (a straggler); `compute_slowdown` scales every rank's compute."""
+    computes 30% longer (a straggler); `compute_slowdown` scales every rank's compute.
+    backend="nccl" writes the same run as GPU kernels (a GEMM, then an NCCL all-reduce)."""
     rng = np.random.default_rng(seed)
-    traces = [RankTrace(r, ranks, backend="gloo", device=None) for r in range(ranks)]
+    gpu = backend == "nccl"
+    traces = [RankTrace(r, ranks, backend=backend, **({} if gpu else {"device": None}))
+              for r in range(ranks)]
     t = 0
     for step in range(steps):
         compute = {r: step_ms * 0.7 * compute_slowdown * rng.lognormal(0, 0.02) *
@@ -84,8 +88,12 @@ def write_training_run(
         for tr in traces:
             c_end = t + int(compute[tr.rank] * MS)
             tr.step(step, t, end + int(0.5 * MS))
-            tr.cpu_op("aten::mm", t + 10_000, c_end)
-            tr.gloo("all_reduce", c_end, end, nbytes=4 << 20)
+            if gpu:
+                tr.kernel("sm90_xmma_gemm_bf16", t + 10_000, c_end)
+                tr.nccl("all_reduce", c_end, end, nbytes=4 << 20)
+            else:
+                tr.cpu_op("aten::mm", t + 10_000, c_end)
+                tr.gloo("all_reduce", c_end, end, nbytes=4 << 20)
         t = end + int(0.5 * MS) + 1000
     write_capture(folder, traces, clock=False)
     return folder

@@ -40,6 +40,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory, training_run: Callable[..., P
         "slow": training_run(root / "slow", seed=3, compute_slowdown=1.12),
         "comm": training_run(root / "comm", seed=4, exposed_comm_ms=4.0),
         "short": training_run(root / "short", seed=5, steps=6),
+        "straggler": training_run(root / "straggler", seed=9, slow_rank=2),
+        "gpu": training_run(root / "gpu", seed=6, backend="nccl"),
+        "gpu_rerun": training_run(root / "gpu_rerun", seed=7, backend="nccl"),
+        "gpu_comm": training_run(root / "gpu_comm", seed=8, backend="nccl",
+                                 exposed_comm_ms=4.0),
     }
 
 
@@ -57,8 +62,10 @@ def test_aa_rerun_passes(db: str, tmp_path: Path) -> None:
     assert rc == 0, data
     assert data["verdict"] == "pass"
     assert set(_gated(data).values()) == {"pass"}
-    assert {"step_time", "exposed_comm_share", "collective_bandwidth[all_reduce]"} <= set(
-        _gated(data))
+    assert {"step_time", "exposed_comm_share", "straggler_wait"} <= set(_gated(data))
+    # gloo collectives are host-timed: their bandwidth is shown, never gated.
+    bw = next(m for m in data["metrics"] if m["key"] == "collective_bandwidth[all_reduce]")
+    assert bw["verdict"] == "info" and "host-timed" in bw["reason"]
 
 
 def test_compute_slowdown_flags_step_time_only(db: str, tmp_path: Path) -> None:
@@ -75,10 +82,32 @@ def test_compute_slowdown_flags_step_time_only(db: str, tmp_path: Path) -> None:
 def test_exposed_comm_flags_comm_and_step(db: str, tmp_path: Path) -> None:
     rc, data = _report(tmp_path, "--baseline", "base", "--candidate", "comm", "--db", db)
     assert rc == 1
-    assert set(data["regressions"]) == {"step_time", "exposed_comm_share",
-                                        "collective_bandwidth[all_reduce]"}
+    assert set(data["regressions"]) == {"step_time", "exposed_comm_share"}
     share = next(m for m in data["metrics"] if m["key"] == "exposed_comm_share")
     assert share["delta_kind"] == "points" and share["delta"] > 10
+
+
+def test_slow_rank_flags_wait_and_reports_the_straggler(db: str, tmp_path: Path) -> None:
+    rc, data = _report(tmp_path, "--baseline", "base", "--candidate", "straggler", "--db", db)
+    assert rc == 1
+    assert set(data["regressions"]) == {"step_time", "exposed_comm_share", "straggler_wait"}
+    new = {(f["code"], tuple(f["evidence"]["ranks"])) for f in data["new_findings"]}
+    assert ("STRAGGLER_COMPUTE", (2,)) in new
+
+
+def test_gpu_runs_gate_bandwidth(db: str, tmp_path: Path) -> None:
+    rc, data = _report(tmp_path, "--baseline", "gpu", "--candidate", "gpu_rerun", "--db", db)
+    assert rc == 0, data["regressions"]
+    assert _gated(data)["collective_bandwidth[all_reduce]"] == "pass"
+    assert data["verdict"] == "pass"
+    ops = [m for m in data["metrics"] if m["metric"] == "op_time"]
+    assert {m["label"].split(" ", 1)[0] for m in ops} == {"kernel"}
+    rc, data = _report(tmp_path, "--baseline", "gpu", "--candidate", "gpu_comm", "--db", db)
+    assert rc == 1
+    assert set(data["regressions"]) == {"step_time", "exposed_comm_share",
+                                        "collective_bandwidth[all_reduce]"}
+    bw = next(m for m in data["metrics"] if m["key"] == "collective_bandwidth[all_reduce]")
+    assert bw["delta"] < -0.4  # 4 ms -> 8 ms per all-reduce: about half the bandwidth
 
 
 def test_too_few_steps_warns_and_passes(db: str, tmp_path: Path) -> None:

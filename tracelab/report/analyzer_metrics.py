@@ -4,8 +4,9 @@ Each gate family maps to one analyzer's output, read here and nowhere else:
 
 - exposed_comm_share, comm_overlap: `breakdown`, table "steps" (per rank and step); per step,
   summed over ranks: exposed comm / window, overlapped comm / comm.
-- collective_bandwidth: matched group collectives (the analyzers' `matched_sql`), per step and
-  op: sum(bytes x bus factor) / sum(transfer time), in GB/s (nccl-tests busbw).
+- collective_bandwidth: matched group collectives of at least 256 KiB (the analyzers'
+  `matched_sql`), per step and op: sum(bytes x bus factor) / sum(transfer time), in GB/s
+  (nccl-tests busbw). Shown but not gated for host-timed (gloo) collectives.
 - step_time: `steps`, table "steps" (per rank and step); a step's time is its slowest rank's.
 - straggler_wait: `stragglers`, tables "waits" and "steps": per step, the mean over ranks of
   each rank's total wait for the last arriver, as a share of the step.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
@@ -35,6 +36,12 @@ from tracelab.report.thresholds import ReportSettings
 from tracelab.results import Finding, Result
 
 GIB = float(1 << 30)
+#: Collectives smaller than this measure latency, not bandwidth; they are left out.
+MIN_BANDWIDTH_BYTES = 256 << 10
+HOST_TIMED_NOTE = ("host-timed collectives (gloo): the transfer time includes host "
+                   "scheduling, so it is no measure of link bandwidth")
+#: Sources of collective timings for bandwidth, most precise first.
+BANDWIDTH_SOURCES = ("collector", "kernel", "flight_recorder", "host")
 
 
 @dataclass(kw_only=True)
@@ -118,20 +125,24 @@ def _breakdown(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) ->
 
 def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int, kept: set[tuple[int, int]],
                out: AnalyzerMetrics) -> None:
-    from tracelab.analyzers._collectives import (
-        BUS_FACTOR_SQL,
-        choose_source,
-        matched_sql,
-        offsets_relation,
-    )
+    """Bus bandwidth per op over bandwidth-bound messages (>= MIN_BANDWIDTH_BYTES): small
+    messages measure latency, and a 4-byte loss all-reduce would otherwise set the number.
+    Uses the first source (collector, kernel, flight recorder, host) that timed such messages
+    on two or more ranks."""
+    from tracelab.analyzers._collectives import BUS_FACTOR_SQL, matched_sql, offsets_relation
 
-    source = choose_source(con, run_id)
+    found = dict(con.execute(
+        """SELECT source, count(DISTINCT rank) FROM collectives
+           WHERE run_id = ? AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND step IS NOT NULL
+             AND coalesce(in_bytes, out_bytes) >= ? AND op NOT IN ('send', 'recv', 'send_recv')
+           GROUP BY source""", [run_id, MIN_BANDWIDTH_BYTES]).fetchall())
+    source = next((s for s in BANDWIDTH_SOURCES if found.get(s, 0) >= 2), None)
     if source is None:
         return
-    ranks = [int(r) for r, in con.execute("SELECT rank FROM ranks WHERE run_id = ?",
-                                           [run_id]).fetchall()]
+    ranks = con.execute("SELECT rank, backend FROM ranks WHERE run_id = ?", [run_id]).fetchall()
+    host_timed = source == "host" or any(str(b).lower() == "gloo" for _, b in ranks)
     # Transfer time is the shortest duration across the ranks: no clock alignment needed.
-    rel, rel_params = offsets_relation({r: 0 for r in ranks})
+    rel, rel_params = offsets_relation({int(r): 0 for r, _ in ranks})
     rows = con.execute(
         f"""
         WITH mt AS ({matched_sql(rel)}),
@@ -141,10 +152,10 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int, kept: set[tuple[int,
                 FROM mt GROUP BY key)
         SELECT op, step, ranks, sum(bytes * {BUS_FACTOR_SQL}) AS bus_bytes,
                sum(transfer_ns) AS transfer_ns
-        FROM per WHERE transfer_ns > 0 AND bytes IS NOT NULL AND step IS NOT NULL
+        FROM per WHERE transfer_ns > 0 AND bytes >= ? AND step IS NOT NULL
         GROUP BY op, step, ranks
         """,
-        [run_id, source, *rel_params],
+        [run_id, source, *rel_params, MIN_BANDWIDTH_BYTES],
     ).fetchall()
     acc: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     for op, step, members, bus_bytes, transfer_ns in rows:
@@ -156,8 +167,10 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int, kept: set[tuple[int,
     for op, by_step in sorted(acc.items()):
         gbps = {s: b / t for s, (b, t) in by_step.items() if t > 0}  # bytes/ns = GB/s
         key = f"collective_bandwidth[{op}]"
-        out.values[key] = _sampled(key, "collective_bandwidth",
-                                   f"Collective bandwidth, {op} (busbw)", gbps)
+        mv = _sampled(key, "collective_bandwidth", f"Collective bandwidth, {op} (busbw)", gbps)
+        if host_timed:  # shown, never gated
+            mv = replace(mv, gateable=False, note=HOST_TIMED_NOTE)
+        out.values[key] = mv
 
 
 def _stragglers(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
@@ -184,8 +197,16 @@ def _stragglers(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -
 
 
 def _pipeline(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
-    """Bubble share (idle / step window, GPipe form) per stage, per step."""
+    """Bubble share (idle / step window, GPipe form) per stage, per step.
+
+    Only for runs that declare a pipeline (capture manifest or pipeline annotations): the
+    analyzer's fallback that infers stages from host ops alone also fires on plain
+    data-parallel runs, and a bubble share there would mislead."""
     if not res.metrics.get("pipeline"):
+        return
+    if res.metrics.get("source") == "host_ops" and not res.metrics.get("schedule_declared"):
+        out.notes.append("pipeline bubbles not compared: the run declares no pipeline and the "
+                         "stages were only inferred from host ops")
         return
     stages = {int(x["rank"]): list(x.get("stages") or []) for x in res.tables.get("stages", [])}
     rows = _kept_rows(res.tables.get("steps", []), kept)

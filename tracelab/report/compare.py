@@ -1,16 +1,18 @@
 """The comparison model: one row per metric, a verdict per row, and the report's verdict.
 
 A row is a regression only when the change is beyond its threshold in the bad direction and,
-for metrics measured per step (a distribution), the one-sided Mann–Whitney U test is
-significant at `alpha`. Metrics with one value per run (peak memory) are judged on the
-threshold alone. Too few steps on either side gives a warning instead of a verdict.
+for metrics measured per step (a distribution), the change is significant: the one-sided
+Mann–Whitney U test at `alpha`, and the bootstrap CI of the change excludes zero (on a noisy
+machine the two can disagree, and then nothing is flagged). Metrics with one value per run
+(peak memory) are judged on the threshold alone. Too few steps on either side gives a warning
+instead of a verdict.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,8 @@ class MetricValue:
     #: Per-step values when the metric has a distribution (enables the statistical test).
     samples: tuple[float, ...] = ()
     note: str = ""
+    #: False when the value is shown for context but must not gate (the note says why).
+    gateable: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,7 +162,8 @@ def _delta_kind(gate: str, threshold: Threshold) -> Kind:
 
 
 def _sampled_row(
-    b: MetricValue, c: MetricValue, t: Threshold, kind: Kind, s: ReportSettings, **row: Any
+    b: MetricValue, c: MetricValue, t: Threshold, kind: Kind, s: ReportSettings, off: str,
+    **row: Any,
 ) -> Comparison:
     xb, xc = np.asarray(b.samples, dtype=float), np.asarray(c.samples, dtype=float)
     base, cand = float(np.median(xb)), float(np.median(xc))
@@ -183,12 +188,20 @@ def _sampled_row(
         ci_low, ci_high = ci.low * 100.0, ci.high * 100.0
     row |= dict(ci_low=ci_low, ci_high=ci_high, p_value=p_bad)
     if not t.gated:
-        return Comparison(**row, verdict=Verdict.INFO, reason="not gated (threshold off)")
+        return Comparison(**row, verdict=Verdict.INFO, reason=off)
     beyond_bad, beyond_good = _beyond(delta, t, t.direction), _beyond(delta, t, -t.direction)
-    if beyond_bad and p_bad < s.alpha:
+    # The CI of the change must exclude "no change" on the same side as the test says.
+    ci_bad = ci_low is not None and ci_high is not None and (
+        ci_low > 0 if t.direction > 0 else ci_high < 0)
+    ci_good = ci_low is not None and ci_high is not None and (
+        ci_high < 0 if t.direction > 0 else ci_low > 0)
+    if beyond_bad and p_bad < s.alpha and ci_bad:
         verdict, reason = Verdict.REGRESSION, f"beyond {t.text} and significant (p={p_bad:.2g})"
-    elif beyond_good and p_good < s.alpha:
+    elif beyond_good and p_good < s.alpha and ci_good:
         verdict, reason = Verdict.IMPROVED, f"improved beyond {t.text} (p={p_good:.2g})"
+    elif beyond_bad and p_bad < s.alpha:
+        verdict, reason = Verdict.PASS, (f"beyond {t.text} with p={p_bad:.2g}, but the "
+                                         f"{s.confidence:.0%} CI includes no change: noisy")
     elif beyond_bad:
         verdict, reason = Verdict.PASS, f"beyond {t.text} but not significant (p={p_bad:.2g})"
     elif p_bad < s.alpha:
@@ -206,11 +219,16 @@ def compare_values(
     assert some is not None
     gate = GATES[some.gate]
     t = settings.threshold(some.gate)
+    off = "not gated (threshold off)"
+    ungated = next((v for v in (b, c) if v is not None and not v.gateable), None)
+    if ungated is not None:
+        t = replace(t, kind=None)
+        off = f"not gated: {ungated.note or 'not comparable on this run'}"
     kind = _delta_kind(some.gate, t)
     row: dict[str, Any] = dict(key=some.key, gate=some.gate, label=some.label, unit=gate.unit,
                                threshold=t.text, gated=t.gated)
     if b is not None and c is not None and b.samples and c.samples:
-        return _sampled_row(b, c, t, kind, settings, **row)
+        return _sampled_row(b, c, t, kind, settings, off, **row)
     base = b.value if b is not None else None
     cand = c.value if c is not None else None
     if base is None or cand is None:
@@ -224,7 +242,7 @@ def compare_values(
     row |= dict(baseline=base, candidate=cand, delta=delta, delta_kind=kind,
                 n_baseline=1, n_candidate=1)
     if not t.gated:
-        return Comparison(**row, verdict=Verdict.INFO, reason="not gated (threshold off)")
+        return Comparison(**row, verdict=Verdict.INFO, reason=off)
     if _beyond(delta, t, t.direction):
         return Comparison(**row, verdict=Verdict.REGRESSION,
                           reason=f"beyond {t.text} (one value per run: threshold only)")
