@@ -27,25 +27,23 @@ BUS_FACTOR_SQL = """CASE op WHEN 'all_reduce' THEN 2.0 * (n - 1) / n
 
 
 def choose_source(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
-    """The most precise collective source that has timed group collectives on every rank that
-    has any; None when the run has no timed collectives."""
+    """The collective source to match on: the one with the most timed group collectives on
+    the ranks that have any (sources often describe the same operations: gloo annotations, the
+    collector's records of Python-issued calls, Flight Recorder's of every call), the most
+    precise one on a tie. None when the run has no timed collectives."""
     rows = con.execute(
         """
-        SELECT source, count(DISTINCT rank) AS ranks FROM collectives
+        SELECT source, count(DISTINCT rank) AS ranks, count(*) AS n FROM collectives
         WHERE run_id = ? AND start_ns IS NOT NULL AND end_ns IS NOT NULL
           AND op NOT IN ('send', 'recv', 'send_recv')
         GROUP BY source
         """,
         [run_id],
     ).fetchall()
-    have = {src: n for src, n in rows}
-    if not have:
+    if not rows:
         return None
-    most = max(have.values())
-    for src in SOURCES:
-        if have.get(src) == most:
-            return src
-    return max(have, key=lambda s: have[s])
+    pref = {src: i for i, src in enumerate(SOURCES + ("flight_recorder",))}
+    return max(rows, key=lambda x: (x[1], x[2], -pref.get(x[0], 99)))[0]
 
 
 def offsets_relation(offsets: Mapping[int, int]) -> tuple[str, list[object]]:

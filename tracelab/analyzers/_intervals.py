@@ -24,17 +24,17 @@ def union_sql(src: str, keys: str) -> str:
     SELECT {keys}, min(t0) AS t0, max(t1) AS t1
     FROM (
         SELECT {keys}, t0, t1,
-               sum(CASE WHEN t0 > prev_end THEN 1 ELSE 0 END)
-                   OVER (PARTITION BY {keys} ORDER BY t0, t1 ROWS UNBOUNDED PRECEDING) AS g
+               sum(CASE WHEN t0 > _prev_end THEN 1 ELSE 0 END)
+                   OVER (PARTITION BY {keys} ORDER BY t0, t1 ROWS UNBOUNDED PRECEDING) AS _grp
         FROM (
             SELECT {keys}, t0, t1,
                    coalesce(max(t1) OVER (PARTITION BY {keys} ORDER BY t0, t1
                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                            -9223372036854775807) AS prev_end
+                            -9223372036854775807) AS _prev_end
             FROM ({src})
         )
     )
-    GROUP BY {keys}, g
+    GROUP BY {keys}, _grp
     """
 
 

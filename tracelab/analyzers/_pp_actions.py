@@ -92,12 +92,22 @@ def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
     return out
 
 
+def _has_p2p(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
+    row = con.execute(
+        "SELECT count(DISTINCT rank) FROM collectives WHERE run_id = ? "
+        "AND op IN ('send', 'recv', 'send_recv')", [run_id]).fetchone()
+    return bool(row and row[0] >= 2)
+
+
 def actions(con: duckdb.DuckDBPyConnection, run_id: int, microbatches: int | None,
-            stage_of: dict[int, int]) -> tuple[str, list[dict[str, Any]]]:
+            stage_of: dict[int, int], declared: bool | None) -> tuple[str, list[dict[str, Any]]]:
     """(source, actions) with each action's compute: busy_ns, c0/c1 (first/last compute, raw
-    clock). Empty when the run shows no pipeline schedule."""
+    clock). Empty when the run shows no pipeline schedule. `declared`: the capture says the run
+    is (True) or is not (False) pipelined, None without a capture. Unnamed schedules (host_ops)
+    are only reconstructed when declared, or without a capture when ranks exchange send/recv:
+    a data-parallel run's forward and backward would otherwise look like one microbatch."""
     source, spans = _annotated(con, run_id)
-    if not spans:
+    if not spans and (declared or (declared is None and _has_p2p(con, run_id))):
         source, spans = "host_ops", _host_op_segments(con, run_id, microbatches)
     if not spans:
         return "", []

@@ -24,6 +24,7 @@ import duckdb
 from tracelab.analyzers import _intervals as iv
 from tracelab.analyzers._collectives import (
     BUS_FACTOR_SQL, choose_source, estimate_clocks, matched_sql, offsets_relation)
+from tracelab.load_sql import op_sql
 from tracelab.analyzers._common import median, merge_params, ms, r, ranks_str, rows, run_info
 from tracelab.results import Evidence, Finding, Result, Severity
 
@@ -155,20 +156,27 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
             rank_bd = iv.breakdown_sql(f"SELECT * FROM {tbl} {last}", "rank")
             per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [])
         segs = iv.segments_sql(f"SELECT rank, step, t0, t1, cls FROM {tbl}", "rank, step")
+        op_case, op_params = op_sql("ev.name")
+        keyed = f"""
+            SELECT ev.rank, ev.step, coalesce(c.op, {op_case}) AS op, c.pg_name,
+                   c.in_bytes AS bytes, ev.t0, ev.t1
+            FROM {tbl} ev
+            LEFT JOIN collectives c ON c.run_id = ? AND c.rank = ev.rank
+                 AND c.event_idx = ev.idx AND c.source IN ('kernel', 'host')
+            WHERE ev.cls = 'comm' AND ev.idx IS NOT NULL"""
+        # Per collective kind: the union of its events (concurrent buckets count once),
+        # intersected with the exposed segments.
+        kunion = iv.union_sql(keyed, "rank, step, op, pg_name, bytes")
         exposed_by = rows(con, f"""
             WITH seg AS (
                 SELECT rank, step, t, t + len AS t_end FROM ({segs})
                 WHERE m > 0 AND c = 0 AND len > 0),
-            ev AS (SELECT rank, step, t0, t1, idx, name FROM {tbl}
-                   WHERE cls = 'comm' AND idx IS NOT NULL)
-            SELECT ev.rank, coalesce(c.op, ev.name) AS op, c.pg_name, c.in_bytes AS bytes,
-                   count(DISTINCT ev.idx) AS events,
-                   sum(least(ev.t1, seg.t_end) - greatest(ev.t0, seg.t)) AS exposed_ns
-            FROM ev JOIN seg ON seg.rank = ev.rank AND seg.step = ev.step
-                 AND seg.t < ev.t1 AND seg.t_end > ev.t0
-            LEFT JOIN collectives c ON c.run_id = ? AND c.rank = ev.rank AND c.event_idx = ev.idx
-                 AND c.source IN ('kernel', 'host')
-            GROUP BY ALL ORDER BY exposed_ns DESC""", [run_id])
+            ku AS ({kunion})
+            SELECT ku.rank, ku.op, ku.pg_name, ku.bytes,
+                   sum(least(ku.t1, seg.t_end) - greatest(ku.t0, seg.t)) AS exposed_ns
+            FROM ku JOIN seg ON seg.rank = ku.rank AND seg.step = ku.step
+                 AND seg.t < ku.t1 AND seg.t_end > ku.t0
+            GROUP BY ALL ORDER BY exposed_ns DESC""", [*op_params, run_id])
         dev = {int(x[0]) for x in con.execute(
             f"SELECT DISTINCT rank FROM {tbl} WHERE device").fetchall()}
     finally:

@@ -127,8 +127,10 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
     p = merge_params(NAME, DEFAULTS, params)
     info_run = run_info(con, run_id)
     meta = info_run["metadata"].get("pipeline") if info_run["metadata"] else None
+    has_manifest = "manifest" in (info_run["metadata"] or {})
+    declared = bool(meta) if has_manifest else None
     source, acts = _pp_actions.actions(con, run_id, (meta or {}).get("microbatches"),
-                                       _stage_map(con, run_id))
+                                       _stage_map(con, run_id), declared)
     if not acts:
         return Result(analyzer=NAME, run=info_run["name"], params=p,
                       metrics={"pipeline": False},
