@@ -228,7 +228,7 @@ def _findings(blamed: dict[int, str], rank_rows: list[dict[str, Any]],
                       key=lambda m: -m["lateness_ns"])
         save = row["saving_ms_per_step"]
         code = "STRAGGLER_COMPUTE" if kind == "compute" else "STRAGGLER_COMM"
-        why = (f"it computes {row['extra_compute_ms_median']} ms more than its peers' median "
+        why = (f"it computes {row['extra_compute_ms_median']:.2f} ms more than its peers' median "
                "before the collective" if kind == "compute" else
                "it arrives late without computing more than its peers (its previous "
                "communication, kernel launches or host work hold it back)")
@@ -236,7 +236,7 @@ def _findings(blamed: dict[int, str], rank_rows: list[dict[str, Any]],
             code=code, severity=Severity.CRITICAL if step_ms and save and save > 0.1 * step_ms
             else Severity.WARNING,
             title=f"Rank {rk} is a {kind} straggler: last to arrive at {row['times_last']} of "
-                  f"{row['matches']} collectives, {row['lateness_ms_median']} ms late (median)",
+                  f"{row['matches']} collectives, {row['lateness_ms_median']:.2f} ms late (median)",
             evidence=Evidence(
                 ranks=(rk,), steps=tuple(sorted({m["step"] for m in late if m["step"] is not None})),
                 time_ranges_ns=tuple((m["A"] - m["lateness_ns"], m["A"]) for m in late[:5]),
@@ -251,6 +251,6 @@ def _findings(blamed: dict[int, str], rank_rows: list[dict[str, Any]],
                 "host." if kind == "compute" else
                 "Look at its timeline before the late collectives: host-side stalls (data "
                 "loading, GC, logging on that rank), CPU launch overhead, or a slower link.")
-                + f" At the median speed the step would be {save} ms shorter."),
+                + f" At the median speed the step would be {save:.2f} ms shorter."),
             analyzer=NAME, view="stragglers"))
     return out
