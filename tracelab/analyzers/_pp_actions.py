@@ -46,14 +46,36 @@ def _annotated(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[d
     return ("gpipe", spans) if spans else ("", [])
 
 
+def _forwards(segs: list[dict[str, Any]], m: int) -> list[dict[str, Any]]:
+    """The m forward runs among operator runs before the last backward: those ending with the
+    most common operator sequence (the stage's module), trimmed to it, so that input splitting
+    before the first forward, loss bookkeeping and the optimizer are left out. Falls back to
+    the m longest runs."""
+    counts: dict[tuple[str, ...], int] = {}
+    for s in segs:
+        counts[tuple(s["names"])] = counts.get(tuple(s["names"]), 0) + 1
+    if counts:
+        sig = max(counts, key=lambda k: (counts[k], len(k)))
+        n = len(sig)
+        hits = [s for s in segs if tuple(s["names"][-n:]) == sig]
+        if len(hits) == m:
+            for s in hits:
+                s["a0"] = s["starts"][-n]
+                s["ops_ns"] = sum(s["durs"][-n:])
+            return sorted(hits, key=lambda s: s["a0"])
+    longest = sorted(segs, key=lambda s: -s["ops_ns"])[:m]
+    return sorted(longest, key=lambda s: s["a0"])
+
+
 def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
                       microbatches: int | None) -> list[dict[str, Any]]:
     segs = rows(con, """
         WITH main AS (SELECT DISTINCT rank, tid FROM events
                       WHERE run_id = ? AND NOT on_device AND name LIKE 'ProfilerStep#%'),
-        ops AS (SELECT e.rank, e.step, e.tid, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
+        ops AS (SELECT e.rank, e.step, e.tid, e.name, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
                        CASE WHEN e.category = 'communication' THEN 'C'
                             WHEN e.name LIKE 'autograd::engine::evaluate_function:%' THEN 'B'
+                            WHEN e.name LIKE '%detach%' THEN 'N'
                             ELSE 'F' END AS kind
                 FROM events e JOIN main USING (rank, tid)
                 WHERE e.run_id = ? AND NOT e.on_device AND e.cat = 'cpu_op'
@@ -62,15 +84,22 @@ def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
                          ORDER BY t0, kind = 'C' DESC, t1 DESC
                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS prev_end
                 FROM ops),
-        k AS (SELECT *, CASE WHEN kind IS DISTINCT FROM lag(kind) OVER w THEN 1 ELSE 0 END AS chg
-              FROM top WHERE t0 >= prev_end
-              WINDOW w AS (PARTITION BY rank, step ORDER BY t0, kind = 'C' DESC, t1 DESC)),
+        t AS (SELECT * FROM top WHERE t0 >= prev_end),
+        -- Bookkeeping ops (detach) take the kind of the op before them, so a backward that
+        -- ends in detach_ stays one run.
+        e AS (SELECT *, coalesce(last_value(CASE WHEN kind <> 'N' THEN kind END IGNORE NULLS)
+                          OVER (PARTITION BY rank, step ORDER BY t0, kind = 'C' DESC, t1 DESC
+                                ROWS UNBOUNDED PRECEDING), 'F') AS k FROM t),
+        c AS (SELECT *, CASE WHEN k IS DISTINCT FROM lag(k) OVER w THEN 1 ELSE 0 END AS chg
+              FROM e WINDOW w AS (PARTITION BY rank, step ORDER BY t0, kind = 'C' DESC, t1 DESC)),
         g AS (SELECT *, sum(chg) OVER (PARTITION BY rank, step
                                        ORDER BY t0, kind = 'C' DESC, t1 DESC
-                                       ROWS UNBOUNDED PRECEDING) AS seg FROM k)
-        SELECT rank, step, any_value(tid) AS tid, any_value(kind) AS kind, min(t0) AS a0,
-               max(t1) AS a1, sum(t1 - t0) AS ops_ns
-        FROM g WHERE kind <> 'C' GROUP BY rank, step, seg ORDER BY rank, step, a0
+                                       ROWS UNBOUNDED PRECEDING) AS seg FROM c)
+        SELECT rank, step, any_value(tid) AS tid, any_value(k) AS kind, min(t0) AS a0,
+               max(t1) AS a1, sum(t1 - t0) AS ops_ns,
+               list(name ORDER BY t0) AS names, list(t0 ORDER BY t0) AS starts,
+               list(t1 - t0 ORDER BY t0) AS durs
+        FROM g WHERE k <> 'C' GROUP BY rank, step, seg ORDER BY rank, step, a0
         """, [run_id, run_id])
     out: list[dict[str, Any]] = []
     by: dict[tuple[int, int], list[dict[str, Any]]] = {}
@@ -81,8 +110,7 @@ def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
         m = microbatches or len(bwd)
         if not bwd or len(bwd) != m:
             continue
-        fwd = sorted(sorted((s for s in ss if s["kind"] == "F"), key=lambda s: -s["ops_ns"])[:m],
-                     key=lambda s: s["a0"])
+        fwd = _forwards([s for s in ss if s["kind"] == "F" and s["a0"] < bwd[-1]["a0"]], m)
         if len(fwd) != m:
             continue
         for kind, group in (("F", fwd), ("B", bwd)):
@@ -145,4 +173,9 @@ def actions(con: duckdb.DuckDBPyConnection, run_id: int, microbatches: int | Non
         FROM a LEFT JOIN u USING (rank, step, stage, kind, mb)
         GROUP BY ALL ORDER BY a.rank, a.step, c0
         """, [*rel_params, run_id, run_id, run_id])
-    return source, [x for x in measured if x["c0"] is not None]
+    for x in measured:
+        # An action that computed nothing (e.g. the first stage's input-grad backward) keeps its
+        # place in the order as an empty interval at the end of its span.
+        if x["c0"] is None:
+            x["c0"] = x["c1"] = x["a1"]
+    return source, measured

@@ -92,9 +92,11 @@ def _per_step(acts: list[dict[str, Any]], off: Mapping[int, int]) -> dict[int, d
 
 
 def _inherent(acts: list[dict[str, Any]], steps: dict[int, dict[str, Any]],
-              info: dict[str, Any]) -> tuple[dict[int, float], float, dict[str, float], str, float]:
+              info: dict[str, Any]
+              ) -> tuple[dict[int, float], float, dict[str, float], str, float] | None:
     """Replay the observed order with median op times: per-rank idle (ns), makespan, op times,
-    and the makespan with every stage at the mean op time (balanced stages)."""
+    and the makespan with every stage at the mean op time (balanced stages). None when the
+    observed order cannot be replayed and the schedule has no textbook order."""
     med: dict[tuple[int, str], float] = {}
     by: dict[tuple[int, str], list[int]] = {}
     for a in acts:
@@ -110,7 +112,7 @@ def _inherent(acts: list[dict[str, Any]], steps: dict[int, dict[str, Any]],
         rp = _schedules.replay(order, lambda a: med.get((a[0], a[1]), 0.0))
     except ValueError:
         if info["schedule"] not in _schedules.SCHEDULES:
-            raise
+            return None
         order = _schedules.make_order(info["schedule"], info["p"], info["m"], info["v"])
         rp = _schedules.replay(order, lambda a: med.get((a[0], a[1]), 0.0))
         how = "textbook order"
@@ -139,7 +141,11 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
     clocks = estimate_clocks(con, run_id)
     info = _detect(meta, acts, source)
     steps = _per_step(acts, clocks.offsets_ns)
-    idle_inh, makespan_inh, op_ms, how, balanced = _inherent(acts, steps, info)
+    inh = _inherent(acts, steps, info)
+    if inh is None:
+        idle_inh, makespan_inh, op_ms, how, balanced = {}, None, {}, "none", None
+    else:
+        idle_inh, makespan_inh, op_ms, how, balanced = inh
     step_rows: list[dict[str, Any]] = []
     for step, st in sorted(steps.items()):
         window = st["w1"] - st["w0"]
@@ -153,7 +159,7 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
                 "bubble_share": r(idle / window) if window else None,
                 "bubble_share_megatron": r(idle / x["busy"]) if x["busy"] else None,
                 "inherent_idle_ms": ms(idle_inh.get(rank)),
-                "excess_idle_ms": ms(idle - idle_inh.get(rank, 0.0)),
+                "excess_idle_ms": ms(idle - idle_inh[rank]) if rank in idle_inh else None,
                 "t0_ns": st["w0"], "t1_ns": st["w1"]})
     stage_rows = []
     for rank in info["ranks"]:
