@@ -41,31 +41,31 @@ def expected_microbatches(schedule: str | None, p: int, m: int) -> list[int] | N
     return None
 
 
+_PEAKS_SQL = """
+    SELECT m.rank, max(m.allocated_bytes) AS peak_bytes, max(m.reserved_bytes) AS reserved_bytes,
+           count(DISTINCT m.step) AS steps,
+           any_value(CASE WHEN m.device_type >= 1 THEN k.device_memory_bytes END) AS capacity_bytes,
+           any_value(k.pp_stage) AS pp_stage
+    FROM memory m JOIN ranks k ON k.run_id = m.run_id AND k.rank = m.rank
+    WHERE m.run_id = ? AND m.allocated_bytes IS NOT NULL AND {where}
+    GROUP BY m.rank ORDER BY m.rank
+"""
+
+
 def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[str, Any]]]:
-    got = rows(con, """
-        SELECT m.rank, max(m.allocated_bytes) AS peak_bytes, max(m.reserved_bytes) AS reserved_bytes,
-               count(DISTINCT m.step) AS steps, any_value(k.device_memory_bytes) AS capacity_bytes,
-               any_value(k.pp_stage) AS pp_stage
-        FROM memory m JOIN ranks k ON k.run_id = m.run_id AND k.rank = m.rank
-        WHERE m.run_id = ? AND m.source = 'step_peak' AND m.allocated_bytes IS NOT NULL
-        GROUP BY m.rank ORDER BY m.rank
-        """, [run_id])
+    """(source, per-rank peaks). Device allocator peaks from the collector first; then the
+    trace's [memory] events on the rank's compute device (a lower bound); then the collector's
+    CPU figures, which are process RSS (baseline included), last."""
+    got = rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak' AND m.device_type >= 1"),
+               [run_id])
     if got:
         return "step_peak", got
-    # Trace events: the device the rank computes on (CUDA when it has one, else CPU).
-    return "trace", rows(con, """
-        WITH dev AS (SELECT rank, max(device_type) AS dt FROM memory
-                     WHERE run_id = ? AND source = 'trace' GROUP BY rank)
-        SELECT m.rank, max(m.allocated_bytes) AS peak_bytes, max(m.reserved_bytes) AS reserved_bytes,
-               count(DISTINCT m.step) AS steps,
-               any_value(CASE WHEN dev.dt >= 1 THEN k.device_memory_bytes END) AS capacity_bytes,
-               any_value(k.pp_stage) AS pp_stage
-        FROM memory m JOIN dev USING (rank)
-        JOIN ranks k ON k.run_id = m.run_id AND k.rank = m.rank
-        WHERE m.run_id = ? AND m.source = 'trace' AND m.device_type = dev.dt
-          AND m.allocated_bytes IS NOT NULL
-        GROUP BY m.rank ORDER BY m.rank
-        """, [run_id, run_id])
+    got = rows(con, _PEAKS_SQL.format(where="""m.source = 'trace' AND m.device_type = (
+        SELECT max(d.device_type) FROM memory d
+        WHERE d.run_id = m.run_id AND d.rank = m.rank AND d.source = 'trace')"""), [run_id])
+    if got:
+        return "trace", got
+    return "rss", rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak'"), [run_id])
 
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
@@ -115,8 +115,11 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
             "max_over_min": r(max(peak.values()) / lo) if lo else None,
             "expected_max_over_mean": r(max(exp) / exp_mean) if exp else None})
     findings = _findings(p, metrics, stage_tbl, rank_tbl, source)
-    notes = ["peaks from the trace's [memory] events: allocations made before profiling "
-             "started are missing, so these are lower bounds."] if source == "trace" else []
+    notes = {"trace": ["peaks from the trace's [memory] events: allocations made before "
+                       "profiling started are missing, so these are lower bounds."],
+             "rss": ["peaks are process RSS from the collector (no device allocator, no "
+                     "[memory] events): they include the interpreter's baseline, which "
+                     "dilutes imbalance ratios."]}.get(source, [])
     return Result(analyzer=NAME, run=info["name"], params=p, metrics=metrics,
                   tables={"ranks": rank_tbl, "stages": stage_tbl}, findings=tuple(findings),
                   notes=tuple(notes))
