@@ -36,10 +36,9 @@ def create_app(db: str, *, warm: bool = True) -> Any:
     registry). With `warm`, the newest runs are analyzed in the background right away."""
     global _APP
     import dash
-    from dash import dcc, html
+    from dash import html
 
     from tracelab.app import db as appdb
-    from tracelab.app import ids
 
     appdb.configure(db)
     if _APP is not None:
@@ -55,28 +54,7 @@ def create_app(db: str, *, warm: bool = True) -> Any:
     )
     for name in PAGES:
         importlib.import_module(name)
-    app.layout = html.Div([
-        dcc.Store(id=ids.URL_STATE),
-        html.Div(id=ids.URL_SINK, style={"display": "none"}),
-        dash.page_container,
-    ])
-    # Pages publish their view state as a query string; put it in the address bar without
-    # reloading, so that the URL can be shared at any moment.
-    app.clientside_callback(
-        """
-        function(query) {
-            if (typeof query === 'string') {
-                const url = window.location.pathname + (query ? '?' + query : '');
-                if (url !== window.location.pathname + window.location.search) {
-                    window.history.replaceState(window.history.state, '', url);
-                }
-            }
-            return '';
-        }
-        """,
-        dash.Output(ids.URL_SINK, "children"),
-        dash.Input(ids.URL_STATE, "data"),
-    )
+    app.layout = html.Div([dash.page_container])
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     if warm:
         appdb.warm_newest()

@@ -156,6 +156,36 @@ def findings_list(targets: Sequence[FindingTarget], run: str, *, id: str | None 
     return html.Div([html.Ul(items, className="findings"), *more], id=id or "")
 
 
+#: Replaces the address bar's query string without reloading (Dash's router does not notice).
+_URL_SYNC_JS = """
+function(query) {
+    if (typeof query === 'string') {
+        const url = window.location.pathname + (query ? '?' + query : '');
+        if (url !== window.location.pathname + window.location.search) {
+            window.history.replaceState(window.history.state, '', url);
+        }
+    }
+    return '';
+}
+"""
+
+
+def register_url_sync(store_id: str, sink_id: str) -> None:
+    """Mirror a store's string data (a query string) into the address bar, so that the current
+    view state can be shared as a link at any moment. Call at import time of the page; put
+    `url_sync(...)` in its layout. Both components live in the page, so the clientside callback
+    honours prevent_initial_call."""
+    import dash
+
+    dash.clientside_callback(_URL_SYNC_JS, dash.Output(sink_id, "children"),
+                             dash.Input(store_id, "data"), prevent_initial_call=True)
+
+
+def url_sync(store_id: str, sink_id: str) -> list[Any]:
+    """The components of `register_url_sync`, for a page's layout."""
+    return [dcc.Store(id=store_id), html.Div(id=sink_id, style={"display": "none"})]
+
+
 def graph(id: str, figure: dict[str, Any], **config: Any) -> dcc.Graph:
     """A plotly graph without the plotly logo and with the mode bar tools a trace viewer needs."""
     return dcc.Graph(

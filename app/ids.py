@@ -4,10 +4,6 @@ from __future__ import annotations
 
 # Shell
 NAV = "nav"
-URL = "url"
-#: Query string the current page wants in the address bar (a clientside callback writes it).
-URL_STATE = "url-state"
-URL_SINK = "url-sink"
 
 # Runs
 RUNS_TABLE = "runs-table"
@@ -32,6 +28,9 @@ TL_CATS = "timeline-categories"
 TL_APPLY = "timeline-apply"
 TL_RESET = "timeline-reset"
 TL_STATE = "timeline-state"
+#: The query string the timeline wants in the address bar (a clientside callback writes it).
+TL_URL = "timeline-url"
+TL_URL_SINK = "timeline-url-sink"
 TL_DETAIL = "timeline-detail"
 TL_SUMMARY = "timeline-rank-summary"
 TL_TOP = "timeline-top-events"

@@ -35,6 +35,7 @@ def layout(**kwargs: Any) -> html.Div:
                        if not k.endswith("_bytes"))
     return page(
         run, "/memory", f"Memory of {run}",
+        html.Div(v.headline(), className="status"),
         findings_list(targets(mine, ctx), run, id=ids.MEM_SUMMARY),
         html.P(v.note, className="hint") if v.note else html.Div(),
         graph(ids.MEM_PEAKS, peaks_figure(v, "rank")),

@@ -13,7 +13,7 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 from tracelab.app import db, ids
-from tracelab.app.components import graph, page
+from tracelab.app.components import graph, page, register_url_sync, url_sync
 from tracelab.app.guard import describe, safe_layout
 from tracelab.app.state import BadParam, href, int_list, number, str_list, text
 from tracelab.classify import Category
@@ -82,9 +82,11 @@ def render(run: str | None, req: TimelineRequest) -> tuple[dict[str, Any], str, 
 def controls(req: TimelineRequest) -> html.Div:
     return html.Div([
         html.Label(["Ranks ", dcc.Input(id=ids.TL_RANKS, type="text", debounce=True,
-                                        value=_ints(req.ranks), placeholder="all (e.g. 0-3,7)")]),
+                                        value=_ints(req.ranks), placeholder="all (e.g. 0-3,7)",
+                                        style={"width": "130px"})]),
         html.Label(["Steps ", dcc.Input(id=ids.TL_STEPS, type="text", debounce=True,
-                                        value=_ints(req.steps), placeholder="all (e.g. 5)")]),
+                                        value=_ints(req.steps), placeholder="all (e.g. 5)",
+                                        style={"width": "110px"})]),
         dcc.Checklist(id=ids.TL_CATS, options=[{"label": c, "value": c} for c in CATEGORIES],
                       value=list(req.categories), inline=True, className="cats"),
         html.Button("Apply filters", id=ids.TL_APPLY, n_clicks=0),
@@ -107,6 +109,7 @@ def layout(**kwargs: Any) -> html.Div:
         controls(req),
         html.Div(status, id=ids.TL_STATUS, className="status"),
         dcc.Store(id=ids.TL_STATE, data=state),
+        *url_sync(ids.TL_URL, ids.TL_URL_SINK),
         dcc.Loading(graph(ids.TL_GRAPH, fig, scrollZoom=True), type="dot", delay_show=300),
         html.H2("Event details"),
         html.Div(html.P("Click an event to see all of its fields and args.", className="hint"),
@@ -165,9 +168,12 @@ def update(trigger: str | None, relayout: dict[str, Any] | None, state: dict[str
         return no, f"{title}: {message}", no, no
 
 
-def _update_cb(relayout: Any, _apply: Any, _reset: Any, state: Any, ranks_text: Any,
+def _update_cb(relayout: Any, apply_clicks: Any, reset_clicks: Any, state: Any, ranks_text: Any,
                steps_text: Any, cats: Any) -> tuple[Any, ...]:
-    return update(dash.ctx.triggered_id, relayout, state, ranks_text, steps_text, cats)
+    trigger = dash.ctx.triggered_id
+    if (trigger == ids.TL_APPLY and not apply_clicks) or (trigger == ids.TL_RESET and not reset_clicks):
+        trigger = None  # a button rendered, not clicked
+    return update(trigger, relayout, state, ranks_text, steps_text, cats)
 
 
 def detail(click: dict[str, Any] | None, state: dict[str, Any] | None) -> Any:
@@ -198,13 +204,14 @@ def detail(click: dict[str, Any] | None, state: dict[str, Any] | None) -> Any:
 
 callback(
     Output(ids.TL_GRAPH, "figure"), Output(ids.TL_STATUS, "children"),
-    Output(ids.TL_STATE, "data"), Output(ids.URL_STATE, "data", allow_duplicate=True),
+    Output(ids.TL_STATE, "data"), Output(ids.TL_URL, "data"),
     Input(ids.TL_GRAPH, "relayoutData"), Input(ids.TL_APPLY, "n_clicks"),
     Input(ids.TL_RESET, "n_clicks"),
     State(ids.TL_STATE, "data"), State(ids.TL_RANKS, "value"), State(ids.TL_STEPS, "value"),
     State(ids.TL_CATS, "value"),
     prevent_initial_call=True,
 )(_update_cb)
+register_url_sync(ids.TL_URL, ids.TL_URL_SINK)
 callback(Output(ids.TL_DETAIL, "children"), Input(ids.TL_GRAPH, "clickData"),
          State(ids.TL_STATE, "data"), prevent_initial_call=True)(detail)
 

@@ -17,6 +17,10 @@ from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
+SHARED = Path(os.environ.get("TRACELAB_SHARED", REPO.parent / "shared"))
+#: A real single-GPU trace with 123k events: big enough for the timeline's aggregate mode.
+REAL_TRACE = SHARED / "traces" / "hta" / "df_index_resolver"
+SCREENSHOTS = REPO / "artifacts" / "screenshots"
 #: The XSS probe of the issue: an event and a thread named like this must render as text.
 PROBE = "<img src=x onerror=alert(1)>"
 
@@ -58,6 +62,8 @@ def build_store(folder: Path) -> Path:
         ("overlap_gloo", build_run(folder, "overlap", backend="gloo", steps=3).paths),
         ("xss", xss_run(folder)),
     ]
+    if REAL_TRACE.is_dir():
+        runs.append(("real-gpu", [REAL_TRACE]))
     runs += [(f"sample-{name}", [path]) for name, path in sample_captures()]
     for name, paths in runs:
         ingest([str(p) for p in paths], db=str(db), run=name, if_exists="replace", workers=1)
@@ -118,3 +124,21 @@ def server(app_store: Path, tmp_path_factory: pytest.TempPathFactory):  # type: 
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="session")
+def sample_runs(app_store: Path) -> list[str]:
+    """Names of the runs ingested from sample_traces/ (empty until the captures exist)."""
+    from tracelab.store import open_store
+
+    with open_store(app_store) as con:
+        rows = con.execute("SELECT name FROM runs WHERE name LIKE 'sample-%' ORDER BY name")
+        return [str(r[0]) for r in rows.fetchall()]
+
+
+@pytest.fixture(scope="session")
+def real_run(app_store: Path) -> str:
+    """The run holding the shared real GPU trace (fails when ../shared is missing)."""
+    if not REAL_TRACE.is_dir():
+        pytest.fail(f"the shared real trace is missing at {REAL_TRACE}; set TRACELAB_SHARED")
+    return "real-gpu"

@@ -27,6 +27,15 @@ def peaks_figure(v: MemoryView, by: str = "rank") -> Figure:
         "marker": {"color": "#4C78A8"},
         "hovertemplate": "%{x}: peak %{y:.3f} GiB<extra></extra>",
     }]
+    expected = [r.get("expected_over_mean") for r in rows]
+    known = [p for p in peaks if p is not None]
+    if by == "stage" and known and any(e is not None for e in expected):
+        mean = sum(known) / len(known)
+        traces.append({"type": "scatter", "mode": "markers+lines", "name":
+                       "expected from the schedule (same mean)",
+                       "x": labels, "y": [None if e is None else e * mean for e in expected],
+                       "line": {"dash": "dot", "color": "#333"},
+                       "hovertemplate": "%{x}: the schedule predicts %{y:.3f} GiB<extra></extra>"})
     caps = [_first(r, CAPACITY_KEYS) for r in rows]
     if any(c is not None for c in caps):
         traces.append({"type": "scatter", "mode": "markers", "name": "device capacity (GiB)",

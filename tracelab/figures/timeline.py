@@ -57,10 +57,11 @@ def timeline_figure(data: TimelineData, title: str = "") -> Figure:
             "automargin": True,
         },
         barmode="overlay", bargap=0, shapes=shapes, annotations=notes,
-        legend={"orientation": "h", "y": -0.12 if n < 8 else -0.04, "x": 0},
+        legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom",
+                "font": {"size": 11}},
         hovermode="closest", dragmode="zoom", uirevision=None,
     )
-    layout["margin"]["l"] = 240
+    layout["margin"].update(l=240, t=max(layout["margin"]["t"], 56))
     return {"data": traces, "layout": layout}
 
 

@@ -46,12 +46,14 @@ class RunContext:
         }
 
     def to_ms(self, ns: int | float) -> float:
-        """Aligned ns -> ms since the run's first event."""
-        return (float(ns) - self.origin_ns) / 1e6
+        """Aligned ns -> ms since the run's first event. Integer arithmetic first: epoch ns
+        (~1.7e18) do not fit a float's 53 bits, so float(ns) alone would be off by up to 256 ns."""
+        whole = int(ns)
+        return ((whole - self.origin_ns) + (float(ns) - whole)) / 1e6
 
     def to_ns(self, ms: float) -> int:
         """ms since the run's first event -> aligned ns."""
-        return int(round(self.origin_ns + ms * 1e6))
+        return self.origin_ns + int(round(ms * 1e6))
 
 
 def _offsets(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[dict[int, int], str]:

@@ -27,7 +27,8 @@ FILTERS = (
 #: named from the trace's process/thread metadata.
 LANES = f"""
 WITH l AS (
-    SELECT {LANE_SELECT}, count(*) AS n
+    SELECT {LANE_SELECT}, count(*) AS n,
+           count(*) FILTER (WHERE e.category = 'communication') AS comm_n
     FROM events e
     WHERE e.run_id = $run {FILTERS}
     GROUP BY ALL
@@ -43,7 +44,7 @@ tn AS (
     SELECT rank, pid, tid, any_value(value) AS value FROM lanes
     WHERE run_id = $run AND kind = 'thread_name' GROUP BY ALL
 )
-SELECT l.rank, l.on_device, l.pid, l.tid, l.lbl, l.n, pn.value, pn.labels, tn.value
+SELECT l.rank, l.on_device, l.pid, l.tid, l.lbl, l.n, l.comm_n, pn.value, pn.labels, tn.value
 FROM l
 LEFT JOIN pn ON pn.rank = l.rank AND pn.pid = l.pid
 LEFT JOIN tn ON tn.rank = l.rank AND tn.pid = l.pid AND tn.tid = l.tid
@@ -119,19 +120,20 @@ FROM busy FULL OUTER JOIN counts USING ({LANE_COLS}, bin)
 WHERE bin >= 0 AND bin < $nbins
 """
 
-#: Collectives overlapping the window, with the lane of the event each came from; at most
-#: $limit rows (the caller asks for one more than it will draw, to know it was cut).
-COLLECTIVES = f"""
-SELECT c.source, c.op, coalesce(c.pg_name, '') AS pg, coalesce(c.seq, c.occurrence) AS k,
-       c.rank, c.start_ns - o.off_ns AS s, c.end_ns - o.off_ns AS t, c.in_bytes,
-       {LANE_SELECT}
-FROM collectives c JOIN {OFFSETS} o USING (rank)
-JOIN events e ON e.run_id = c.run_id AND e.rank = c.rank AND e.idx = c.event_idx
-WHERE c.run_id = $run AND c.start_ns IS NOT NULL
-  AND c.start_ns - o.off_ns < $b AND c.end_ns - o.off_ns > $a {FILTERS}
-ORDER BY c.source, c.op, pg, k, c.rank
-LIMIT $limit
+#: Collectives matched across ranks (the analyzers' matching, tracelab.analyzers._collectives),
+#: arriving inside the window, with the lane of the event each came from (NULL lane for the
+#: collector's own records). Positional binds: the match query's (run, source, offsets), then
+#: run, a, b, ranks filter (list), limit.
+def collectives_sql(matched: str) -> str:
+    return f"""
+SELECT m.key, m.op, m.rank, m.a_ns, {LANE_SELECT.replace("e.", "ev.")}
+FROM ({matched}) m
+LEFT JOIN events ev ON ev.run_id = ? AND ev.rank = m.rank AND ev.idx = m.event_idx
+WHERE m.a_ns >= ? AND m.a_ns <= ? AND (len(?::INTEGER[]) = 0 OR list_contains(?::INTEGER[], m.rank))
+ORDER BY m.key, m.rank
+LIMIT ?
 """
+
 
 #: Step spans on the aligned clock, per step, over the chosen ranks.
 STEPS = f"""

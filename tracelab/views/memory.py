@@ -76,6 +76,23 @@ class MemoryView:
     #: Per stage: peak_gib (max over the stage's ranks), and the expected pattern when known.
     stages: list[dict[str, Any]] = field(default_factory=list)
 
+    def headline(self) -> str:
+        """The imbalance and headroom in one sentence."""
+        m = self.metrics
+        parts = []
+        if m.get("peak_gib_max") is not None:
+            bound = " (a lower bound: trace events only)" if m.get("peak_is_lower_bound") else ""
+            parts.append(f"highest peak {m['peak_gib_max']:.3g} GiB{bound}")
+        caps = [r.get("headroom_used") for r in self.ranks if r.get("headroom_used") is not None]
+        if caps:
+            parts.append(f"up to {100 * max(caps):.3g}% of device capacity used")
+        if m.get("max_over_mean") is not None:
+            exp = m.get("expected_max_over_mean")
+            parts.append(f"stage imbalance max/mean {m['max_over_mean']:.3g}"
+                         + (f" (the {m.get('schedule')} schedule predicts {exp:.3g})" if exp else "")
+                         + (f", max/min {m['max_over_min']:.3g}" if m.get("max_over_min") else ""))
+        return "; ".join(parts).capitalize() + "." if parts else ""
+
 
 def _gib(x: Any) -> float | None:
     return None if x is None else round(float(x) / GIB, 6)

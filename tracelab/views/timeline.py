@@ -46,6 +46,8 @@ class Lane:
     #: Human label, raw text from the trace: renderers must escape it.
     label: str
     event_count: int
+    #: Communication events on the lane (the lane that draws the rank's collective matches).
+    comm_count: int = 0
     #: The trace's string pid/tid for lanes that had no numeric ids ('' otherwise).
     lane_label: str = ""
 
@@ -127,7 +129,7 @@ def lanes(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest)
     """The lanes of the run under the rank and category filters, ordered rank, host, device."""
     rows = query(con, sql.LANES, {**ctx.params(), **_filters(req)})
     out: list[Lane] = []
-    for rank, on_device, pid, tid, lbl, n, pname, plabels, tname in rows:
+    for rank, on_device, pid, tid, lbl, n, comm_n, pname, plabels, tname in rows:
         if lbl:
             label = f"r{rank} {lbl}"
         else:
@@ -140,7 +142,7 @@ def lanes(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest)
         out.append(Lane(
             index=len(out), rank=int(rank), on_device=bool(on_device),
             pid=None if pid == -1 else int(pid), tid=None if tid == -1 else int(tid),
-            label=label, event_count=int(n), lane_label=lbl,
+            label=label, event_count=int(n), comm_count=int(comm_n), lane_label=lbl,
         ))
     return out
 
@@ -195,7 +197,7 @@ def timeline(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineReque
     if visible == 0 or not lane_list:
         return TimelineData(mode="empty", **common)
     index = {lane.key: lane.index for lane in lane_list}
-    links, cut = _links(con, ctx, params, index)
+    links, cut = _links(con, ctx, params, index, lane_list)
     if visible <= RAW_EVENT_LIMIT:
         raw = _raw(con, ctx, params, index)
         return TimelineData(mode="raw", raw=raw, links=links, links_cut=cut, **common)
@@ -252,32 +254,56 @@ def _aggregate(
         count[lane][bin_] = int(n)
         dominant[lane][bin_] = dom
     bin_ms = w / 1e6
-    centers = [round(ctx.to_ms(a + (i + 0.5) * w), 6) for i in range(nbins)]
+    centers = [round(ctx.to_ms(a + i * w) + w / 2e6, 6) for i in range(nbins)]
     return Aggregate(bin_ms=bin_ms, centers_ms=centers, busy=busy, count=count, dominant=dominant)
 
 
 def _links(
     con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
-    index: dict[LaneKey, int],
+    index: dict[LaneKey, int], lane_list: list[Lane],
 ) -> tuple[tuple[Link, ...], bool]:
-    """Collectives matched across ranks by (source, op, group, seq-or-occurrence)."""
+    """Collectives matched across ranks, as the analyzers match them (process group and sequence
+    number, else occurrence order), drawn through each rank's arrival. A point sits on the lane
+    of the event it came from, else on the rank's busiest communication lane."""
+    try:
+        from tracelab.analyzers._collectives import choose_source, matched_sql
+    except ImportError:
+        return (), False
+    source = choose_source(con, ctx.run_id)
+    if source is None:
+        return (), False
+    anchor: dict[int, tuple[int, int]] = {}
+    for lane in lane_list:
+        best = anchor.get(lane.rank)
+        if best is None or lane.comm_count > best[1]:
+            anchor[lane.rank] = (lane.index, lane.comm_count)
+    ranks, offs = ctx.params()["off_ranks"], ctx.params()["off_ns"]
+    rel = "(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::BIGINT[]) AS off_ns)"
+    wanted = list(params["ranks"])  # type: ignore[call-overload]
     limit = MAX_LINKS * max(len(ctx.ranks), 1) + 1
-    rows = query(con, sql.COLLECTIVES, {**params, "limit": limit})
+    rows = con.execute(
+        sql.collectives_sql(matched_sql(rel)),
+        [ctx.run_id, source, ranks, offs, ctx.run_id, params["a"], params["b"], wanted, wanted,
+         limit],
+    ).fetchall()
     if len(rows) >= limit:
         return (), True
-    groups: dict[tuple[str, str, str, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for source, op, pg, k, rank, s, _t, _bytes, *lane_key in rows:
+    groups: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    ops: dict[str, str] = {}
+    for key, op, rank, a_ns, *lane_key in rows:
         lane = index.get(tuple(lane_key))  # type: ignore[arg-type]
+        if lane is None and rank in anchor:
+            lane = anchor[rank][0]
         if lane is not None:
-            groups[(source, op, pg, int(k))].append((lane, int(s), int(rank)))
+            groups[key].append((lane, int(a_ns), int(rank)))
+            ops[key] = op
     links = []
-    for (_source, op, pg, k), members in groups.items():
+    for key, members in groups.items():
         if len({m[2] for m in members}) < 2:
             continue
         members.sort()
-        label = f"{op} #{k}" + (f" (group {pg})" if pg else "")
         links.append(Link(
-            label=label, lanes=[m[0] for m in members],
+            label=f"{ops[key]} {key}", lanes=[m[0] for m in members],
             start_ms=[round(ctx.to_ms(m[1]), 6) for m in members], ranks=[m[2] for m in members],
         ))
     if len(links) > MAX_LINKS:

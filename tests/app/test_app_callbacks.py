@@ -1,0 +1,211 @@
+"""The app's layouts and callbacks, called directly, and its routing over HTTP (no browser)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PROBE = "<img src=x onerror=alert(1)>"
+
+
+def texts(node: Any) -> list[str]:
+    """Every string in a Dash component tree (children and text-like props)."""
+    out: list[str] = []
+    if node is None:
+        return out
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, (int, float)):
+        return [str(node)]
+    if isinstance(node, (list, tuple)):
+        for x in node:
+            out += texts(x)
+        return out
+    if isinstance(node, dict):
+        for v in node.values():
+            out += texts(v)
+        return out
+    children = getattr(node, "children", None)
+    out += texts(children)
+    for prop in ("value", "placeholder", "title"):
+        v = getattr(node, prop, None)
+        if isinstance(v, str):
+            out.append(v)
+    return out
+
+
+def find_text(node: Any, needle: str) -> bool:
+    return any(needle in t for t in texts(node))
+
+
+def route(client: Any, path: str, search: str = "") -> tuple[int, str]:
+    """POST the page router callback as the browser does; (status, response text)."""
+    body = {
+        "output": ".._pages_content.children..._pages_store.data..",
+        "outputs": [{"id": "_pages_content", "property": "children"},
+                    {"id": "_pages_store", "property": "data"}],
+        "inputs": [{"id": "_pages_location", "property": "pathname", "value": path},
+                   {"id": "_pages_location", "property": "search", "value": search}],
+        "changedPropIds": ["_pages_location.pathname"], "state": [],
+    }
+    r = client.post("/_dash-update-component", data=json.dumps(body),
+                    content_type="application/json")
+    return r.status_code, r.get_data(as_text=True)
+
+
+def test_layouts_render_every_view(app_module: Any) -> None:
+    from tracelab.app.pages import compare, memory, overview, pipeline, runs, stragglers, timeline
+
+    for layout, kwargs, expect in [
+        (runs.layout, {}, "Runs"),
+        (overview.layout, {"run": "stragglers"}, "Overview of stragglers"),
+        (timeline.layout, {"run": "stragglers"}, "Timeline of stragglers"),
+        (pipeline.layout, {"run": "pipeline"}, "Pipeline of pipeline"),
+        (stragglers.layout, {"run": "stragglers"}, "Stragglers of stragglers"),
+        (memory.layout, {"run": "pipeline"}, "Memory of pipeline"),
+        (compare.layout, {"a": "stragglers", "b": "pipeline"}, "Compare stragglers (A)"),
+    ]:
+        tree = layout(**kwargs)
+        assert find_text(tree, expect), expect
+        assert not find_text(tree, "Something went wrong")
+
+
+def test_newest_run_is_the_default(app_module: Any) -> None:
+    from tracelab.app.pages import overview
+
+    assert find_text(overview.layout(), "Overview of")
+
+
+@pytest.mark.parametrize("page,kwargs,message", [
+    ("timeline", {"run": "stragglers", "t0": "abc"}, "must be a number"),
+    ("timeline", {"run": "stragglers", "t0": "5", "t1": "2"}, "must end after it starts"),
+    ("timeline", {"run": "stragglers", "ranks": "0,x"}, "whole numbers"),
+    ("timeline", {"run": "stragglers", "cats": "bogus"}, "unknown value"),
+    ("timeline", {"run": "stragglers", "t0": "inf"}, "finite"),
+    ("overview", {"run": "no-such-run"}, "no run named"),
+    ("stragglers", {"run": "stragglers", "page": "-1"}, "between"),
+    ("pipeline", {"run": "pipeline", "step": "1e9999"}, "whole number"),
+    ("runs", {"page": "two"}, "whole number"),
+    ("compare", {"a": "stragglers", "b": "nope"}, "no run named"),
+])
+def test_bad_parameters_give_a_friendly_page(app_module: Any, page: str,
+                                              kwargs: dict[str, str], message: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(f"tracelab.app.pages.{page}")
+    tree = mod.layout(**kwargs, unexpected="ignored")
+    assert find_text(tree, message)
+    assert not find_text(tree, "Traceback")
+
+
+def test_timeline_zoom_callback(app_module: Any) -> None:
+    from tracelab.app import ids
+    from tracelab.app.pages import timeline
+
+    _, _, state, _ = timeline.render("stragglers", timeline.TimelineRequest())
+    fig, status, new_state, query = timeline.update(
+        ids.TL_GRAPH, {"xaxis.range[0]": 15.0, "xaxis.range[1]": 20.0}, state, "", "", [])
+    assert fig["layout"]["xaxis"]["range"] == [15.0, 20.0]
+    assert "Showing all" in status
+    assert new_state["t0"] == 15.0 and new_state["t1"] == 20.0
+    assert "t0=15" in query and "t1=20" in query and "run=stragglers" in query
+    # A resize is not a zoom: nothing changes.
+    assert all(x is timeline.dash.no_update for x in
+               timeline.update(ids.TL_GRAPH, {"autosize": True}, new_state, "", "", []))
+    # Double-click (autorange) goes back to the whole run.
+    fig, _, reset, query = timeline.update(ids.TL_GRAPH, {"xaxis.autorange": True}, new_state,
+                                           "", "", [])
+    assert reset["t0"] is None and "t0" not in query
+    # Filters: ranks 1-2, communication only.
+    fig, status, st, query = timeline.update(ids.TL_APPLY, None, state, "1-2", "", ["communication"])
+    names = {t["name"] for t in fig["data"] if t["type"] == "bar"}
+    assert names == {"communication"}
+    assert st["ranks"] == [1, 2] and "ranks=1-2" in query and "cats=communication" in query
+    # A bad filter keeps the figure and says why.
+    fig, status, st, query = timeline.update(ids.TL_APPLY, None, state, "zero", "", [])
+    assert fig is timeline.dash.no_update and "whole numbers" in status
+
+
+def test_timeline_detail_callback(app_module: Any) -> None:
+    from tracelab.app.pages import timeline
+
+    fig, _, state, _ = timeline.render("stragglers", timeline.TimelineRequest())
+    bar = next(t for t in fig["data"] if t["type"] == "bar" and t["name"] == "communication")
+    rank, idx = bar["customdata"][0]
+    out = timeline.detail({"points": [{"customdata": [rank, idx]}]}, state)
+    assert find_text(out, "Collective name")
+    assert find_text(timeline.detail(None, state), "Click an event")
+    assert find_text(timeline.detail({"points": [{"customdata": [0, 10**9]}]}, state),
+                     "no longer in the store")
+
+
+def test_runs_callbacks(app_module: Any) -> None:
+    from tracelab.app.pages import runs
+
+    table = runs.fill_findings({"page": 1})
+    assert find_text(table, "STRAGGLER_COMPUTE")
+    assert find_text(table, "PIPELINE_BUBBLE")
+    assert runs.compare_href("a b", "c") == "/compare?a=a+b&b=c"
+
+
+def test_many_ranks_show_a_rank_summary(app_module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracelab.app.pages import timeline
+
+    monkeypatch.setattr(timeline, "MANY_RANKS", 2)
+    fig, status, state, _ = timeline.render("stragglers", timeline.TimelineRequest())
+    assert "rank summary" in status and "Rank summary" in fig["layout"]["title"]["text"]
+    assert state["summary_ranks"]
+    fig, status, _, _ = timeline.render("stragglers", timeline.TimelineRequest(ranks=(2, 3)))
+    assert "Showing all" in status
+
+
+def test_xss_probe_is_escaped_in_figures(app_module: Any) -> None:
+    from tracelab.app.pages import timeline
+
+    fig, _, _, _ = timeline.render("xss", timeline.TimelineRequest())
+    blob = json.dumps(fig)
+    assert "<img" not in blob
+    assert "&lt;img src=x onerror=alert(1)&gt;" in blob  # in hover text and lane labels
+    ticks = fig["layout"]["yaxis"]["ticktext"]
+    assert any("&lt;img" in t for t in ticks)
+
+
+def test_http_routing_never_shows_a_traceback(app_module: Any) -> None:
+    client = app_module.server.test_client()
+    assert client.get("/").status_code == 200
+    for path, search, expect in [
+        ("/overview", "?run=stragglers", "Overview of stragglers"),
+        ("/overview", "?run=%3Cscript%3E", "Unknown run"),
+        ("/timeline", "?run=stragglers&t0=nan", "bad parameter"),
+        ("/no/such/page", "", "No such page"),
+        ("/memory", "?run=stragglers&run=pipeline", "Memory of pipeline"),
+    ]:
+        status, body = route(client, path, search)
+        assert status == 200, body[:500]
+        assert expect in body and "Traceback" not in body
+
+
+def test_empty_and_missing_store(tmp_path: Path) -> None:
+    from tracelab.errors import StoreError
+    from tracelab.store import open_store
+
+    with open_store(tmp_path / "empty.duckdb", read_only=False):
+        pass
+    from tracelab.app import db
+    from tracelab.app.pages import overview, runs
+
+    old = db.db_path()
+    try:
+        db.configure(str(tmp_path / "empty.duckdb"))
+        assert find_text(runs.layout(), "holds no runs yet")
+        assert find_text(overview.layout(), "Unknown run")
+        db.configure(str(tmp_path / "missing.duckdb"))
+        assert find_text(runs.layout(), "Cannot open the store")
+    finally:
+        db.configure(old)
+    with pytest.raises(StoreError):
+        with open_store(tmp_path / "missing.duckdb"):
+            pass

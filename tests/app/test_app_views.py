@@ -1,0 +1,211 @@
+"""The dashboard's core queries (tracelab.views) on stores with known contents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracelab.ingest import ingest
+from tracelab.store import open_store, run_id
+from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
+from tracelab.views import timeline as tl
+from tracelab.views._run import run_context
+from tracelab.views.analysis import analyze_run
+from tracelab.views.compare import HIST_BINS, metric_deltas, step_comparison
+from tracelab.views.findings import target, targets
+from tracelab.views.overview import breakdown, step_matrix
+from tracelab.views.ranksummary import rank_summary
+from tracelab.views.runs import runs_page
+
+
+@pytest.fixture(scope="module")
+def nested_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One rank: host ops [0,10] ⊃ [2,4] and [6,9] ms, then [20,25]; kernels [0,5] and [30,40]."""
+    folder = tmp_path_factory.mktemp("nested")
+    t = RankTrace(0, 1)
+    t.step(1, 0, 50 * MS)
+    t.cpu_op("outer", 0, 10 * MS)
+    t.cpu_op("inner_a", 2 * MS, 4 * MS)
+    t.cpu_op("inner_b", 6 * MS, 9 * MS)
+    t.cpu_op("later", 20 * MS, 25 * MS)
+    t.kernel("k1", 0, 5 * MS)
+    t.kernel("k2", 30 * MS, 40 * MS)
+    db = folder / "n.duckdb"
+    ingest([str(p) for p in write_ranks(folder / "nested", [t])], db=str(db), run="nested",
+           workers=1)
+    return db
+
+
+def _ctx(db: Path, name: str):  # type: ignore[no-untyped-def]
+    with open_store(db) as con:
+        return run_context(con, run_id(con, name))
+
+
+def test_raw_mode_nests_host_ops_in_sub_rows(nested_db: Path) -> None:
+    with open_store(nested_db) as con:
+        ctx = run_context(con, run_id(con, "nested"))
+        data = tl.timeline(con, ctx, tl.TimelineRequest())
+    assert data.mode == "raw"
+    raw = data.raw
+    assert raw is not None
+    depth = dict(zip(raw.name, raw.depth, strict=True))
+    # The step annotation wraps everything on the host thread; kernels sit on their stream.
+    assert depth["ProfilerStep#1"] == 0 and depth["outer"] == 1 and depth["later"] == 1
+    assert depth["inner_a"] == 2 and depth["inner_b"] == 2 and depth["k1"] == 0
+    start = dict(zip(raw.name, raw.start_ms, strict=True))
+    assert start["inner_a"] == 2.0 and start["k2"] == 30.0  # exact: no float epoch rounding
+    # 4 ops, 2 kernels, their 2 launches, the step annotation
+    assert data.visible_events == len(raw.name) == 9
+    lanes = {lane.label for lane in data.lanes}
+    assert any("stream 7" in label for label in lanes)
+
+
+def test_aggregate_busy_share_is_the_union_of_intervals(nested_db: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forced into aggregate mode with 10 ms bins over [0, 50] ms: the host lane is busy 10 ms in
+    bin 0 (nested ops count once), 5 ms in bin 2; the stream is busy 5, 0, 0, 10 ms."""
+    monkeypatch.setattr(tl, "RAW_EVENT_LIMIT", 2)
+    with open_store(nested_db) as con:
+        ctx = run_context(con, run_id(con, "nested"))
+        origin = ctx.origin_ns
+        data = tl.timeline(con, ctx, tl.TimelineRequest(t0_ms=0.0, t1_ms=50.0, width_px=40))
+    assert data.mode == "aggregate" and data.aggregate is not None
+    assert origin == ctx.origin_ns
+    agg = data.aggregate
+    nbins = len(agg.centers_ms)
+    assert nbins == 20 and agg.bin_ms == pytest.approx(2.5)
+    host = next(l.index for l in data.lanes if not l.on_device and "thread 1" in l.label)
+    dev = next(l.index for l in data.lanes if l.on_device)
+    busy_host_ms = [(b or 0) * agg.bin_ms for b in agg.busy[host]]
+    assert sum(busy_host_ms[0:4]) == pytest.approx(10.0)  # [0,10]: the union, not 15
+    assert sum(busy_host_ms[8:10]) == pytest.approx(5.0)  # [20,25]
+    assert sum(busy_host_ms) == pytest.approx(15.0)  # the step annotation does not count
+    busy_dev_ms = [(b or 0) * agg.bin_ms for b in agg.busy[dev]]
+    assert sum(busy_dev_ms) == pytest.approx(15.0)
+    assert sum(busy_dev_ms[12:16]) == pytest.approx(10.0)
+    assert sum(sum(row) for row in agg.count) == data.visible_events
+
+
+def test_lod_on_a_real_trace_is_bounded_and_counts_every_event(tmp_path: Path,
+                                                               hta_traces: Path) -> None:
+    db = tmp_path / "real.duckdb"
+    ingest([str(hta_traces / "df_index_resolver")], db=str(db), run="real")
+    with open_store(db) as con:
+        ctx = run_context(con, run_id(con, "real"))
+        whole = tl.timeline(con, ctx, tl.TimelineRequest(width_px=1200))
+        assert whole.mode == "aggregate" and whole.aggregate is not None
+        cells = sum(len(row) for row in whole.aggregate.busy)
+        assert cells <= tl.MAX_CELLS
+        assert len(whole.aggregate.centers_ms) <= tl.MAX_BINS
+        assert sum(sum(r) for r in whole.aggregate.count) == whole.visible_events == ctx.event_count
+        assert all(0 <= b <= 1 for row in whole.aggregate.busy for b in row if b is not None)
+        # Zoom until few events are visible: raw events, all of them, within the window.
+        mid = ctx.span_ms / 2
+        narrow = tl.timeline(con, ctx, tl.TimelineRequest(t0_ms=mid, t1_ms=mid + 0.5))
+        assert narrow.mode == "raw" and narrow.raw is not None
+        assert 0 < len(narrow.raw.name) == narrow.visible_events <= tl.RAW_EVENT_LIMIT
+        for s, d in zip(narrow.raw.start_ms, narrow.raw.dur_ms, strict=True):
+            assert s < mid + 0.5 and s + d > mid
+        # Category filter: only kernels' category.
+        comp = tl.timeline(con, ctx, tl.TimelineRequest(t0_ms=mid, t1_ms=mid + 0.5,
+                                                        categories=("compute",)))
+        assert comp.raw is not None and set(comp.raw.category) <= {"compute"}
+
+
+def test_collective_links_follow_arrivals(app_store: Path) -> None:
+    """The stragglers scenario: rank 2 arrives 5 ms after rank 0 at each of 4 all-reduces."""
+    with open_store(app_store) as con:
+        ctx = run_context(con, run_id(con, "stragglers"))
+        data = tl.timeline(con, ctx, tl.TimelineRequest())
+    assert data.mode == "raw" and not data.links_cut
+    assert len(data.links) == 4
+    for link in data.links:
+        assert sorted(link.ranks) == [0, 1, 2, 3]
+        arrive = dict(zip(link.ranks, link.start_ms, strict=True))
+        assert arrive[2] - arrive[0] == pytest.approx(5.0, abs=1e-6)
+        assert max(arrive, key=arrive.get) == 2  # type: ignore[arg-type]
+
+
+def test_step_filter_sets_the_window(app_store: Path) -> None:
+    with open_store(app_store) as con:
+        ctx = run_context(con, run_id(con, "stragglers"))
+        spans = tl.step_spans(con, ctx)
+        data = tl.timeline(con, ctx, tl.TimelineRequest(steps=(2,)))
+    s2 = next(s for s in spans if s[0] == 2)
+    assert (data.t0_ms, data.t1_ms) == pytest.approx((s2[1], s2[2]))
+    assert [s[0] for s in data.steps] == [2]
+
+
+def test_event_detail_returns_full_args(app_store: Path) -> None:
+    with open_store(app_store) as con:
+        ctx = run_context(con, run_id(con, "stragglers"))
+        data = tl.timeline(con, ctx, tl.TimelineRequest())
+        raw = data.raw
+        assert raw is not None
+        i = raw.category.index("communication")
+        ev = tl.event_detail(con, ctx, raw.rank[i], raw.idx[i])
+        assert ev is not None and ev["name"] == raw.name[i]
+        assert "Collective name" in str(ev["args"])
+        assert tl.event_detail(con, ctx, 0, 10**9) is None
+
+
+def test_step_matrix_breakdown_and_findings(app_store: Path) -> None:
+    with open_store(app_store) as con:
+        rid = run_id(con, "stragglers")
+        ctx = run_context(con, rid)
+        m = step_matrix(con, rid)
+        found = analyze_run(con, rid)
+    assert m.ranks == [0, 1, 2, 3] and m.steps == [1, 2, 3, 4]
+    assert all(v == pytest.approx(17.0) for row in m.ms for v in row)
+    b = breakdown(found)
+    assert b is not None and b.ranks == [0, 1, 2, 3]
+    for i in range(4):  # the drawn parts add up to the rank's window
+        total = sum(b.parts[p][i] or 0 for p in b.parts)
+        assert total == pytest.approx(b.window_ms[i], rel=1e-6)
+    ts = targets(found.findings(), ctx)
+    straggler = next(t for t in ts if t.finding.code.startswith("STRAGGLER"))
+    assert straggler.view == "stragglers" and straggler.ranks == (2,)
+    assert straggler.t0_ms is not None and straggler.t1_ms is not None
+    for a, b_ in straggler.finding.evidence.time_ranges_ns:
+        assert straggler.t0_ms <= ctx.to_ms(a) <= ctx.to_ms(b_) <= straggler.t1_ms
+    assert not found.errors
+
+
+def test_runs_page_and_compare(app_store: Path) -> None:
+    with open_store(app_store) as con:
+        p = runs_page(con, 1, page_rows=2)
+        assert p.total >= 4 and len(p.rows) == 2 and p.page == 1
+        assert runs_page(con, 999, page_rows=2).page == -(-p.total // 2)  # clamped
+        a, b = run_id(con, "stragglers"), run_id(con, "pipeline")
+        c = step_comparison(con, a, b)
+        assert c.a.count == 16 and c.a.median == pytest.approx(17.0)
+        assert sum(c.a.hist) == c.a.count and sum(c.b.hist) == c.b.count
+        assert len(c.edges) == HIST_BINS
+        rows = metric_deltas(analyze_run(con, a), analyze_run(con, b))
+    step = next(r for r in rows if r["metric"] == "steps: step_ms_median")
+    assert step["a"] == pytest.approx(17.0) and step["delta"] == pytest.approx(step["b"] - 17.0)
+
+
+def test_rank_summary_picks_the_slow_rank(tmp_path: Path) -> None:
+    """40 ranks, rank 33 computes 8 ms longer before each all-reduce: it is the outlier."""
+    arrivals = tuple(8.0 if r == 33 else 0.5 * (r % 3) for r in range(40))
+    run = build_run(tmp_path, "stragglers", arrivals_ms=arrivals, end_ms=10, steps=3,
+                    name="many")
+    db = tmp_path / "many.duckdb"
+    ingest([str(p) for p in run.paths], db=str(db), run="many", workers=1)
+    with open_store(db) as con:
+        s = rank_summary(con, run_id(con, "many"))
+    assert len(s.ranks) == 40
+    assert [o.rank for o in s.outliers] == [33]
+    assert s.typical_rank is not None and s.typical_rank != 33
+
+
+def test_finding_without_time_ranges_has_no_window(app_store: Path) -> None:
+    from tracelab.results import Evidence, Finding, Severity
+
+    f = Finding(code="X", severity=Severity.INFO, title="t", evidence=Evidence(ranks=(1, 99)),
+                impact_ms_per_step=None, impact_share=None, suggestion="s", view="nowhere")
+    ctx = _ctx(app_store, "stragglers")
+    t = target(f, ctx)
+    assert t.view == "overview" and t.t0_ms is None and t.ranks == (1,)
