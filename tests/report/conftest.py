@@ -45,6 +45,14 @@ def make_run(name: str, *, step_ms: float = 100.0, steps: int = 20, slowdown: fl
                       values=values, findings=findings, tables={"per_rank": per_rank})
 
 
+@pytest.fixture(autouse=True)
+def _isolated_cwd(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+                  ) -> None:
+    """Run every report test in an empty folder: the CLI reads ./.tracelab-thresholds.yml and
+    ./tracelab.duckdb when present, and the repository's own must not leak into tests."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture
 def make_run_metrics() -> Callable[..., RunMetrics]:
     """Builder of RunMetrics: make_run_metrics(name, slowdown=1.1, steps=20, ...)."""

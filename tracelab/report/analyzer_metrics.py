@@ -173,14 +173,32 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int, kept: set[tuple[int,
         out.values[key] = mv
 
 
+def _union_ms(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) spans (ns in, ms out)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total / 1e6
+
+
 def _stragglers(res: Result, kept: set[tuple[int, int]], out: AnalyzerMetrics) -> None:
-    """Per step: the mean over ranks of each rank's total wait for last arrivers at
-    collectives, as a share of the step (the analyzer's measured step time)."""
+    """Per step: the mean over ranks of the time each rank waited for last arrivers, as a
+    share of the step (the analyzer's measured step time). A rank's waits are the spans
+    [its arrival, the last arrival] of its collectives, merged: gloo runs several bucket
+    all-reduces at once, and summing their waits would count the same wait several times."""
     rows = _kept_rows((x for x in res.tables.get("waits", []) if x.get("step") is not None),
                       kept)
-    per_rank_step: dict[tuple[int, int], float] = defaultdict(float)
+    spans: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
     for x in rows:
-        per_rank_step[(int(x["rank"]), int(x["step"]))] += float(x.get("wait_ms") or 0.0)
+        wait_ns = float(x.get("wait_ms") or 0.0) * 1e6
+        if wait_ns > 0 and x.get("arrival_ns") is not None:
+            a = float(x["arrival_ns"])
+            spans[(int(x["rank"]), int(x["step"]))].append((a, a + wait_ns))
+        else:
+            spans.setdefault((int(x["rank"]), int(x["step"])), [])
+    per_rank_step = {k: _union_ms(v) for k, v in spans.items()}
     mean_wait = _by_step([{"step": s, "w": w} for (_, s), w in per_rank_step.items()], "w",
                          lambda v: float(np.mean(v)))
     step_ms = {int(x["step"]): float(x["step_ms"]) for x in res.tables.get("steps", [])
