@@ -25,7 +25,7 @@ from tracelab.errors import RunNotFoundError
 LOCK_TIMEOUT_S = float(os.environ.get("TRACELAB_APP_LOCK_TIMEOUT_S", "30"))
 
 _config: dict[str, str] = {}
-ANALYSES = AnalysisCache(max_runs=8)
+ANALYSES = AnalysisCache(max_runs=16)
 _contexts: OrderedDict[AnalysisKey, RunContext] = OrderedDict()
 _ctx_lock = threading.Lock()
 

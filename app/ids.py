@@ -60,3 +60,9 @@ CMP_SUMMARY = "compare-summary"
 # Shared
 ERROR = "error-page"
 FINDINGS_PAGE = "findings-page"
+
+# Pages waiting for their analyses (tracelab.app.pending)
+PENDING_BODY = "pending-body"
+PENDING_POLL = "pending-poll"
+PENDING_ARGS = "pending-args"
+PENDING_NOTE = "pending-note"

@@ -7,7 +7,7 @@ from typing import Any
 import dash
 from dash import Input, Output, callback, dcc, html
 
-from tracelab.app import db, ids
+from tracelab.app import db, ids, pending
 from tracelab.app.components import graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, text
@@ -36,6 +36,10 @@ def pickers(names: list[str], a: str | None, b: str | None) -> html.Div:
 @safe_layout("/compare")
 def layout(**kwargs: Any) -> html.Div:
     a_arg, b_arg = text(kwargs, "a"), text(kwargs, "b")
+    if a_arg and b_arg:
+        wait = pending.wait_for("/compare", kwargs, [a_arg, b_arg])
+        if wait is not None:
+            return wait
     with db.cursor() as cur:
         names = run_names(cur)
         if not a_arg or not b_arg:

@@ -7,7 +7,7 @@ from typing import Any
 import dash
 from dash import html
 
-from tracelab.app import db, ids
+from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import text
@@ -20,6 +20,9 @@ MAX_ROWS = 256
 
 @safe_layout("/memory")
 def layout(**kwargs: Any) -> html.Div:
+    wait = pending.wait_for("/memory", kwargs, [text(kwargs, "run")])
+    if wait is not None:
+        return wait
     with db.cursor() as cur:
         run_id, run = db.resolve(cur, text(kwargs, "run"))
         ctx = db.context(cur, run_id)

@@ -7,7 +7,7 @@ from typing import Any
 import dash
 from dash import html
 
-from tracelab.app import db, ids
+from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import text
@@ -29,6 +29,9 @@ def analyzer_errors(errors: dict[str, str]) -> list[Any]:
 
 @safe_layout("/overview")
 def layout(**kwargs: Any) -> html.Div:
+    wait = pending.wait_for("/overview", kwargs, [text(kwargs, "run")])
+    if wait is not None:
+        return wait
     with db.cursor() as cur:
         run_id, run = db.resolve(cur, text(kwargs, "run"))
         ctx = db.context(cur, run_id)

@@ -8,7 +8,7 @@ from typing import Any
 import dash
 from dash import dcc, html
 
-from tracelab.app import db, ids
+from tracelab.app import db, ids, pending
 from tracelab.app.components import graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, integer, text
@@ -34,6 +34,9 @@ METRICS = (
 
 @safe_layout("/pipeline")
 def layout(**kwargs: Any) -> html.Div:
+    wait = pending.wait_for("/pipeline", kwargs, [text(kwargs, "run")])
+    if wait is not None:
+        return wait
     step_arg = integer(kwargs, "step", -1, lo=-1)
     with db.cursor() as cur:
         run_id, run = db.resolve(cur, text(kwargs, "run"))

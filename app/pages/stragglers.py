@@ -7,7 +7,7 @@ from typing import Any
 import dash
 from dash import html
 
-from tracelab.app import db, ids
+from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page, pager, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, integer, text
@@ -34,6 +34,9 @@ ROWS_PER_PAGE = 50
 
 @safe_layout("/stragglers")
 def layout(**kwargs: Any) -> html.Div:
+    wait = pending.wait_for("/stragglers", kwargs, [text(kwargs, "run")])
+    if wait is not None:
+        return wait
     number = integer(kwargs, "page", 1, lo=1)
     rank_page = integer(kwargs, "rpage", 1, lo=1)
     with db.cursor() as cur:

@@ -56,7 +56,45 @@ def route(client: Any, path: str, search: str = "") -> tuple[int, str]:
     return r.status_code, r.get_data(as_text=True)
 
 
-def test_layouts_render_every_view(app_module: Any) -> None:
+@pytest.fixture()
+def analyzed(app_module: Any) -> Any:
+    """Every run of the test store analyzed (cached), as after the server's first visits."""
+    from tracelab.app import db
+
+    with db.cursor() as cur:
+        for name in ("stragglers", "pipeline", "overlap_gloo", "xss"):
+            db.analysis(cur, db.resolve(cur, name)[0])
+    return app_module
+
+
+def test_pages_wait_for_analysis_then_draw(app_module: Any) -> None:
+    """Uncached analyses: the page renders a placeholder at once and polls; the poll callback
+    returns the real page when the background analysis is done."""
+    import time
+
+    import dash
+
+    from tracelab.app import db, ids, pending
+    from tracelab.app.pages import overview
+
+    db.ANALYSES.clear()
+    tree = overview.layout(run="stragglers")
+    assert find_text(tree, "Analyzing stragglers")
+    args = tree.children[-1].data
+    assert args == {"path": "/overview", "kwargs": {"run": "stragglers"}}
+    deadline = time.monotonic() + 120
+    while True:
+        out = pending.poll(1, args)
+        if out is not dash.no_update:
+            break
+        assert time.monotonic() < deadline, "analysis did not finish in 120 s"
+        time.sleep(0.2)
+    assert find_text(out, "Overview of stragglers") and find_text(out, "STRAGGLER_COMPUTE")
+    assert pending.poll(1, {"path": "/elsewhere"}) is dash.no_update
+    assert ids.PENDING_BODY == tree.id
+
+
+def test_layouts_render_every_view(analyzed: Any) -> None:
     from tracelab.app.pages import compare, memory, overview, pipeline, runs, stragglers, timeline
 
     for layout, kwargs, expect in [
@@ -73,10 +111,14 @@ def test_layouts_render_every_view(app_module: Any) -> None:
         assert not find_text(tree, "Something went wrong")
 
 
-def test_newest_run_is_the_default(app_module: Any) -> None:
+def test_newest_run_is_the_default(analyzed: Any) -> None:
+    from tracelab.app import db
     from tracelab.app.pages import overview
 
-    assert find_text(overview.layout(), "Overview of")
+    with db.cursor() as cur:
+        newest = cur.execute("SELECT name FROM runs ORDER BY run_id DESC LIMIT 1").fetchone()[0]
+    tree = overview.layout()
+    assert find_text(tree, f"Overview of {newest}") or find_text(tree, f"Analyzing {newest}")
 
 
 @pytest.mark.parametrize("page,kwargs,message", [
@@ -91,7 +133,7 @@ def test_newest_run_is_the_default(app_module: Any) -> None:
     ("runs", {"page": "two"}, "whole number"),
     ("compare", {"a": "stragglers", "b": "nope"}, "no run named"),
 ])
-def test_bad_parameters_give_a_friendly_page(app_module: Any, page: str,
+def test_bad_parameters_give_a_friendly_page(analyzed: Any, page: str,
                                               kwargs: dict[str, str], message: str) -> None:
     import importlib
 
@@ -173,8 +215,8 @@ def test_xss_probe_is_escaped_in_figures(app_module: Any) -> None:
     assert any("&lt;img" in t for t in ticks)
 
 
-def test_http_routing_never_shows_a_traceback(app_module: Any) -> None:
-    client = app_module.server.test_client()
+def test_http_routing_never_shows_a_traceback(analyzed: Any) -> None:
+    client = analyzed.server.test_client()
     assert client.get("/").status_code == 200
     for path, search, expect in [
         ("/overview", "?run=stragglers", "Overview of stragglers"),
