@@ -10,8 +10,11 @@ compare them by identity) and leaves Dynamo's rewriting of `dist.*` calls untouc
 Each wrapper notes the host enqueue time, then starts the op, then returns a `TimedWork`: a
 `dist.Work` that forwards everything to the real work and notes the end when it is waited on.
 
-- gloo (CPU): start = host clock just before the op is issued; end = the earliest of the work's
-  future completing (collectives) and the waiting call returning (p2p has no future).
+- gloo (CPU): start = host clock just before the op is issued; end = host clock when the
+  waiting call returns. Synchronous calls wait at once, so that is the completion; for
+  async_op=True / isend / irecv it is when the caller waited (an upper bound). A future
+  callback would be exact but runs Python on gloo's worker thread, and the GIL hand-off cost
+  ~20 us per op here, four times the rest of the hook.
 - NCCL (CUDA tensors): start = a CUDA event recorded on the current stream before the op (the
   collective's stream waits on that point); end = an event recorded on the current stream after
   the waiter's `wait()`, which makes that stream wait for the collective. No host
@@ -25,7 +28,6 @@ Flight Recorder covers them (see flight_recorder.py).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 from tracelab.collectors.records import P2P_OPS, CollectiveRecord
-from tracelab.collectors.timed_work import TimedWork, nbytes, tensor_dtype, wall_ns_of
+from tracelab.collectors.timed_work import TimedWork, describe, dtype_name, wall_ns_of
 
 log = logging.getLogger("tracelab.collectors")
 
@@ -87,7 +89,6 @@ class CommTimer:
         self._excluded: set[int] = set()
         self._coalescing: dict[int, list[CollectiveRecord]] = {}
         self._anchor: tuple[int, Any, int] | None = None  # (device index, event, wall ns)
-        self._lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -128,8 +129,7 @@ class CommTimer:
         for rec in self._pending_cuda:
             self._resolve(rec, block=True)
         self._pending_cuda = []
-        with self._lock:
-            out, self._records = self._records, []
+        out, self._records = self._records, []
         return out
 
     # -- the hooks ---------------------------------------------------------------------------
@@ -178,14 +178,14 @@ class CommTimer:
         try:
             enqueue = time.time_ns()
             pg_name, pg_desc, ranks = self._group(pg)
-            inp = args[in_idx] if in_idx is not None and in_idx < len(args) else None
-            out = args[out_idx] if out_idx is not None and out_idx < len(args) else None
+            in_bytes, first = _side(args, in_idx)
+            out_bytes, first_out = _side(args, out_idx)
+            if first is None:
+                first = first_out
             rec = CollectiveRecord(
                 op=op, pg_name=pg_name, pg_desc=pg_desc, pg_ranks=ranks,
                 group_size=len(ranks) if ranks is not None else pg.size(),
-                in_bytes=nbytes(inp) if in_idx is not None else 0,
-                out_bytes=nbytes(out) if out_idx is not None else 0,
-                dtype=tensor_dtype(inp) or tensor_dtype(out),
+                in_bytes=in_bytes, out_bytes=out_bytes, dtype=dtype_name(first),
                 enqueue_ns=enqueue, step=self.step, window=self.window,
             )
             if op in P2P_OPS:
@@ -193,9 +193,6 @@ class CommTimer:
             else:
                 self._seq[pg_name] = self._seq.get(pg_name, 0) + 1
                 rec.seq = self._seq[pg_name]
-            first = _first_tensor(inp)
-            if first is None:
-                first = _first_tensor(out)
             if first is not None and first.is_cuda and self._anchor is not None \
                     and first.device.index == self._anchor[0]:
                 start = torch.cuda.Event(enable_timing=True)
@@ -203,8 +200,7 @@ class CommTimer:
                 rec.cuda_events = [start, None]
             else:
                 rec.start_ns = time.time_ns()
-            with self._lock:
-                self._records.append(rec)
+            self._records.append(rec)  # list.append is atomic: no lock on the hot path
             coalesced = self._coalescing.get(id(pg))
             if coalesced is not None:
                 coalesced.append(rec)
@@ -220,8 +216,6 @@ class CommTimer:
                 return work
             if rec.cuda_events is not None:
                 self._pending_cuda.append(rec)
-            elif rec.op not in P2P_OPS:
-                _end_on_future(rec, work)
             return TimedWork(work, [rec], self)
         except Exception as exc:
             self._on_error(exc)
@@ -282,30 +276,13 @@ class CommTimer:
         return True
 
 
-def _first_tensor(x: Any) -> torch.Tensor | None:
-    if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, (list, tuple)):
-        for item in x:
-            t = _first_tensor(item)
-            if t is not None:
-                return t
-    return None
-
-
-def _end_on_future(rec: CollectiveRecord, work: Any) -> None:
-    """gloo collectives complete a future on the worker thread: the truest end we can get."""
-    try:
-        fut = work.get_future()
-    except Exception:
-        return  # gloo send/recv have no future; the waiter marks the end
-
-    def done(_: Any) -> None:
-        now = time.time_ns()
-        if rec.end_ns is None or now < rec.end_ns:
-            rec.end_ns = now
-
-    fut.add_done_callback(done)
+def _side(args: tuple[Any, ...], index: int | None) -> tuple[int | None, Any]:
+    """(bytes, first tensor) of one direction of an op: 0 when nothing moves that way."""
+    if index is None:
+        return 0, None
+    if index >= len(args):
+        return None, None
+    return describe(args[index])
 
 
 def _cuda_anchor() -> tuple[int, Any, int] | None:

@@ -82,14 +82,13 @@ class Profile:
 
     def step(self) -> None:
         """Mark the end of one training step (like torch.profiler.profile.step)."""
-        if not self._live:
-            self.step_num += 1
-            return
-        try:
-            self._step()
-        except Exception as exc:
-            self._fail(exc)
-            self.step_num += 1
+        current = self.step_num
+        if self._live:
+            try:
+                self._step(current)
+            except Exception as exc:
+                self._fail(exc)
+        self.step_num = current + 1
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -150,47 +149,69 @@ class Profile:
             log.warning("tracelab: the Flight Recorder is not armed, so collectives issued from "
                         "C++ (the DDP reducer, functional collectives) are not captured. Call "
                         "tracelab.collectors.arm_flight_recorder() before init_process_group.")
-        activities = [ProfilerActivity.CPU]
-        if self.device.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        self._prof = torch.profiler.profile(
-            activities=activities, schedule=lambda s: _TORCH_ACTIONS[cfg.action(s)],
-            on_trace_ready=self._on_trace_ready, record_shapes=cfg.record_shapes,
-            profile_memory=cfg.profile_memory, with_stack=cfg.with_stack)
         self._live = True
         first = cfg.action(0)
         if first in ACTIVE:
             self._exchange_clocks("window_start")
-        self._prof.__enter__()
+            self._start_torch(0)
         if first in RECORDING:
             self._open_window()
-        if first in RECORDING:
             self._begin_step()
 
-    def _step(self) -> None:
+    def _step(self, current: int) -> None:
         cfg = self.config
-        cur, nxt = cfg.action(self.step_num), cfg.action(self.step_num + 1)
+        cur, nxt = cfg.action(current), cfg.action(current + 1)
+        if cur == "none" and nxt == "none":
+            return  # between windows: nothing runs, not even torch.profiler
         if cur in RECORDING:
             self._end_step()
         if cur == "record_and_save":
             self._close_window()
-        if cur not in ACTIVE and nxt in ACTIVE:
+        if self._prof is None:  # a window (its warm-up or its first step) starts
+            self.step_num = current + 1
             self._exchange_clocks("window_start")
-        self._in_torch = True
-        try:
-            self._prof.step()
-        finally:
-            self._in_torch = False
-        self.step_num += 1
-        if not self._live:  # failed inside torch's callback: stop now that torch is done
-            self._stop_profiler()
-            return
+            self._start_torch(current + 1)
+        else:
+            self._in_torch = True
+            try:
+                self._prof.step()
+            finally:
+                self._in_torch = False
+            self.step_num = current + 1
+            if not self._live:  # failed inside torch's callback: stop now that torch is done
+                self._stop_profiler()
+                return
         if cur == "record_and_save":
             self._finish_window(exchange=True)
-        if nxt in RECORDING and (cur not in RECORDING or cur == "record_and_save"):
+        if nxt == "none":
+            self._stop_profiler()  # idle until the next window
+        elif nxt in RECORDING and cur != "record":
             self._open_window()
         if nxt in RECORDING:
             self._begin_step()
+
+    def _start_torch(self, step: int) -> None:
+        """A torch.profiler for one window, started at `step` with torch's own step numbering
+        (its `ProfilerStep#N` annotations carry the global step number)."""
+        cfg = self.config
+        activities = [ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        prof = torch.profiler.profile(
+            activities=activities, schedule=lambda s: _TORCH_ACTIONS[cfg.action(s)],
+            on_trace_ready=self._on_trace_ready, record_shapes=cfg.record_shapes,
+            profile_memory=cfg.profile_memory, with_stack=cfg.with_stack)
+        action = _TORCH_ACTIONS[cfg.action(step)]
+        prof.step_num = step
+        prof.current_action = action
+        if hasattr(prof, "_prev_schedule_action"):
+            prof._prev_schedule_action = action
+        self._prof = prof
+        self._in_torch = True
+        try:
+            prof.__enter__()
+        finally:
+            self._in_torch = False
 
     def _stop(self, clean: bool) -> None:
         """Exit inside or outside a window: flush what there is."""
@@ -198,15 +219,14 @@ class Profile:
         if recording:
             self._end_step()
             self._close_window()
-        self._in_torch = True
-        try:
-            self._prof.__exit__(None, None, None)  # exports a partial window's trace
-        finally:
-            self._in_torch = False
-        if not self._live:  # the export failed: torch's profiler is stopped already
+        if self._prof is not None:
+            self._in_torch = True
+            try:
+                self._prof.__exit__(None, None, None)  # exports a partial window's trace
+            finally:
+                self._in_torch = False
             self._prof = None
-            return
-        if recording:
+        if recording and self._live:
             self._finish_window(exchange=clean)
 
     # -- windows -------------------------------------------------------------------------------

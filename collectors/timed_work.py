@@ -91,27 +91,35 @@ class TimedWork(dist.Work):
         return self._inner.boxed()
 
 
-def nbytes(x: Any) -> int | None:
-    """Bytes of a tensor or a (nested) list of tensors; None when `x` holds no tensor."""
+def describe(x: Any) -> tuple[int | None, torch.Tensor | None]:
+    """(bytes, first tensor) of a tensor or a (nested) list of tensors, in one pass; bytes is
+    None when `x` holds no tensor at all (an empty list holds 0 bytes)."""
     if isinstance(x, torch.Tensor):
-        return int(x.numel() * x.element_size())
+        return x.nbytes, x
     if isinstance(x, (list, tuple)):
-        sizes = [nbytes(item) for item in x]
-        known = [s for s in sizes if s is not None]
-        return sum(known) if known or not sizes else None
-    return None
-
-
-def tensor_dtype(x: Any) -> str | None:
-    """'float32' for the first tensor found in `x`."""
-    if isinstance(x, torch.Tensor):
-        return str(x.dtype).removeprefix("torch.")
-    if isinstance(x, (list, tuple)):
+        total, first, seen = 0, None, not x
         for item in x:
-            found = tensor_dtype(item)
-            if found is not None:
-                return found
-    return None
+            n, t = describe(item)
+            if n is not None:
+                total += n
+                seen = True
+            if first is None:
+                first = t
+        return (total if seen else None), first
+    return None, None
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def dtype_name(t: torch.Tensor | None) -> str | None:
+    """'float32' for a float32 tensor (cached: this runs on every hooked op)."""
+    if t is None:
+        return None
+    name = _DTYPE_NAMES.get(t.dtype)
+    if name is None:
+        name = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
+    return name
 
 
 def wall_ns_of(anchor: tuple[int, Any, int], event: Any) -> int:
