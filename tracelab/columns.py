@@ -34,19 +34,28 @@ _IDS_DECODER = msgspec.json.Decoder(list[_Ids | None])
 _EMPTY_IDS = _Ids()
 
 
-def ints_or_nulls(values: list[Any]) -> pa.Array:
-    """An int64 column from Kineto pid/tid values; non-integers (e.g. 'Spans') become NULL."""
-    try:
-        return pa.array(values, pa.int64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return pa.array([v if type(v) is int else None for v in values], pa.int64())
+_NOT_INT = np.iinfo(np.int64).min
 
 
-def lane_labels(pids: list[Any], tids: list[Any]) -> pa.Array:
-    """'pid/tid' text for events whose pid or tid is not an integer, else NULL."""
-    return pa.array(
-        [None if type(p) is int and type(t) is int else f"{p}/{t}" for p, t in zip(pids, tids)],
-        pa.string(),
+def _ints(values: list[Any]) -> np.ndarray:
+    return np.fromiter(
+        (v if type(v) is int else _NOT_INT for v in values), dtype=np.int64, count=len(values)
+    )
+
+
+def lane_columns(pids: list[Any], tids: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """pid and tid as int64 (NULL where the trace wrote text, e.g. 'Spans'), and a 'pid/tid'
+    label for exactly those events."""
+    pid = _ints(pids)
+    tid = _ints(tids)
+    odd = np.flatnonzero((pid == _NOT_INT) | (tid == _NOT_INT))
+    labels: list[str | None] = [None] * len(pids)
+    for i in odd.tolist():
+        labels[i] = f"{pids[i]}/{tids[i]}"
+    return (
+        pa.array(pid, mask=pid == _NOT_INT),
+        pa.array(tid, mask=tid == _NOT_INT),
+        pa.array(labels, pa.string()) if len(odd) else pa.nulls(len(pids), pa.string()),
     )
 
 

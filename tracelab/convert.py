@@ -277,7 +277,17 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     except msgspec.DecodeError as exc:
         raise _decode_error(path, exc) from exc
 
-    xs = [e for e in events if e.ph == "X"]
+    xs: list[_Event] = []
+    mem: list[_Event] = []
+    lanes: list[_Event] = []
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            xs.append(e)
+        elif ph == "M":
+            lanes.append(e)
+        elif (ph == "i" or ph == "I") and e.name == "[memory]":
+            mem.append(e)
     if not xs:
         raise TraceFormatError(
             f"the trace holds no complete ('X') events ({len(events)} events in all): it is "
@@ -321,7 +331,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     cat_arr = pa.array(list(map(attrgetter("cat"), xs)), pa.string())
     name_arr = pa.array(list(map(attrgetter("name"), xs)), pa.string())
     category, on_device = columns.classify_columns(cat_arr, name_arr)
-    tid_col = columns.ints_or_nulls(tids)
+    pid_col, tid_col, label_col = columns.lane_columns(pids, tids)
     raw_args = [bytes(e.args) for e in xs]
     stream, correlation, external_id = columns.id_columns(raw_args, cat_arr, on_device, tid_col)
     try:
@@ -339,9 +349,9 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
             pa.array(np.arange(len(xs), dtype=np.int64)),
             cat_arr,
             name_arr,
-            columns.ints_or_nulls(pids),
+            pid_col,
             tid_col,
-            columns.lane_labels(pids, tids),
+            label_col,
             pa.array(ts_ns),
             pa.array(dur_ns),
             category,
@@ -355,10 +365,13 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
         schema=EVENTS_SCHEMA,
     ).sort_by([("ts_ns", "ascending")])
     del pids, tids
-    mem = [e for e in events if e.ph in ("i", "I") and e.name == "[memory]"]
-    lanes = [e for e in events if e.ph == "M"]
     out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, out / "events.parquet", compression="snappy", row_group_size=1 << 20)
+    pq.write_table(
+        table, out / "events.parquet", compression="snappy", row_group_size=1 << 20,
+        # Dictionary-encode only the repetitive text; args are mostly unique.
+        use_dictionary=["cat", "name", "category", "lane_label"],
+        write_statistics=["idx", "ts_ns", "dur_ns", "step"],
+    )
     _write_memory(mem, base_ns, steps, out / "memory.parquet")
     _write_steps(steps, ts_ns + dur_ns, device_np, step, out / "steps.parquet")
     _write_lanes(lanes, out / "lanes.parquet")
