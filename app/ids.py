@@ -28,6 +28,8 @@ TL_CATS = "timeline-categories"
 TL_APPLY = "timeline-apply"
 TL_RESET = "timeline-reset"
 TL_STATE = "timeline-state"
+#: The x-range the plot shows after a zoom (written in the browser from the plot itself).
+TL_VIEW = "timeline-view"
 #: The query string the timeline wants in the address bar (a clientside callback writes it).
 TL_URL = "timeline-url"
 TL_URL_SINK = "timeline-url-sink"

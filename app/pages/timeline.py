@@ -73,9 +73,7 @@ def render(run: str | None, req: TimelineRequest) -> tuple[dict[str, Any], str, 
             return fig, status, state, query_of(state)
         data = timeline(cur, ctx, req)
     fig = timeline_figure(data)
-    state = state_of(name, TimelineRequest(
-        t0_ms=req.t0_ms, t1_ms=req.t1_ms, ranks=req.ranks, steps=req.steps,
-        categories=req.categories))
+    state = {**state_of(name, req), "shown": [data.t0_ms, data.t1_ms]}
     return fig, timeline_status(data), state, query_of(state)
 
 
@@ -109,6 +107,7 @@ def layout(**kwargs: Any) -> html.Div:
         controls(req),
         html.Div(status, id=ids.TL_STATUS, className="status"),
         dcc.Store(id=ids.TL_STATE, data=state),
+        dcc.Store(id=ids.TL_VIEW),
         *url_sync(ids.TL_URL, ids.TL_URL_SINK),
         dcc.Loading(graph(ids.TL_GRAPH, fig, scrollZoom=True), type="dot", delay_show=300),
         html.H2("Event details"),
@@ -146,7 +145,7 @@ def update(trigger: str | None, relayout: dict[str, Any] | None, state: dict[str
         "steps": ",".join(map(str, state.get("steps") or [])),
         "cats": ",".join(state.get("cats") or []),
     }
-    if trigger == ids.TL_GRAPH:
+    if trigger in (ids.TL_GRAPH, ids.TL_VIEW):
         window = zoom_window(relayout)
         if window is None:
             return no, no, no, no
@@ -205,12 +204,37 @@ def detail(click: dict[str, Any] | None, state: dict[str, Any] | None) -> Any:
 callback(
     Output(ids.TL_GRAPH, "figure"), Output(ids.TL_STATUS, "children"),
     Output(ids.TL_STATE, "data"), Output(ids.TL_URL, "data"),
-    Input(ids.TL_GRAPH, "relayoutData"), Input(ids.TL_APPLY, "n_clicks"),
+    Input(ids.TL_VIEW, "data"), Input(ids.TL_APPLY, "n_clicks"),
     Input(ids.TL_RESET, "n_clicks"),
     State(ids.TL_STATE, "data"), State(ids.TL_RANKS, "value"), State(ids.TL_STEPS, "value"),
     State(ids.TL_CATS, "value"),
     prevent_initial_call=True,
 )(_update_cb)
+#: Plotly's relayout events race: the graph's own autosize event right after it mounts can replace
+#: a zoom in relayoutData before Dash sends it. So the browser reads the range the plot actually
+#: shows, and asks the server only when it differs from the window last drawn.
+dash.clientside_callback(
+    """
+    function(relayout, state) {
+        const nu = window.dash_clientside.no_update;
+        if (!relayout || !state || !state.shown) return nu;
+        if (relayout['xaxis.autorange']) {
+            return state.t0 === null && state.t1 === null ? nu : {'xaxis.autorange': true};
+        }
+        const host = document.getElementById('%s');
+        const gd = host && (host.classList.contains('js-plotly-plot') ? host
+                            : host.querySelector('.js-plotly-plot'));
+        if (!gd || !gd._fullLayout || !gd._fullLayout.xaxis) return nu;
+        const r = gd._fullLayout.xaxis.range.map(Number);
+        const span = Math.abs(state.shown[1] - state.shown[0]) || 1;
+        if (Math.abs(r[0] - state.shown[0]) < 1e-6 * span &&
+            Math.abs(r[1] - state.shown[1]) < 1e-6 * span) return nu;
+        return {'xaxis.range[0]': r[0], 'xaxis.range[1]': r[1]};
+    }
+    """ % ids.TL_GRAPH,
+    Output(ids.TL_VIEW, "data"), Input(ids.TL_GRAPH, "relayoutData"), State(ids.TL_STATE, "data"),
+    prevent_initial_call=True,
+)
 register_url_sync(ids.TL_URL, ids.TL_URL_SINK)
 callback(Output(ids.TL_DETAIL, "children"), Input(ids.TL_GRAPH, "clickData"),
          State(ids.TL_STATE, "data"), prevent_initial_call=True)(detail)
