@@ -170,10 +170,6 @@ def _sampled_row(
     delta = _delta(base, cand, kind)
     row |= dict(baseline=base, candidate=cand, delta=delta, delta_kind=kind,
                 n_baseline=xb.size, n_candidate=xc.size)
-    if min(xb.size, xc.size) < s.min_steps:
-        return Comparison(**row, verdict=Verdict.WARN if t.gated else Verdict.INFO,
-                          reason=f"too few steps to judge ({xb.size} vs {xc.size}, fewer than "
-                                 f"{s.min_steps} a side): profile more active steps")
     bad: Alternative = "greater" if t.direction > 0 else "less"
     good: Alternative = "less" if t.direction > 0 else "greater"
     p_bad = mann_whitney_u(xc, xb, alternative=bad).p_value
@@ -187,6 +183,10 @@ def _sampled_row(
                                    seed=s.seed)
         ci_low, ci_high = ci.low * 100.0, ci.high * 100.0
     row |= dict(ci_low=ci_low, ci_high=ci_high, p_value=p_bad)
+    if min(xb.size, xc.size) < s.min_steps:  # shown, not judged
+        return Comparison(**row, verdict=Verdict.WARN if t.gated else Verdict.INFO,
+                          reason=f"too few steps to judge ({xb.size} vs {xc.size}, fewer than "
+                                 f"{s.min_steps} a side): profile more active steps")
     if not t.gated:
         return Comparison(**row, verdict=Verdict.INFO, reason=off)
     beyond_bad, beyond_good = _beyond(delta, t, t.direction), _beyond(delta, t, -t.direction)
@@ -281,6 +281,12 @@ def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ReportSetting
                        key=lambda f: (-int(f.severity), f.code)))
     resolved = tuple(f for f in baseline.findings if _finding_key(f) not in cand_keys)
     warnings = [f"{r.label}: {r.reason}" for r in rows if r.verdict is Verdict.WARN]
+    b_run, c_run = baseline.run, candidate.run
+    if (b_run.ranks, b_run.world_size) != (c_run.ranks, c_run.world_size):
+        warnings.insert(0, f"the runs differ in shape: baseline {b_run.ranks} rank(s) of "
+                           f"{b_run.world_size or '?'}, candidate {c_run.ranks} of "
+                           f"{c_run.world_size or '?'}; per-rank and per-stage metrics may not "
+                           "be comparable")
     warnings += [f"baseline: {n}" for n in baseline.notes]
     warnings += [f"candidate: {n}" for n in candidate.notes]
     return Report(baseline=baseline, candidate=candidate, rows=tuple(rows), new_findings=new,

@@ -1,0 +1,41 @@
+"""The report on real GPU traces (HTA's test data in ../shared, read in place, never copied)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tracelab.cli import main
+
+
+def _report(tmp_path: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    out = tmp_path / "r.json"
+    rc = main(["report", *args, "--format", "json", "--out", str(out)])
+    return rc, json.loads(out.read_text())
+
+
+def test_two_gpu_traces_of_different_jobs(hta_traces: Path, tmp_path: Path) -> None:
+    """trace_diff: one rank of an 8-rank job against one rank of a 2-rank job, 6 steps each."""
+    rc, data = _report(tmp_path, "--baseline", str(hta_traces / "trace_diff" / "control"),
+                       "--candidate", str(hta_traces / "trace_diff" / "test"))
+    assert rc == 0  # 5 steps a side after warm-up: shown, not judged
+    assert data["verdict"] == "warn"
+    assert data["warnings"][0].startswith("the runs differ in shape: baseline 1 rank(s) of 8")
+    step = next(m for m in data["metrics"] if m["key"] == "step_time")
+    assert (step["n_baseline"], step["n_candidate"]) == (5, 5)
+    assert step["verdict"] == "warn" and step["delta"] > 1.0
+    assert step["ci_low"] is not None  # computed and shown even when not judged
+    ops = [m for m in data["metrics"] if m["metric"] == "op_time"]
+    assert len(ops) == 10 and all(m["label"].startswith("kernel ") for m in ops)
+    assert any("ncclKernel_AllReduce" in m["key"] for m in ops)
+
+
+def test_same_gpu_trace_twice_passes(hta_traces: Path, tmp_path: Path) -> None:
+    trace = str(hta_traces / "trace_diff" / "control")
+    rc, data = _report(tmp_path, "--baseline", trace, "--candidate", trace, "--min-steps", "5")
+    assert rc == 0 and data["verdict"] == "pass"
+    for m in data["metrics"]:
+        assert m["delta"] == pytest.approx(0.0, abs=1e-12), m
+        assert m["verdict"] in ("pass", "info"), m
