@@ -48,6 +48,7 @@ def profile(
     profile_memory: bool = False,
     with_stack: bool = False,
     control_timeout_s: float = 30.0,
+    convert: bool = False,
 ) -> Profile:
     """Profile a training loop on every rank; call `.step()` once per training step.
 
@@ -65,7 +66,8 @@ def profile(
     `memory_snapshot` (CUDA allocator snapshot of the first recorded step), `clock_sync`
     (offsets to rank 0). `record_shapes`, `profile_memory` and `with_stack` go to
     torch.profiler. `control_timeout_s` bounds every wait on other ranks for tracelab's own
-    messages.
+    messages. `convert` turns each window's trace into tracelab's columnar form in a child
+    process on the rank's own node, so that `tracelab ingest` only registers it.
 
     Disabled (`enabled=False` or TRACELAB_DISABLE=1) it is a no-op. Internal errors are logged
     once and switch the collector off; the training loop never sees them.
@@ -77,6 +79,6 @@ def profile(
         device=device, comm_timing=comm_timing, flight_recorder=flight_recorder, memory=memory,
         memory_snapshot=memory_snapshot, clock_sync=clock_sync, record_shapes=record_shapes,
         profile_memory=profile_memory, with_stack=with_stack,
-        control_timeout_s=control_timeout_s,
+        control_timeout_s=control_timeout_s, convert=convert,
     )
     return Profile(config)

@@ -56,6 +56,7 @@ class ProfileConfig:
     profile_memory: bool = False
     with_stack: bool = False
     control_timeout_s: float = 30.0
+    convert: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dir", Path(self.dir))

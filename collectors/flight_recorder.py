@@ -181,6 +181,29 @@ def entry_record(
     )
 
 
+def window_records(
+    records: list[CollectiveRecord], *, start_ns: int, end_ns: int, window: int,
+    exclude_pgs: list[str], groups: dict[str, list[int]], step_of: Callable[[int], int | None],
+    gloo_events: list[tuple[str, int, int]], rank: int,
+) -> list[CollectiveRecord]:
+    """The window's Flight Recorder rows: dump, keep the window, pair with the hooked
+    `records` (which take FR's seq), time what gloo's trace events allow."""
+    data = dump()
+    if data is None:
+        return []
+    entries = window_entries(data, start_ns, end_ns, exclude_pgs)
+    leftover, failed = reconcile(records, entries)
+    if failed:
+        log.warning("tracelab: rank %d window %d: hooked collectives on group(s) %s could not "
+                    "be paired with Flight Recorder entries; their seq is left null.",
+                    rank, window, failed)
+    pairs = [(entry_record(e, groups=groups, step_of=step_of, window=window), e)
+             for e in leftover]
+    if gloo_events:
+        fill_gloo_times(pairs, entries, gloo_events)
+    return [rec for rec, _ in pairs]
+
+
 def fill_gloo_times(
     records: list[tuple[CollectiveRecord, dict[str, Any]]],
     window_entries_: list[dict[str, Any]],

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerAction, ProfilerActivity
 from tracelab.collectors import flight_recorder as fr
 from tracelab.collectors import manifest as mf
+from tracelab.collectors.background import BackgroundConverter
 from tracelab.collectors.clocks import ClockSync, control_group
 from tracelab.collectors.comm_timing import CommTimer
 from tracelab.collectors.config import ACTIVE, RECORDING, ProfileConfig, disabled_by_env
@@ -69,6 +70,7 @@ class Profile:
         self._step_start_ns = 0
         self._n_records = 0
         self._in_torch = False
+        self._converter: BackgroundConverter | None = None
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -93,9 +95,9 @@ class Profile:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         if not self._started:
-            return False
+            return
         clean = exc_type is None
         try:
             if self._live:
@@ -107,7 +109,6 @@ class Profile:
         except Exception as err:
             self._fail(err)
         self._live = False
-        return False
 
     @property
     def root(self) -> Path:
@@ -134,6 +135,8 @@ class Profile:
             self._parallelism, self._coords = mf.parallelism_from_user(
                 cfg.parallelism, cfg.coords, cfg.pp_stage)
         self._pipeline, self._rank_stages = mf.pipeline_info(cfg.pipeline)
+        if cfg.convert:
+            self._converter = BackgroundConverter()
         self._group = control_group(cfg.control_timeout_s) if distributed else None
         if cfg.clock_sync and distributed:
             self._clock = ClockSync(group=self._group, rank=self.rank, world_size=self.world_size)
@@ -201,7 +204,7 @@ class Profile:
             activities=activities, schedule=lambda s: _TORCH_ACTIONS[cfg.action(s)],
             on_trace_ready=self._on_trace_ready, record_shapes=cfg.record_shapes,
             profile_memory=cfg.profile_memory, with_stack=cfg.with_stack)
-        action = _TORCH_ACTIONS[cfg.action(step)]
+        action: Any = _TORCH_ACTIONS[cfg.action(step)]
         prof.step_num = step
         prof.current_action = action
         if hasattr(prof, "_prev_schedule_action"):
@@ -271,6 +274,8 @@ class Profile:
             name = f"window-{window['index']}.pt.trace.json.gz"
             prof.export_chrome_trace(str(self.rank_dir / name))
             window["trace"] = f"{self.rank_dir.name}/{name}"
+            if self._converter is not None:
+                self._converter.submit(self.rank_dir / name)
             if self._fr_on:
                 self._gloo_events = [
                     (e.name(), int(e.start_ns()), int(e.duration_ns()))
@@ -300,22 +305,12 @@ class Profile:
     def _flight_recorder_records(
         self, window: dict[str, Any], records: list[CollectiveRecord]
     ) -> list[CollectiveRecord]:
-        data = fr.dump()
-        if data is None:
-            return []
         excluded = [str(self._group.group_name)] if self._group is not None else []
-        entries = fr.window_entries(data, window["start_ns"], window["end_ns"], excluded)
-        leftover, failed = fr.reconcile(records, entries)
-        if failed:
-            log.warning("tracelab: rank %d window %d: hooked collectives on group(s) %s could not "
-                        "be paired with Flight Recorder entries; their seq is left null.",
-                        self.rank, window["index"], failed)
         groups = {g["pg_name"]: g["ranks"] for g in mf.process_groups(self._group)}
-        pairs = [(fr.entry_record(e, groups=groups, step_of=self._step_of,
-                                  window=window["index"]), e) for e in leftover]
-        if self._gloo_events:
-            fr.fill_gloo_times(pairs, entries, self._gloo_events)
-        return [rec for rec, _ in pairs]
+        return fr.window_records(
+            records, start_ns=window["start_ns"], end_ns=window["end_ns"], window=window["index"],
+            exclude_pgs=excluded, groups=groups, step_of=self._step_of,
+            gloo_events=self._gloo_events, rank=self.rank)
 
     def _step_of(self, ts_ns: int) -> int | None:
         starts = [s for s, _ in self._step_spans]
@@ -357,6 +352,10 @@ class Profile:
         }
 
     def _write_metadata(self, clean: bool) -> None:
+        if self._memory is not None:
+            self._memory.close()
+        if self._converter is not None:
+            self._converter.wait(timeout_s=600)
         entry = self._rank_entry()
         mf.write_json(self.rank_dir / mf.RANK_FILE, entry)
         gathered: list[Any] | None = None

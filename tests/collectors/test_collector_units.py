@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-
 from tracelab.collectors import flight_recorder as fr
 from tracelab.collectors import manifest as mf
 from tracelab.collectors.records import CollectiveRecord, op_from_profiling_name

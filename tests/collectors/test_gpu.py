@@ -79,7 +79,7 @@ def test_memory_snapshot_of_the_first_step(gpu_capture: Any) -> None:
     rel = gpu_capture.ranks[0]["memory_snapshot"]
     assert rel and rel.endswith("memory-snapshot-step-1.pickle")
     with open(gpu_capture.root / rel, "rb") as fh:
-        snapshot = pickle.load(fh)  # noqa: S301 - written by this test's own run
+        snapshot = pickle.load(fh)
     assert "segments" in snapshot
 
 

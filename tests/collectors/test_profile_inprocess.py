@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroup
 from torch._C._autograd import _profiler_enabled as _is_profiler_enabled
+from torch._C._distributed_c10d import ProcessGroup
 from torch.profiler import ProfilerAction
-
-import tracelab
 from tracelab.collectors import DISABLE_ENV, ProfileConfig
 from tracelab.collectors.comm_timing import _METHODS
+
+import tracelab
 from tracelab.errors import UsageError
 
 
@@ -52,7 +52,7 @@ def test_schedule_matches_torch(kwargs: dict[str, Any], torch_kwargs: dict[str, 
     [
         ({}, "say which steps"),
         ({"steps": range(3, 5), "active": 2}, "not both"),
-        ({"steps": range(0, 3)}, "starts before warmup"),
+        ({"steps": range(3)}, "starts before warmup"),
         ({"steps": range(5, 10, 2)}, "consecutive"),
         ({"active": 0}, "active must be"),
         ({"active": 2, "wait": -1}, "wait must be"),
@@ -176,3 +176,15 @@ def test_torch_compile_fullgraph_inside_a_window(world1: Any, tmp_path: Path) ->
             prof.step()
     assert torch.equal(out, torch.full((4,), 3.0))
     assert prof.error is None
+
+
+def test_convert_in_a_child_process(world1: Any, tmp_path: Path) -> None:
+    from tracelab.convert import converted_dir, load_converted
+
+    out = tmp_path / "run"
+    with tracelab.profile(out, steps=range(1, 3), convert=True) as prof:
+        _loop(prof, 4, [])
+    trace = out / "rank-0" / "window-0.pt.trace.json.gz"
+    assert (converted_dir(trace) / "events.parquet").is_file()
+    info = load_converted(trace)  # what `tracelab ingest` registers instead of parsing
+    assert info is not None and info.rank == 0 and info.event_count > 0

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-
 pytestmark = pytest.mark.torchrun
 
 HERE = Path(__file__).resolve().parent

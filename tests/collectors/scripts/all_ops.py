@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tracelab.collectors import arm_flight_recorder
 
 import tracelab
-from tracelab.collectors import arm_flight_recorder
 
 
 def main() -> None:
