@@ -4,8 +4,8 @@ On CUDA the caching allocator's peak counters are read and reset at every active
 they are host-side counters, so this adds no device synchronization. On every rank the process's
 peak resident set of the step is read from /proc (VmHWM, reset through /proc/self/clear_refs
 where the kernel allows it; otherwise the current RSS at the step's end is all we have, and
-`rss_is_peak` says so). About 20 us per recorded step in all. A trace's own `[memory]` events only see allocations made after
-profiling started, so these peaks are the true ones.
+`rss_is_peak` says so). About 20 us per recorded step in all. A trace's own `[memory]` events
+only see allocations made after profiling started, so these peaks are the true ones.
 """
 
 from __future__ import annotations
