@@ -60,6 +60,7 @@ class MemoryTracker:
             "device_id": self.device.index if self.device.type == "cuda" else None,
             "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "rss_bytes": self._read_status(_HWM if self.rss_is_peak else _RSS),
+            "rss_is_peak": self.rss_is_peak,
         }
         if self._cuda:
             entry["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
