@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import duckdb
 
@@ -20,6 +21,8 @@ from tracelab.store import open_store
 from tracelab.views._run import RunContext, run_context
 from tracelab.views.analysis import Analysis, AnalysisCache, AnalysisKey, run_key
 from tracelab.errors import RunNotFoundError
+
+T = TypeVar("T")
 
 #: How long a request waits for an ingest to release the store, in seconds.
 LOCK_TIMEOUT_S = float(os.environ.get("TRACELAB_APP_LOCK_TIMEOUT_S", "30"))
@@ -36,6 +39,8 @@ def configure(db: str) -> None:
     ANALYSES.clear()
     with _ctx_lock:
         _contexts.clear()
+    with _memo_lock:
+        _memo.clear()
 
 
 def db_path() -> str:
@@ -89,6 +94,27 @@ def context(cur: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
             while len(_contexts) > 32:
                 _contexts.popitem(last=False)
     return ctx
+
+
+_memo: OrderedDict[tuple[object, ...], object] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def memo(cur: duckdb.DuckDBPyConnection, run_id: int, what: str, args: tuple[object, ...],
+         compute: Callable[[], T]) -> T:
+    """A small LRU for per-run results that do not change until the run is re-ingested (e.g.
+    the timeline's lanes under given filters)."""
+    key = (run_key(cur, db_path(), run_id), what, args)
+    with _memo_lock:
+        if key in _memo:
+            _memo.move_to_end(key)
+            return _memo[key]  # type: ignore[return-value]
+    value = compute()
+    with _memo_lock:
+        _memo[key] = value
+        while len(_memo) > 64:
+            _memo.popitem(last=False)
+    return value
 
 
 def warm_newest(count: int = 3) -> None:

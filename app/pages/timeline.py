@@ -21,7 +21,7 @@ from tracelab.figures import empty_figure
 from tracelab.figures.ranksummary import rank_summary_figure
 from tracelab.figures.timeline import timeline_figure, timeline_status
 from tracelab.views.ranksummary import MANY_RANKS, rank_summary
-from tracelab.views.timeline import TimelineRequest, event_detail, timeline
+from tracelab.views.timeline import TimelineRequest, event_detail, lanes, timeline
 
 
 CATEGORIES = tuple(c.value for c in Category)
@@ -71,7 +71,9 @@ def render(run: str | None, req: TimelineRequest) -> tuple[dict[str, Any], str, 
             )
             state = {**state_of(name, req), "summary_ranks": picks}
             return fig, status, state, query_of(state)
-        data = timeline(cur, ctx, req)
+        lane_list = db.memo(cur, run_id, "lanes", (req.ranks, req.categories),
+                            lambda: lanes(cur, ctx, req))
+        data = timeline(cur, ctx, req, lane_list)
     fig = timeline_figure(data)
     state = {**state_of(name, req), "shown": [data.t0_ms, data.t1_ms]}
     return fig, timeline_status(data), state, query_of(state)

@@ -51,10 +51,17 @@ LEFT JOIN tn ON tn.rank = l.rank AND tn.pid = l.pid AND tn.tid = l.tid
 ORDER BY l.rank, l.on_device, l.pid, l.tid, l.lbl
 """
 
+#: Events overlapping the window. Two scans: events starting at most $long_ns before the window
+#: (DuckDB skips row groups by ts_ns min/max), plus the few longer events that start earlier.
 _VISIBLE = f"""
-    FROM events e JOIN {OFFSETS} o USING (rank)
-    WHERE e.run_id = $run AND e.ts_ns < $prune_hi AND e.ts_ns > $prune_lo
-      AND e.ts_ns - o.off_ns < $b AND e.ts_ns - o.off_ns + e.dur_ns > $a {FILTERS}
+    FROM (
+        SELECT * FROM events
+        WHERE run_id = $run AND ts_ns > $prune_lo AND ts_ns < $prune_hi
+        UNION ALL
+        SELECT * FROM events
+        WHERE run_id = $run AND dur_ns > $long_ns AND ts_ns <= $prune_lo
+    ) e JOIN {OFFSETS} o USING (rank)
+    WHERE e.ts_ns - o.off_ns < $b AND e.ts_ns - o.off_ns + e.dur_ns > $a {FILTERS}
 """
 
 #: How many events overlap the window.
@@ -68,57 +75,27 @@ RAW = (
     + " ORDER BY e.rank, e.on_device, pid, tid, lbl, s, e.dur_ns DESC LIMIT $limit"
 )
 
-#: Per lane and time bin ($w ns wide, $nbins of them): busy time (the union of intervals, so
-#: nested host ops count once), event count, and the dominant category. Step annotations and
-#: device-side annotations do not count as busy: they wrap work rather than being work.
-AGGREGATE = f"""
-WITH ev AS (
-    SELECT {LANE_SELECT}, e.category,
+#: The visible events for binning: lane index (joined from the lanes the caller lists in
+#: $l_* parallel lists), start and end clipped to the window, and whether the event only wraps
+#: work (step annotations, device-side annotations: not counted as busy). Unsorted: the caller
+#: sorts (numpy's stable sort exploits the store's (rank, ts) order; DuckDB's ORDER BY does not).
+BINNABLE = f"""
+WITH lanes AS (
+    SELECT unnest($l_rank::INTEGER[]) AS rank, unnest($l_dev::BOOLEAN[]) AS on_device,
+           unnest($l_pid::BIGINT[]) AS pid, unnest($l_tid::BIGINT[]) AS tid,
+           unnest($l_lbl::VARCHAR[]) AS lbl, unnest($l_idx::BIGINT[]) AS lane
+),
+ev AS (
+    SELECT {LANE_SELECT},
            (e.category = 'annotation' AND (e.on_device OR e.name LIKE 'ProfilerStep#%')) AS wrapper,
            greatest(e.ts_ns - o.off_ns, $a) AS s,
            least(e.ts_ns - o.off_ns + e.dur_ns, $b) AS t
     {_VISIBLE}
-),
-prev AS (
-    SELECT {LANE_COLS}, s, t,
-           max(t) OVER (PARTITION BY {LANE_COLS} ORDER BY s, t
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM ev WHERE NOT wrapper
-),
-island AS (
-    SELECT {LANE_COLS}, s, t,
-           sum(CASE WHEN prev_end IS NULL OR s > prev_end THEN 1 ELSE 0 END)
-               OVER (PARTITION BY {LANE_COLS} ORDER BY s, t ROWS UNBOUNDED PRECEDING) AS grp
-    FROM prev
-),
-merged AS (
-    SELECT {LANE_COLS}, min(s) AS s, max(t) AS t FROM island GROUP BY {LANE_COLS}, grp
-),
-spread AS (
-    SELECT {LANE_COLS}, s, t,
-           unnest(range(CAST((s - $a) // $w AS BIGINT),
-                        CAST((t - 1 - $a) // $w AS BIGINT) + 1)) AS bin
-    FROM merged
-),
-busy AS (
-    SELECT {LANE_COLS}, bin,
-           sum(least(t, $a + (bin + 1) * $w) - greatest(s, $a + bin * $w)) AS busy_ns
-    FROM spread GROUP BY ALL
-),
-per_cat AS (
-    SELECT {LANE_COLS}, CAST((s - $a) // $w AS BIGINT) AS bin, category,
-           count(*) AS n, sum(CASE WHEN wrapper THEN 0 ELSE t - s END) AS d
-    FROM ev GROUP BY ALL
-),
-counts AS (
-    SELECT {LANE_COLS}, bin, sum(n) AS n, arg_max(category, d) AS dominant
-    FROM per_cat GROUP BY ALL
 )
-SELECT {LANE_COLS}, bin, coalesce(busy.busy_ns, 0) AS busy_ns, coalesce(counts.n, 0) AS n,
-       counts.dominant
-FROM busy FULL OUTER JOIN counts USING ({LANE_COLS}, bin)
-WHERE bin >= 0 AND bin < $nbins
+SELECT lanes.lane, ev.s, ev.t, ev.wrapper
+FROM ev JOIN lanes USING ({LANE_COLS})
 """
+
 
 #: Collectives matched across ranks (the analyzers' matching, tracelab.analyzers._collectives),
 #: arriving inside the window, with the lane of the event each came from (NULL lane for the

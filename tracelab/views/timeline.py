@@ -2,8 +2,9 @@
 
 The browser never receives more than a bounded number of shapes: at most RAW_EVENT_LIMIT event
 bars, or at most MAX_CELLS aggregate cells (lanes x bins), plus at most MAX_LINKS collective
-links and MAX_STEP_MARKS step markers. DuckDB does the binning (`_timeline_sql.AGGREGATE`), so a
-1.7M-event run costs one scan per zoom, not a transfer.
+links and MAX_STEP_MARKS step markers. DuckDB filters and sorts the visible events and numpy bins
+them (`_bins`), so a zoom over a million events costs one scan and a sort, and only the bins
+travel to the browser.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import duckdb
+import numpy as np
 
+from tracelab.views import _bins
 from tracelab.views import _timeline_sql as sql
 from tracelab.views._run import RunContext
-from tracelab.views._sql import query
+from tracelab.views._sql import bind, query
 
 #: Above this many visible events, the timeline shows aggregates.
 RAW_EVENT_LIMIT = 4000
@@ -28,6 +31,8 @@ MAX_BINS = 800
 MAX_LINKS = 300
 #: Most step markers drawn.
 MAX_STEP_MARKS = 200
+#: Events longer than this are looked up apart, so that the time-window scan stays narrow.
+LONG_EVENT_NS = 10_000_000
 #: Characters of an event's args shown on hover (the detail panel shows them all).
 ARGS_CHARS = 160
 
@@ -88,14 +93,13 @@ class RawEvents:
 
 @dataclass(frozen=True, kw_only=True)
 class Aggregate:
-    """Per-lane bins: busy share (0..1, None where a bin holds no event), counts, categories."""
+    """Per-lane bins: busy share (0..1, None where a bin holds no event) and event counts."""
 
     bin_ms: float
     #: Centers of the bins, ms.
     centers_ms: list[float]
     busy: list[list[float | None]]
     count: list[list[int]]
-    dominant: list[list[str | None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,16 +180,23 @@ def resolve_window(
     return t0, t1
 
 
-def timeline(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest) -> TimelineData:
-    """Everything the timeline draws for `req`, bounded whatever the trace size."""
-    lane_list = lanes(con, ctx, req)
+def timeline(
+    con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest,
+    lane_list: list[Lane] | None = None,
+) -> TimelineData:
+    """Everything the timeline draws for `req`, bounded whatever the trace size. `lane_list`:
+    the result of `lanes(con, ctx, req)` when the caller cached it (it does not depend on the
+    window, and costs a scan of the run)."""
+    if lane_list is None:
+        lane_list = lanes(con, ctx, req)
     spans = step_spans(con, ctx, req.ranks)
     t0, t1 = resolve_window(ctx, req, spans)
     a, b = ctx.to_ns(t0), max(ctx.to_ns(t1), ctx.to_ns(t0) + 1)
     offs = ctx.params()["off_ns"] or [0]
     params = {
         **ctx.params(), **_filters(req), "a": a, "b": b,
-        "prune_hi": b + max(offs), "prune_lo": a + min(offs) - ctx.max_dur_ns - 1,
+        "prune_hi": b + max(offs), "prune_lo": a + min(offs) - LONG_EVENT_NS,
+        "long_ns": LONG_EVENT_NS,
     }
     visible = int(query(con, sql.COUNT, params)[0][0])
     shown_steps = tuple(s for s in spans if s[2] > t0 and s[1] < t1)
@@ -201,7 +212,7 @@ def timeline(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineReque
     if visible <= RAW_EVENT_LIMIT:
         raw = _raw(con, ctx, params, index)
         return TimelineData(mode="raw", raw=raw, links=links, links_cut=cut, **common)
-    agg = _aggregate(con, ctx, params, index, req.width_px, len(lane_list), t0, t1)
+    agg = _aggregate(con, ctx, params, lane_list, req.width_px)
     return TimelineData(mode="aggregate", aggregate=agg, links=links, links_cut=cut, **common)
 
 
@@ -236,26 +247,34 @@ def _raw(
 
 def _aggregate(
     con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
-    index: dict[LaneKey, int], width_px: int, n_lanes: int, t0: float, t1: float,
+    lane_list: list[Lane], width_px: int,
 ) -> Aggregate:
+    n_lanes = len(lane_list)
     nbins = max(20, min(MAX_BINS, width_px // 2, MAX_CELLS // max(n_lanes, 1)))
     a, b = int(params["a"]), int(params["b"])  # type: ignore[call-overload]
     w = max(1, -(-(b - a) // nbins))
     nbins = -(-(b - a) // w)
-    rows = query(con, sql.AGGREGATE, {**params, "w": w, "nbins": nbins})
-    busy: list[list[float | None]] = [[None] * nbins for _ in range(n_lanes)]
-    count = [[0] * nbins for _ in range(n_lanes)]
-    dominant: list[list[str | None]] = [[None] * nbins for _ in range(n_lanes)]
-    for rank, on_dev, pid, tid, lbl, bin_, busy_ns, n, dom in rows:
-        lane = index.get((rank, on_dev, pid, tid, lbl))
-        if lane is None:
-            continue
-        busy[lane][bin_] = round(min(1.0, busy_ns / w), 3)
-        count[lane][bin_] = int(n)
-        dominant[lane][bin_] = dom
-    bin_ms = w / 1e6
+    lanes_param = {
+        "l_rank": [x.rank for x in lane_list], "l_dev": [x.on_device for x in lane_list],
+        "l_pid": [x.key[2] for x in lane_list], "l_tid": [x.key[3] for x in lane_list],
+        "l_lbl": [x.lane_label for x in lane_list], "l_idx": [x.index for x in lane_list],
+    }
+    cols = con.execute(sql.BINNABLE, bind(sql.BINNABLE, {**params, **lanes_param})).fetchnumpy()
+    lane = np.asarray(cols["lane"], dtype=np.int64)
+    s = np.asarray(cols["s"], dtype=np.int64)
+    order = np.argsort(lane * (b - a + 1) + (s - a), kind="stable")
+    lane, s = lane[order], s[order]
+    t = np.asarray(cols["t"], dtype=np.int64)[order]
+    work = ~np.asarray(cols["wrapper"], dtype=bool)[order]
+    busy_ns = _bins.union_busy(lane[work], s[work], t[work], n_lanes, a, w, nbins)
+    counts = _bins.start_counts(lane, s, n_lanes, a, w, nbins)
+    share = np.round(np.minimum(busy_ns / w, 1.0), 3)
+    busy: list[list[float | None]] = [
+        [None if n == 0 and v == 0 else float(v) for v, n in zip(srow, crow, strict=True)]
+        for srow, crow in zip(share.tolist(), counts.tolist(), strict=True)
+    ]
     centers = [round(ctx.to_ms(a + i * w) + w / 2e6, 6) for i in range(nbins)]
-    return Aggregate(bin_ms=bin_ms, centers_ms=centers, busy=busy, count=count, dominant=dominant)
+    return Aggregate(bin_ms=w / 1e6, centers_ms=centers, busy=busy, count=counts.tolist())
 
 
 def _links(
