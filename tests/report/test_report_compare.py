@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
-from tracelab.report.compare import MetricValue, Verdict, compare, compare_values
+from tracelab.report.compare import (
+    MetricValue,
+    RunMetrics,
+    RunSummary,
+    Verdict,
+    compare,
+    compare_values,
+)
 from tracelab.report.thresholds import Kind, load_settings
 
 SETTINGS = load_settings(search_dir=None)
@@ -120,3 +128,30 @@ def test_top_movers_and_findings_diff(
     assert op_rows[0].key == "op_time[op3]"
     assert report.new_findings == (new,)
     assert report.resolved_findings == (old,)
+
+
+def test_holm_adjustment_across_gated_metrics() -> None:
+    """A borderline step-time shift (raw p = 0.021 < alpha, CI above 1) fails the gate when
+    judged alone, and passes once four other per-step metrics are judged in the same report
+    (Holm: 5 x p)."""
+    base_steps = tuple(np.round(100 + np.random.default_rng(3).normal(0, 1, 20), 2).tolist())
+    cand_steps = tuple(x + 0.6 for x in base_steps)
+
+    def run(name: str, steps: tuple[float, ...], n_other: int) -> RunMetrics:
+        values = {f"straggler_wait[{i}]": MetricValue(
+            key=f"straggler_wait[{i}]", gate="straggler_wait", label=f"w{i}", value=0.1,
+            samples=tuple(0.1 + 0.001 * j for j in range(20))) for i in range(n_other)}
+        values["step_time"] = MetricValue(key="step_time", gate="step_time", label="Step time",
+                                          value=float(np.median(steps)), samples=steps)
+        return RunMetrics(run=RunSummary(name=name), values=values)
+
+    settings = load_settings(search_dir=None, cli_thresholds={"step_time": "+0.5%"})
+    alone = _row(compare(run("a", base_steps, 0), run("b", cand_steps, 0), settings),
+                 "step_time")
+    assert alone.p_value == pytest.approx(0.0206, abs=1e-4)
+    assert alone.p_adjusted == alone.p_value
+    assert alone.verdict is Verdict.REGRESSION
+    family = _row(compare(run("a", base_steps, 4), run("b", cand_steps, 4), settings),
+                  "step_time")
+    assert family.p_adjusted == pytest.approx(5 * family.p_value)  # type: ignore[operator]
+    assert family.verdict is Verdict.PASS and "not significant" in family.reason

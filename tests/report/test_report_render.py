@@ -51,7 +51,7 @@ def test_json_schema(report: Report) -> None:
     assert data["regressions"] == ["step_time"]
     row = next(m for m in data["metrics"] if m["key"] == "step_time")
     assert set(row) == {"key", "metric", "label", "unit", "baseline", "candidate", "delta",
-                        "delta_kind", "ci_low", "ci_high", "p_value", "n_baseline",
+                        "delta_kind", "ci_low", "ci_high", "p_value", "p_adjusted", "n_baseline",
                         "n_candidate", "threshold", "gated", "verdict", "reason"}
     assert row["verdict"] == "regression" and row["unit"] == "ms"
     assert data["settings"]["thresholds"]["step_time"]["text"] == "+5%"

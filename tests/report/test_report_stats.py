@@ -11,6 +11,7 @@ from scipy.stats import mannwhitneyu
 from tracelab.report.stats import (
     _u_distribution_counts,
     difference_of_medians,
+    holm_adjust,
     mann_whitney_u,
     ratio_of_medians,
 )
@@ -130,3 +131,11 @@ def test_bootstrap_ci_covers_the_true_ratio() -> None:
         ci = ratio_of_medians(b, c, resamples=1000, seed=i)
         covered += ci.low <= 1.1 <= ci.high
     assert 0.88 <= covered / trials <= 0.995
+
+
+def test_holm_adjust() -> None:
+    # Sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04 -> running max.
+    adjusted = holm_adjust([0.01, 0.04, 0.03, 0.005])
+    assert adjusted.tolist() == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjust([0.9, 0.8]).tolist() == [1.0, 1.0]
+    assert holm_adjust([]).size == 0

@@ -60,6 +60,11 @@ def p_value(p: float | None) -> str:
     return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
 
 
+def p_shown(row: Comparison) -> str:
+    """The p the verdict used: Holm-adjusted for judged rows, else the raw one-sided p."""
+    return p_value(row.p_adjusted if row.p_adjusted is not None else row.p_value)
+
+
 def samples(row: Comparison) -> str:
     if row.n_baseline <= 1 and row.n_candidate <= 1:
         return "—"

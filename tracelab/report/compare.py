@@ -2,8 +2,10 @@
 
 A row is a regression only when the change is beyond its threshold in the bad direction and,
 for metrics measured per step (a distribution), the change is significant: the one-sided
-Mann–Whitney U test at `alpha`, and the bootstrap CI of the change excludes zero (on a noisy
-machine the two can disagree, and then nothing is flagged). Metrics with one value per run
+Mann–Whitney U test at `alpha`, Holm-adjusted over the gated per-step metrics of the report
+(family-wise: an unchanged run fails on any metric with probability at most alpha), and the
+bootstrap CI of the change excludes zero (on a noisy machine the two can disagree, and then
+nothing is flagged). Metrics with one value per run
 (peak memory) are judged on the threshold alone. Too few steps on either side gives a warning
 instead of a verdict.
 """
@@ -20,6 +22,7 @@ import numpy as np
 from tracelab.report.stats import (
     Alternative,
     difference_of_medians,
+    holm_adjust,
     mann_whitney_u,
     ratio_of_medians,
 )
@@ -103,6 +106,9 @@ class Comparison:
     ci_high: float | None = None
     #: One-sided Mann–Whitney p-value in the bad direction (None without samples).
     p_value: float | None = None
+    #: p_value after the Holm–Bonferroni adjustment over the gated per-step metrics of the
+    #: report: the one compared with alpha (None for rows that are not judged on a test).
+    p_adjusted: float | None = None
     n_baseline: int = 0
     n_candidate: int = 0
     threshold: str = "off"
@@ -161,17 +167,21 @@ def _delta_kind(gate: str, threshold: Threshold) -> Kind:
     return Kind.POINTS if GATES[gate].unit == "share" else Kind.RELATIVE
 
 
+def _bad_alternative(t: Threshold) -> Alternative:
+    return "greater" if t.direction > 0 else "less"
+
+
 def _sampled_row(
     b: MetricValue, c: MetricValue, t: Threshold, kind: Kind, s: ReportSettings, off: str,
-    **row: Any,
+    p_family: float | None, **row: Any,
 ) -> Comparison:
     xb, xc = np.asarray(b.samples, dtype=float), np.asarray(c.samples, dtype=float)
     base, cand = float(np.median(xb)), float(np.median(xc))
     delta = _delta(base, cand, kind)
     row |= dict(baseline=base, candidate=cand, delta=delta, delta_kind=kind,
                 n_baseline=xb.size, n_candidate=xc.size)
-    bad: Alternative = "greater" if t.direction > 0 else "less"
-    good: Alternative = "less" if t.direction > 0 else "greater"
+    bad = _bad_alternative(t)
+    good: Alternative = "less" if bad == "greater" else "greater"
     p_bad = mann_whitney_u(xc, xb, alternative=bad).p_value
     p_good = mann_whitney_u(xc, xb, alternative=good).p_value
     ci_low = ci_high = None
@@ -189,46 +199,71 @@ def _sampled_row(
                                  f"{s.min_steps} a side): profile more active steps")
     if not t.gated:
         return Comparison(**row, verdict=Verdict.INFO, reason=off)
+    p_adj = p_bad if p_family is None else p_family
+    row["p_adjusted"] = p_adj
     beyond_bad, beyond_good = _beyond(delta, t, t.direction), _beyond(delta, t, -t.direction)
     # The CI of the change must exclude "no change" on the same side as the test says.
     ci_bad = ci_low is not None and ci_high is not None and (
         ci_low > 0 if t.direction > 0 else ci_high < 0)
     ci_good = ci_low is not None and ci_high is not None and (
         ci_high < 0 if t.direction > 0 else ci_low > 0)
-    if beyond_bad and p_bad < s.alpha and ci_bad:
-        verdict, reason = Verdict.REGRESSION, f"beyond {t.text} and significant (p={p_bad:.2g})"
+    if beyond_bad and p_adj < s.alpha and ci_bad:
+        verdict, reason = Verdict.REGRESSION, f"beyond {t.text} and significant (p={p_adj:.2g})"
     elif beyond_good and p_good < s.alpha and ci_good:
         verdict, reason = Verdict.IMPROVED, f"improved beyond {t.text} (p={p_good:.2g})"
-    elif beyond_bad and p_bad < s.alpha:
-        verdict, reason = Verdict.PASS, (f"beyond {t.text} with p={p_bad:.2g}, but the "
+    elif beyond_bad and p_adj < s.alpha:
+        verdict, reason = Verdict.PASS, (f"beyond {t.text} with p={p_adj:.2g}, but the "
                                          f"{s.confidence:.0%} CI includes no change: noisy")
     elif beyond_bad:
-        verdict, reason = Verdict.PASS, f"beyond {t.text} but not significant (p={p_bad:.2g})"
-    elif p_bad < s.alpha:
-        verdict, reason = Verdict.PASS, f"significant (p={p_bad:.2g}) but within {t.text}"
+        verdict, reason = Verdict.PASS, f"beyond {t.text} but not significant (p={p_adj:.2g})"
+    elif p_adj < s.alpha:
+        verdict, reason = Verdict.PASS, f"significant (p={p_adj:.2g}) but within {t.text}"
     else:
         verdict, reason = Verdict.PASS, f"within {t.text}"
     return Comparison(**row, verdict=verdict, reason=reason)
 
 
+def _threshold_for(b: MetricValue | None, c: MetricValue | None, settings: ReportSettings
+                   ) -> tuple[Threshold, str]:
+    """The row's threshold (off when either side is not gateable) and why it is off."""
+    some = c or b
+    assert some is not None
+    t = settings.threshold(some.gate)
+    ungated = next((v for v in (b, c) if v is not None and not v.gateable), None)
+    if ungated is not None:
+        return replace(t, kind=None), f"not gated: {ungated.note or 'not comparable here'}"
+    return t, "not gated (threshold off)"
+
+
+def _tested_p(b: MetricValue | None, c: MetricValue | None, settings: ReportSettings
+              ) -> float | None:
+    """The raw one-sided p of a row that will be judged on a test, else None."""
+    if b is None or c is None or min(len(b.samples), len(c.samples)) < settings.min_steps:
+        return None
+    t, _ = _threshold_for(b, c, settings)
+    if not t.gated:
+        return None
+    return mann_whitney_u(c.samples, b.samples, alternative=_bad_alternative(t)).p_value
+
+
 def compare_values(
-    b: MetricValue | None, c: MetricValue | None, settings: ReportSettings
+    b: MetricValue | None, c: MetricValue | None, settings: ReportSettings,
+    *, p_family: float | None = None,
 ) -> Comparison:
-    """Judge one metric of the candidate against the same metric of the baseline."""
+    """Judge one metric of the candidate against the same metric of the baseline.
+
+    `p_family` is the row's Holm-adjusted p when it is judged together with other rows
+    (compare() passes it); alone, the raw p is compared with alpha.
+    """
     some = c or b
     assert some is not None
     gate = GATES[some.gate]
-    t = settings.threshold(some.gate)
-    off = "not gated (threshold off)"
-    ungated = next((v for v in (b, c) if v is not None and not v.gateable), None)
-    if ungated is not None:
-        t = replace(t, kind=None)
-        off = f"not gated: {ungated.note or 'not comparable on this run'}"
+    t, off = _threshold_for(b, c, settings)
     kind = _delta_kind(some.gate, t)
     row: dict[str, Any] = dict(key=some.key, gate=some.gate, label=some.label, unit=gate.unit,
                                threshold=t.text, gated=t.gated)
     if b is not None and c is not None and b.samples and c.samples:
-        return _sampled_row(b, c, t, kind, settings, off, **row)
+        return _sampled_row(b, c, t, kind, settings, off, p_family, **row)
     base = b.value if b is not None else None
     cand = c.value if c is not None else None
     if base is None or cand is None:
@@ -263,9 +298,13 @@ def _order(key: str) -> tuple[int, str]:
 
 def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ReportSettings) -> Report:
     """Judge every metric present in either run, and diff the findings."""
-    rows = []
-    for key in sorted(set(baseline.values) | set(candidate.values), key=_order):
-        rows.append(compare_values(baseline.values.get(key), candidate.values.get(key), settings))
+    keys = sorted(set(baseline.values) | set(candidate.values), key=_order)
+    raw = {k: p for k in keys
+           if (p := _tested_p(baseline.values.get(k), candidate.values.get(k), settings))
+           is not None}
+    adjusted = dict(zip(raw, holm_adjust(list(raw.values())).tolist(), strict=True))
+    rows = [compare_values(baseline.values.get(k), candidate.values.get(k), settings,
+                           p_family=adjusted.get(k)) for k in keys]
     # Op/kernel rows: keep the top movers (largest absolute change) plus any regression.
     ops = [r for r in rows if r.gate == "op_time"]
     keep = {r.key for r in sorted(

@@ -46,7 +46,7 @@ def _rows_table(rows: list[Comparison]) -> str:
             f"<td>{_e(fmt.value(r.baseline, r.unit))}</td>"
             f"<td>{_e(fmt.value(r.candidate, r.unit))}</td>"
             f"<td>{_e(fmt.delta(r.delta, r.delta_kind))}</td><td>{_e(fmt.ci(r))}</td>"
-            f"<td>{_e(fmt.p_value(r.p_value))}</td><td>{_e(fmt.samples(r))}</td>"
+            f"<td>{_e(fmt.p_shown(r))}</td><td>{_e(fmt.samples(r))}</td>"
             f"<td>{_e(r.threshold)}</td>"
             f'<td title="{_e(r.reason)}">{_e(fmt.VERDICT_WORDS[r.verdict])}</td></tr>'
         )
@@ -156,7 +156,8 @@ def render(report: Report) -> str:
     s = report.settings
     parts.append(
         f'<p class="note">Regression = beyond the threshold in the bad direction and, for '
-        f"per-step metrics, one-sided Mann–Whitney U p &lt; {s.alpha}. CI: bootstrap "
+        f"per-step metrics, one-sided Mann–Whitney U p &lt; {s.alpha} (p Holm-adjusted over "
+        "the gated per-step metrics) with a CI that excludes no change. CI: bootstrap "
         f"{s.confidence:.0%} of the ratio (or difference) of medians ({s.resamples} resamples, "
         f"seed {s.seed}). Warm-up steps dropped: {s.warmup_steps}. Config: "
         f"{_e(s.config_file or 'defaults')}. tracelab {_e(__version__)}.</p>"

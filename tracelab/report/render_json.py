@@ -33,6 +33,7 @@ def _row(r: Comparison) -> dict[str, Any]:
         "baseline": r.baseline, "candidate": r.candidate,
         "delta": r.delta, "delta_kind": str(r.delta_kind),
         "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r.p_value,
+        "p_adjusted": r.p_adjusted,
         "n_baseline": r.n_baseline, "n_candidate": r.n_candidate,
         "threshold": r.threshold, "gated": r.gated, "verdict": str(r.verdict),
         "reason": r.reason,

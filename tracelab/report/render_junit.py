@@ -25,7 +25,8 @@ def _detail(r: Comparison) -> str:
     return _clean(
         f"{r.label}: baseline {fmt.value(r.baseline, r.unit)}, candidate "
         f"{fmt.value(r.candidate, r.unit)}, change {fmt.delta(r.delta, r.delta_kind)}, "
-        f"95% CI {fmt.ci(r)}, p {fmt.p_value(r.p_value)}, samples {fmt.samples(r)}, "
+        f"95% CI {fmt.ci(r)}, p {fmt.p_value(r.p_value)} (Holm {fmt.p_value(r.p_adjusted)}), "
+        f"samples {fmt.samples(r)}, "
         f"threshold {r.threshold}: {r.reason}"
     )
 

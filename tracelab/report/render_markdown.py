@@ -53,7 +53,7 @@ def _table(rows: list[Comparison]) -> list[str]:
         out.append(
             f"| {esc(r.label)} | {fmt.value(r.baseline, r.unit)} | "
             f"{fmt.value(r.candidate, r.unit)} | {fmt.delta(r.delta, r.delta_kind)} | "
-            f"{fmt.ci(r)} | {fmt.p_value(r.p_value)} | {fmt.samples(r)} | {esc(r.threshold)} | "
+            f"{fmt.ci(r)} | {fmt.p_shown(r)} | {fmt.samples(r)} | {esc(r.threshold)} | "
             f"{_ICON[r.verdict]} {fmt.VERDICT_WORDS[r.verdict]} |"
         )
     return out
@@ -101,7 +101,8 @@ def render(report: Report) -> str:
     s = report.settings
     cfg = f", thresholds from {esc(s.config_file)}" if s.config_file else ""
     lines += ["", f"<sub>Regression = beyond threshold in the bad direction and, for per-step "
-              f"metrics, one-sided Mann–Whitney U p &lt; {s.alpha}. CI: bootstrap "
+              f"metrics, one-sided Mann–Whitney U p &lt; {s.alpha} (p Holm-adjusted over the "
+              "gated per-step metrics) with a CI that excludes no change. CI: bootstrap "
               f"{s.confidence:.0%} of the ratio (or difference) of medians, {s.resamples} "
               f"resamples, seed {s.seed}. Warm-up steps dropped: {s.warmup_steps}; at least "
               f"{s.min_steps} steps a side to judge{cfg}.</sub>", ""]

@@ -226,3 +226,21 @@ def difference_of_medians(
 ) -> BootstrapCI:
     """median(candidate) - median(baseline) with a percentile bootstrap CI (for shares)."""
     return _median_ci(baseline, candidate, "difference", confidence, resamples, seed)
+
+
+def holm_adjust(p_values: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Holm–Bonferroni adjusted p-values, in the input order.
+
+    A report judges several metrics at once; comparing each adjusted p with alpha keeps the
+    chance of flagging *any* metric of an unchanged run at alpha or less (family-wise), where
+    raw p-values would flag one of five noisy metrics far more often.
+    """
+    p = np.asarray(p_values, dtype=np.float64).ravel()
+    m = p.size
+    if m == 0:
+        return p
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted
