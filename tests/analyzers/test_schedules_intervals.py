@@ -100,3 +100,37 @@ def test_sweep_matches_a_reference_model(seed):
     merged = con.execute(f"SELECT t0, t1 FROM ({iv.union_sql('SELECT g, t0, t1 FROM t', 'g')}) "
                          "ORDER BY t0").fetchall()
     assert [tuple(x) for x in merged] == _py_union([(a, b) for _, a, b, _ in rows])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_materialized_sweep_equals_the_sql_sweep(seed):
+    """The numpy sweep with running totals (materialize_segments + window_sql) against the
+    pure-SQL sweep (breakdown_sql) on the intervals clipped to random windows."""
+    rng = random.Random(seed)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (rank INTEGER, t0 BIGINT, t1 BIGINT, cls VARCHAR)")
+    rows = []
+    for _ in range(300):
+        a = rng.randrange(0, 2000)
+        rows.append((rng.randrange(0, 3), a, a + rng.randrange(0, 60),
+                     rng.choice(["compute", "comm", "memcpy"])))
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    iv.materialize_segments(con, "seg", "SELECT * FROM t")
+    windows = [(r, w0, w0 + rng.randrange(1, 900)) for r in range(3)
+               for w0 in rng.sample(range(-50, 2000), 8)]
+    con.execute("CREATE TABLE w (rank INTEGER, w0 BIGINT, w1 BIGINT)")
+    con.executemany("INSERT INTO w VALUES (?, ?, ?)", windows)
+    cols = ["compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memcpy_ns"]
+    got = {(x[0], x[1], x[2]): x[3:] for x in con.execute(
+        f"SELECT rank, w0, w1, {', '.join(cols)}, idle_ns, window_ns FROM "
+        f"({iv.window_sql('seg', 'SELECT * FROM w')})").fetchall()}
+    for rank, w0, w1 in windows:
+        clipped = (f"SELECT rank, greatest(t0, {w0}) AS t0, least(t1, {w1}) AS t1, cls FROM t "
+                   f"WHERE rank = {rank} AND t1 > {w0} AND t0 < {w1}")
+        ref = con.execute(f"SELECT {', '.join(cols)} FROM "
+                          f"({iv.breakdown_sql(clipped, 'rank')})").fetchall()
+        ref_vals = ref[0] if ref else (0, 0, 0, 0)
+        mine = got[(rank, w0, w1)]
+        assert tuple(mine[:4]) == tuple(ref_vals), (rank, w0, w1)
+        assert mine[4] == (w1 - w0) - sum(ref_vals[i] for i in (0, 1, 3))
+        assert mine[5] == w1 - w0

@@ -105,8 +105,31 @@ class ClockEstimate:
     source: str | None
 
 
-def estimate_clocks(con: duckdb.DuckDBPyConnection, run_id: int,
-                    quantile: float = 0.9) -> ClockEstimate:
+def estimate_clocks(con: duckdb.DuckDBPyConnection, run_id: int) -> ClockEstimate:
+    """The run's clock estimate (see _estimate_clocks), computed once per connection and run:
+    every analyzer aligns with it, so it is kept in a temporary table like the intervals."""
+    table = f"_tl_cache_clk_{int(run_id)}"
+    have = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?",
+                       [table]).fetchone()
+    if have and have[0]:
+        got = con.execute(f"SELECT rank, off, unc, method, ref, source FROM {table}").fetchall()
+        return ClockEstimate(
+            offsets_ns={int(r[0]): int(r[1]) for r in got},
+            uncertainty_ns={int(r[0]): int(r[2]) for r in got},
+            method={int(r[0]): str(r[3]) for r in got},
+            reference_rank=got[0][4] if got else None, source=got[0][5] if got else None)
+    est = _estimate_clocks(con, run_id)
+    con.execute(f"CREATE TEMP TABLE {table} (rank INTEGER, off BIGINT, unc BIGINT, "
+                "method VARCHAR, ref INTEGER, source VARCHAR)")
+    if est.offsets_ns:
+        con.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, ?, ?, ?)", [
+            [rk, est.offsets_ns[rk], est.uncertainty_ns[rk], est.method[rk],
+             est.reference_rank, est.source] for rk in est.offsets_ns])
+    return est
+
+
+def _estimate_clocks(con: duckdb.DuckDBPyConnection, run_id: int,
+                     quantile: float = 0.9) -> ClockEstimate:
     """Offsets from the collector's clock exchange when present; ranks on one named host share a
     clock (offset 0); else the median over matched collectives of (end_r - end_ref), ends being
     nearly simultaneous across ranks (FACTS.md section 3). Uncertainty: the collector's, or the

@@ -13,6 +13,10 @@ inside the group's [first start, last end] window. The parts add up to the windo
 
 from __future__ import annotations
 
+import duckdb
+import numpy as np
+import pyarrow as pa
+
 #: Interval classes the breakdown sweep counts.
 CLASSES = ("compute", "comm", "memcpy")
 
@@ -38,25 +42,33 @@ def union_sql(src: str, keys: str) -> str:
     """
 
 
+#: Class counters are packed into one DOUBLE (compute * 2^34 + comm * 2^17 + memcpy) so that a
+#: single running sum gives all three: every partial sum is an integer below 2^53, exact in a
+#: double, as long as fewer than 2^17 intervals of one class overlap. One window aggregate
+#: instead of three halves the sweep's cost in DuckDB.
+_PACK = {"compute": 2.0**34, "comm": 2.0**17, "memcpy": 1.0}
+
+
 def segments_sql(src: str, keys: str) -> str:
     """Elementary segments of the sweep over `src` (columns: KEYS..., t0, t1, cls) per KEYS:
     (KEYS..., t, len, c, m, y) with c/m/y the number of compute/comm/memcpy intervals covering
     [t, t + len)."""
+    w = (f"CASE cls WHEN 'compute' THEN {_PACK['compute']} WHEN 'comm' THEN {_PACK['comm']} "
+         f"ELSE {_PACK['memcpy']} END")
     return f"""
-    SELECT {keys}, t, lead(t) OVER w - t AS len,
-           sum(dc) OVER w AS c, sum(dm) OVER w AS m, sum(dy) OVER w AS y
+    SELECT {keys}, t, len,
+           (s // {_PACK['compute']})::BIGINT AS c,
+           ((s % {_PACK['compute']}) // {_PACK['comm']})::BIGINT AS m,
+           (s % {_PACK['comm']})::BIGINT AS y
     FROM (
-        SELECT {keys}, t, sum(dc) AS dc, sum(dm) AS dm, sum(dy) AS dy
-        FROM (
-            SELECT {keys}, t0 AS t, (cls = 'compute')::INTEGER AS dc,
-                   (cls = 'comm')::INTEGER AS dm, (cls = 'memcpy')::INTEGER AS dy FROM ({src})
-            UNION ALL
-            SELECT {keys}, t1 AS t, -(cls = 'compute')::INTEGER, -(cls = 'comm')::INTEGER,
-                   -(cls = 'memcpy')::INTEGER FROM ({src})
-        )
-        GROUP BY ALL
+        SELECT {keys}, t, lead(t) OVER w - t AS len, sum(d) OVER w AS s
+        FROM (SELECT {keys}, t0 AS t, {w} AS d FROM ({src})
+              UNION ALL
+              SELECT {keys}, t1 AS t, -{w} AS d FROM ({src}))
+        -- Boundaries at one instant need no merging: between them len = 0, and the state
+        -- after the last of them is the cumulative one.
+        WINDOW w AS (PARTITION BY {keys} ORDER BY t, d ROWS UNBOUNDED PRECEDING)
     )
-    WINDOW w AS (PARTITION BY {keys} ORDER BY t ROWS UNBOUNDED PRECEDING)
     """
 
 
@@ -64,6 +76,11 @@ def breakdown_sql(src: str, keys: str) -> str:
     """Per KEYS: window_ns, compute_ns, exposed_comm_ns, overlapped_comm_ns, comm_ns,
     exposed_memcpy_ns, idle_ns, t_first, t_last. compute + exposed comm + exposed memcpy + idle
     = window."""
+    return aggregate_sql(f"({segments_sql(src, keys)})", keys)
+
+
+def aggregate_sql(segments: str, keys: str) -> str:
+    """breakdown_sql's columns from a relation of segments (segments_sql's output) per KEYS."""
     return f"""
     SELECT {keys},
            max(t) - min(t) AS window_ns,
@@ -74,8 +91,136 @@ def breakdown_sql(src: str, keys: str) -> str:
            coalesce(sum(len) FILTER (WHERE m > 0), 0) AS comm_ns,
            coalesce(sum(len) FILTER (WHERE y > 0 AND c = 0 AND m = 0), 0) AS exposed_memcpy_ns,
            coalesce(sum(len) FILTER (WHERE c = 0 AND m = 0 AND y = 0), 0) AS idle_ns
-    FROM ({segments_sql(src, keys)})
+    FROM {segments}
     GROUP BY ALL
+    """
+
+
+#: Measures kept as running totals on materialized segments: name -> state condition.
+MEASURES = {
+    "compute": "{a}.c > 0",
+    "exposed_comm": "{a}.m > 0 AND {a}.c = 0",
+    "overlapped_comm": "{a}.m > 0 AND {a}.c > 0",
+    "exposed_memcpy": "{a}.y > 0 AND {a}.c = 0 AND {a}.m = 0",
+    "busy": "{a}.c > 0 OR {a}.m > 0 OR {a}.y > 0",
+}
+
+
+def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str,
+                         params: list[object] | None = None) -> None:
+    """CREATE TEMP TABLE `table`: segments_sql(src, 'rank')'s segments of positive length (rank,
+    t, len, c, m, y; len NULL after a rank's last boundary), one row per instant, plus for each
+    of MEASURES the running total before the segment (`cum_<measure>`), so that any window's
+    breakdown is two ASOF lookups (window_sql) instead of a range join.
+
+    The sweep is segments_sql's, but its ordered running sums are taken by numpy over the Arrow
+    columns: DuckDB's window operator costs about a microsecond a row here, numpy's sort and
+    cumsum a few tens of nanoseconds, and this sweep is the analyzers' hottest loop. Selecting
+    and classifying before, and every window, join and sum after, stay SQL;
+    tests/analyzers/test_schedules_intervals.py checks both forms agree."""
+    cols = con.execute(
+        f"SELECT rank, t0, t1, CASE cls WHEN 'compute' THEN {_PACK['compute']} "
+        f"WHEN 'comm' THEN {_PACK['comm']} ELSE {_PACK['memcpy']} END::DOUBLE AS w "
+        f"FROM ({src})", params or []).fetchnumpy()
+    rank = np.asarray(cols["rank"], dtype=np.int64)
+    t0 = np.asarray(cols["t0"], dtype=np.int64)
+    t1 = np.asarray(cols["t1"], dtype=np.int64)
+    w = np.asarray(cols["w"], dtype=np.float64)
+    r2, t2, d2 = np.concatenate([rank, rank]), np.concatenate([t0, t1]), np.concatenate([w, -w])
+    order = np.lexsort((d2, t2, r2))
+    r2, t2 = r2[order], t2[order]
+    # Each rank's deltas sum to zero, so one cumulative sum over all ranks is each rank's own.
+    state = np.rint(np.cumsum(d2[order]))
+    # One row per (rank, instant): the state after its last boundary.
+    keep = np.ones(len(t2), dtype=bool)
+    keep[:-1] = (t2[1:] != t2[:-1]) | (r2[1:] != r2[:-1])
+    r2, t2, state = r2[keep], t2[keep], state[keep]
+    last = np.ones(len(t2), dtype=bool)
+    last[:-1] = r2[1:] != r2[:-1]
+    length = np.zeros(len(t2), dtype=np.int64)
+    length[:-1] = t2[1:] - t2[:-1]
+    length[last] = 0
+    c = np.floor_divide(state, _PACK["compute"]).astype(np.int64)
+    m = np.floor_divide(np.mod(state, _PACK["compute"]), _PACK["comm"]).astype(np.int64)
+    y = np.mod(state, _PACK["comm"]).astype(np.int64)
+    flags = {"compute": c > 0, "exposed_comm": (m > 0) & (c == 0),
+             "overlapped_comm": (m > 0) & (c > 0),
+             "exposed_memcpy": (y > 0) & (c == 0) & (m == 0), "busy": (c + m + y) > 0}
+    first = np.ones(len(t2), dtype=bool)
+    first[1:] = r2[1:] != r2[:-1]
+    start_idx = np.maximum.accumulate(np.where(first, np.arange(len(t2)), 0))
+    data = {"rank": pa.array(r2.astype(np.int32)), "t": pa.array(t2),
+            "len": pa.array(length, mask=last), "c": pa.array(c), "m": pa.array(m),
+            "y": pa.array(y)}
+    for name, flag in flags.items():
+        total = np.cumsum(length * flag)
+        before = total - length * flag
+        data[f"cum_{name}"] = pa.array(before - (before[start_idx] if len(t2) else 0))
+    con.register("_tl_arrow_segments", pa.table(data))
+    try:
+        con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM _tl_arrow_segments")
+    finally:
+        con.unregister("_tl_arrow_segments")
+
+
+def measure_at(alias: str, point: str, measure: str) -> str:
+    """SQL for the running total of `measure` at time `point`, from the segment `alias` that an
+    ASOF join found at or before it (NULL-safe: 0 before a rank's first segment)."""
+    return (f"coalesce({alias}.cum_{measure} + least({point} - {alias}.t, "
+            f"coalesce({alias}.len, 0)) * ({MEASURES[measure].format(a=alias)})::INTEGER, 0)")
+
+
+def window_sql(segments: str, windows: str) -> str:
+    """breakdown_sql's columns for each window of `windows` (rank, ..., w0, w1; other columns are
+    passed through) from materialized segments: two ASOF lookups per window."""
+    parts = {k: f"{measure_at('e', 'w.w1', k)} - {measure_at('b', 'w.w0', k)}" for k in MEASURES}
+    return f"""
+    SELECT w.*, w.w1 - w.w0 AS window_ns, w.w0 AS t_first, w.w1 AS t_last,
+           {parts['compute']} AS compute_ns,
+           {parts['exposed_comm']} AS exposed_comm_ns,
+           {parts['overlapped_comm']} AS overlapped_comm_ns,
+           ({parts['exposed_comm']}) + ({parts['overlapped_comm']}) AS comm_ns,
+           {parts['exposed_memcpy']} AS exposed_memcpy_ns,
+           (w.w1 - w.w0) - ({parts['busy']}) AS idle_ns
+    FROM ({windows}) w
+    ASOF LEFT JOIN {segments} e ON e.rank = w.rank AND w.w1 >= e.t
+    ASOF LEFT JOIN {segments} b ON b.rank = w.rank AND w.w0 >= b.t
+    """
+
+
+def windowed_sql(segments: str, windows: str, keys: str) -> str:
+    """breakdown_sql's columns for a few windows (`windows`: KEYS..., w0, w1, with rank among
+    KEYS) cut out of materialized segments by a range join, each segment clipped to its
+    window. For many spans, spans_covered_sql's ASOF lookups are cheaper."""
+    x = "least(s.t + s.len, w.w1) - greatest(s.t, w.w0)"
+    return f"""
+    SELECT {', '.join('w.' + k.strip() for k in keys.split(','))},
+           any_value(w.w1 - w.w0) AS window_ns, any_value(w.w0) AS t_first,
+           any_value(w.w1) AS t_last,
+           coalesce(sum({x}) FILTER (WHERE s.c > 0), 0) AS compute_ns,
+           coalesce(sum({x}) FILTER (WHERE s.m > 0 AND s.c = 0), 0) AS exposed_comm_ns,
+           coalesce(sum({x}) FILTER (WHERE s.m > 0 AND s.c > 0), 0) AS overlapped_comm_ns,
+           coalesce(sum({x}) FILTER (WHERE s.m > 0), 0) AS comm_ns,
+           coalesce(sum({x}) FILTER (WHERE s.y > 0 AND s.c = 0 AND s.m = 0), 0)
+               AS exposed_memcpy_ns,
+           any_value(w.w1 - w.w0)
+               - coalesce(sum({x}) FILTER (WHERE s.c > 0 OR s.m > 0 OR s.y > 0), 0) AS idle_ns
+    FROM ({windows}) w
+    LEFT JOIN {segments} s
+      ON s.rank = w.rank AND s.len > 0 AND s.t < w.w1 AND s.t + s.len > w.w0
+    GROUP BY ALL
+    """
+
+
+def spans_covered_sql(segments: str, spans: str, measure: str) -> str:
+    """Each span of `spans` (rank, ..., s0, s1) with `covered_ns`: the time in [s0, s1] in the
+    state `measure` (one of MEASURES), from materialized segments."""
+    return f"""
+    SELECT sp.*, {measure_at('e', 'sp.s1', measure)} - {measure_at('b', 'sp.s0', measure)}
+                 AS covered_ns
+    FROM ({spans}) sp
+    ASOF LEFT JOIN {segments} e ON e.rank = sp.rank AND sp.s1 >= e.t
+    ASOF LEFT JOIN {segments} b ON b.rank = sp.rank AND sp.s0 >= b.t
     """
 
 

@@ -15,7 +15,6 @@ test_hta_crosscheck.py).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,19 +75,27 @@ HOST_OPS_SQL = """SELECT rank, step, tid, ts_ns AS t0, ts_ns + dur_ns AS t1,
                     AND category IN ('cpu_op', 'communication') AND step IS NOT NULL"""
 
 
-def intervals_sql() -> str:
-    """Classified intervals (rank, step, tid, t0, t1, cls, idx). Binds run_id x4."""
-    return f"""
-    WITH _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = ? AND on_device
-                  AND category IN ('compute', 'communication')),
-    _hs AS ({HOST_OPS_SQL} AND rank NOT IN (SELECT rank FROM _dev))
+#: Device work: kernels (compute or communication), memcpy and memset. Binds run_id.
+_DEVICE_SQL = """
     SELECT rank, step, stream AS tid, ts_ns AS t0, ts_ns + dur_ns AS t1,
            CASE category WHEN 'compute' THEN 'compute' WHEN 'communication' THEN 'comm'
                 ELSE 'memcpy' END AS cls, idx, true AS device,
            CASE WHEN category = 'communication' THEN name END AS name
     FROM events
     WHERE run_id = ? AND on_device AND step IS NOT NULL
-      AND category IN ('compute', 'communication', 'memcpy', 'memset')
+      AND category IN ('compute', 'communication', 'memcpy', 'memset')"""
+
+
+def intervals_sql(host: bool = True) -> str:
+    """Classified intervals (rank, step, tid, t0, t1, cls, idx, device, name). Binds run_id x4,
+    or x1 with host=False (a run whose every rank has device work: no host-only part)."""
+    if not host:
+        return _DEVICE_SQL
+    return f"""
+    WITH _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = ? AND on_device
+                  AND category IN ('compute', 'communication')),
+    _hs AS ({HOST_OPS_SQL} AND rank NOT IN (SELECT rank FROM _dev))
+    {_DEVICE_SQL}
     UNION ALL
     SELECT rank, step, tid, t0, t1, 'compute', NULL, false, NULL
     FROM ({iv.host_compute_sql('SELECT * FROM _hs', 'rank, step, tid')})
@@ -98,6 +105,34 @@ def intervals_sql() -> str:
     WHERE run_id = ? AND NOT on_device AND category = 'communication' AND step IS NOT NULL
       AND rank NOT IN (SELECT rank FROM _dev)
     """
+
+
+def cached_intervals(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, str]:
+    """Names of two temporary tables, built once per connection and run, shared by the
+    analyzers: the run's classified intervals (intervals_sql, plus `in_last_step`) and their
+    per-rank sweep (_intervals.segments_sql). Temporary tables live and die with the connection;
+    run ids are never reused, so a cached run cannot go stale under its id."""
+    rid = int(run_id)
+    ivt, segt = f"_tl_cache_iv_{rid}", f"_tl_cache_seg_{rid}"
+    have = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?",
+                       [segt]).fetchone()
+    if have and have[0]:
+        return ivt, segt
+    con.execute(f"DROP TABLE IF EXISTS {ivt}")
+    counts = con.execute(
+        "SELECT (SELECT count(DISTINCT rank) FROM events WHERE run_id = ? AND on_device "
+        "AND category IN ('compute', 'communication')), "
+        "(SELECT count(*) FROM ranks WHERE run_id = ?)", [rid, rid]).fetchone()
+    host = counts is None or counts[0] < counts[1]
+    con.execute(
+        f"""CREATE TEMP TABLE {ivt} AS
+            SELECT i.*, coalesce(i.step = ls.last_step, false) AS in_last_step
+            FROM ({intervals_sql(host)}) i
+            LEFT JOIN (SELECT rank, max(step) AS last_step FROM steps WHERE run_id = ?
+                       GROUP BY rank) ls USING (rank)""",
+        [rid] * (5 if host else 2))
+    iv.materialize_segments(con, segt, f"SELECT rank, t0, t1, cls FROM {ivt}")
+    return ivt, segt
 
 
 def _row_out(row: dict[str, Any]) -> dict[str, Any]:
@@ -137,50 +172,44 @@ def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int,
 def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
     info = run_info(con, run_id)
-    tbl = f"_tl_bd_{uuid.uuid4().hex[:12]}"
-    con.execute(
-        f"""CREATE TEMP TABLE {tbl} AS
-            SELECT i.*, coalesce(i.step = ls.last_step, false) AS in_last_step
-            FROM ({intervals_sql()}) i
-            LEFT JOIN (SELECT rank, max(step) AS last_step FROM steps WHERE run_id = ?
-                       GROUP BY rank) ls USING (rank)""",
-        [run_id] * 5)
-    try:
-        step_bd = iv.breakdown_sql(f"SELECT * FROM {tbl}", "rank, step")
-        per_step = rows(con, f"SELECT * FROM ({step_bd}) ORDER BY rank, step", [])
-        if p["hta_compatible"]:
-            rank_bd = iv.breakdown_sql(HTA_DEVICE_SQL, "rank")
-            per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [run_id] * 6)
-        else:
-            last = "WHERE NOT in_last_step" if p["exclude_last_step"] else ""
-            rank_bd = iv.breakdown_sql(f"SELECT * FROM {tbl} {last}", "rank")
-            per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [])
-        segs = iv.segments_sql(f"SELECT rank, step, t0, t1, cls FROM {tbl}", "rank, step")
-        op_case, op_params = op_sql("ev.name")
-        keyed = f"""
-            SELECT ev.rank, ev.step, coalesce(c.op, {op_case}) AS op, c.pg_name,
-                   c.in_bytes AS bytes, ev.t0, ev.t1
-            FROM {tbl} ev
-            LEFT JOIN collectives c ON c.run_id = ? AND c.rank = ev.rank
-                 AND c.event_idx = ev.idx AND c.source IN ('kernel', 'host')
-            WHERE ev.cls = 'comm' AND ev.idx IS NOT NULL"""
-        # Per collective kind: the union of its events (concurrent buckets count once),
-        # intersected with the exposed segments.
-        kunion = iv.union_sql(keyed, "rank, step, op, pg_name, bytes")
-        exposed_by = rows(con, f"""
-            WITH seg AS (
-                SELECT rank, step, t, t + len AS t_end FROM ({segs})
-                WHERE m > 0 AND c = 0 AND len > 0),
-            ku AS ({kunion})
-            SELECT ku.rank, ku.op, ku.pg_name, ku.bytes,
-                   sum(least(ku.t1, seg.t_end) - greatest(ku.t0, seg.t)) AS exposed_ns
-            FROM ku JOIN seg ON seg.rank = ku.rank AND seg.step = ku.step
-                 AND seg.t < ku.t1 AND seg.t_end > ku.t0
-            GROUP BY ALL ORDER BY exposed_ns DESC""", [*op_params, run_id])
-        dev = {int(x[0]) for x in con.execute(
-            f"SELECT DISTINCT rank FROM {tbl} WHERE device").fetchall()}
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {tbl}")
+    tbl, seg = cached_intervals(con, run_id)
+    # One sweep per rank over all its intervals; steps are windows cut out of it, so a
+    # kernel of step N+1 that runs during step N's window counts where it runs.
+    per_step = rows(con, f"""
+        SELECT * FROM ({iv.windowed_sql(seg, f"SELECT rank, step, min(t0) AS w0, "
+                                           f"max(t1) AS w1 FROM {tbl} GROUP BY rank, step",
+                                        "rank, step")})
+        ORDER BY rank, step""", [])
+    if p["hta_compatible"]:
+        rank_bd = iv.breakdown_sql(HTA_DEVICE_SQL, "rank")
+        per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [run_id] * 6)
+    elif p["exclude_last_step"]:
+        rank_bd = iv.breakdown_sql(f"SELECT * FROM {tbl} WHERE NOT in_last_step", "rank")
+        per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [])
+    else:
+        # The sweep spans exactly each rank's [first start, last end]: nothing to cut.
+        per_rank = rows(con, f"SELECT * FROM ({iv.aggregate_sql(seg, 'rank')}) ORDER BY rank",
+                        [])
+    op_case, op_params = op_sql("ev.name")
+    keyed = f"""
+        SELECT ev.rank, coalesce(c.op, {op_case}) AS op, c.pg_name,
+               c.in_bytes AS bytes, ev.t0, ev.t1
+        FROM {tbl} ev
+        LEFT JOIN collectives c ON c.run_id = ? AND c.rank = ev.rank
+             AND c.event_idx = ev.idx AND c.source IN ('kernel', 'host')
+        WHERE ev.cls = 'comm' AND ev.idx IS NOT NULL"""
+    # Per collective kind: the union of its events (concurrent buckets count once),
+    # intersected with the exposed segments.
+    kunion = iv.union_sql(keyed, "rank, op, pg_name, bytes")
+    exposed = iv.spans_covered_sql(
+        seg, f"SELECT rank, op, pg_name, bytes, t0 AS s0, t1 AS s1 FROM ({kunion})",
+        "exposed_comm")
+    exposed_by = rows(con, f"""
+        SELECT rank, op, pg_name, bytes, sum(covered_ns) AS exposed_ns FROM ({exposed})
+        GROUP BY ALL HAVING sum(covered_ns) > 0 ORDER BY exposed_ns DESC""",
+                      [*op_params, run_id])
+    dev = {int(x[0]) for x in con.execute(
+        f"SELECT DISTINCT rank FROM {tbl} WHERE device").fetchall()}
     clocks = estimate_clocks(con, run_id)
     bw = _bandwidth(con, run_id, clocks.offsets_ns)
     steps_tbl = [_row_out(x) for x in per_step]

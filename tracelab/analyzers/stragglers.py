@@ -16,7 +16,6 @@ median across ranks, the replay gives the step time had it run at the median spe
 from __future__ import annotations
 
 import statistics
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +25,7 @@ from tracelab.analyzers import _intervals as iv
 from tracelab.analyzers._collectives import (
     choose_source, estimate_clocks, matched_sql, offsets_relation)
 from tracelab.analyzers._common import NS_PER_MS, merge_params, ms, r, ranks_str, rows, run_info
-from tracelab.analyzers.breakdown import intervals_sql
+from tracelab.analyzers.breakdown import cached_intervals
 from tracelab.results import Evidence, Finding, Result, Severity
 
 NAME = "stragglers"
@@ -45,33 +44,29 @@ def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, source: str,
     """Matched rows plus each rank's gap since its previous collective (or its step start)
     and the compute inside that gap, all aligned."""
     rel, rel_params = offsets_relation(offsets)
-    tbl = f"_tl_st_{uuid.uuid4().hex[:12]}"
-    con.execute(f"CREATE TEMP TABLE {tbl} AS {intervals_sql()}", [run_id] * 4)
-    try:
-        comp = iv.union_sql(f"SELECT rank, t0, t1 FROM {tbl} WHERE cls = 'compute'", "rank")
-        return rows(con, f"""
-            WITH mt AS ({matched_sql(rel)}),
-            off AS {rel},
-            st AS (SELECT s.rank, s.step, s.start_ns - coalesce(o.off_ns, 0) AS s0,
-                          greatest(s.end_ns, coalesce(s.device_end_ns, s.end_ns))
-                            - coalesce(o.off_ns, 0) AS s1
-                   FROM steps s LEFT JOIN off o USING (rank) WHERE s.run_id = ?),
-            g AS (SELECT mt.*, st.s0, st.s1,
-                         coalesce(lag(e_ns) OVER (PARTITION BY mt.rank, mt.step ORDER BY a_ns),
-                                  least(st.s0, a_ns)) AS prev_ns
-                  FROM mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step),
-            cu AS (SELECT c.rank, c.t0 - coalesce(o.off_ns, 0) AS t0,
-                          c.t1 - coalesce(o.off_ns, 0) AS t1
-                   FROM ({comp}) c LEFT JOIN off o USING (rank))
-            SELECT g.rank, g.key, g.op, g.step, g.a_ns, g.e_ns, g.n, g.last_arrival_ns,
-                   g.last_rank, g.transfer_ns, g.wait_ns, g.s0, g.s1, g.prev_ns,
-                   greatest(g.a_ns - g.prev_ns, 0) AS gap_ns,
-                   coalesce(sum(least(cu.t1, g.a_ns) - greatest(cu.t0, g.prev_ns)), 0) AS compute_ns
-            FROM g LEFT JOIN cu ON cu.rank = g.rank AND cu.t0 < g.a_ns AND cu.t1 > g.prev_ns
-            GROUP BY ALL ORDER BY g.step, g.last_arrival_ns, g.rank
-            """, [run_id, source, *rel_params, *rel_params, run_id])
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {tbl}")
+    _, seg = cached_intervals(con, run_id)
+    spans = f"""
+        WITH mt AS ({matched_sql(rel)}),
+        off AS {rel},
+        st AS (SELECT s.rank, s.step, s.start_ns - coalesce(o.off_ns, 0) AS s0,
+                      greatest(s.end_ns, coalesce(s.device_end_ns, s.end_ns))
+                        - coalesce(o.off_ns, 0) AS s1
+               FROM steps s LEFT JOIN off o USING (rank) WHERE s.run_id = ?),
+        g AS (SELECT mt.*, st.s0 AS step0, st.s1 AS step1,
+                     coalesce(lag(e_ns) OVER (PARTITION BY mt.rank, mt.step ORDER BY a_ns),
+                              least(st.s0, a_ns)) AS prev_ns
+              FROM mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step)
+        -- The gap on the rank's own clock (raw), where its compute intervals live.
+        SELECT g.*, greatest(a_ns - prev_ns, 0) AS gap_ns,
+               prev_ns + (start_ns - a_ns) AS s0, start_ns AS s1
+        FROM g"""
+    return rows(con, f"""
+        SELECT rank, key, op, step, a_ns, e_ns, n, last_arrival_ns, last_rank, transfer_ns,
+               wait_ns, step0 AS s0, step1 AS s1, prev_ns, gap_ns,
+               greatest(covered_ns, 0) AS compute_ns
+        FROM ({iv.spans_covered_sql(seg, spans, "compute")})
+        ORDER BY step, last_arrival_ns, rank
+        """, [run_id, source, *rel_params, *rel_params, run_id])
 
 
 def _replay(matches: list[dict[str, Any]], gaps: dict[tuple[str, int], float],
@@ -149,7 +144,9 @@ def _whatif(per_match: list[dict[str, Any]],
             data: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
     """Per step: measured and replayed step time, all-ranks-at-median ideal, and per rank the
     saving had that rank alone run at the median."""
-    gap = {(x["key"], x["rank"]): float(x["gap_ns"]) for x in data}
+    gaps_of: dict[Any, dict[tuple[str, int], float]] = {}
+    for x in data:
+        gaps_of.setdefault(x["step"], {})[(x["key"], x["rank"])] = float(x["gap_ns"])
     steps: dict[Any, list[dict[str, Any]]] = {}
     for m in per_match:
         steps.setdefault(m["step"], []).append(m)
@@ -158,6 +155,7 @@ def _whatif(per_match: list[dict[str, Any]],
         if step is None:
             continue
         rws = [x for x in data if x["step"] == step]
+        gap = gaps_of[step]
         # Rebase to the step's first start: absolute ns do not fit a float exactly.
         starts = [min(x["s0"], x["prev_ns"]) for x in rws if x["s0"] is not None]
         if not starts:
@@ -180,7 +178,7 @@ def _whatif(per_match: list[dict[str, Any]],
                         start, {rk: med_tail for rk in tail})
         measured = max(x["s1"] for x in rws if x["s1"] is not None) - base
         for rk in start:
-            g = {k: (med[k[0]] if k[1] == rk else v) for k, v in gap.items() if k[0] in med}
+            g = {**gap, **{(k, rk): med[k] for k in med if (k, rk) in gap}}
             tl = {**tail, rk: med_tail} if rk in tail else tail
             savings.setdefault(rk, []).append(actual - _replay(ms_, g, start, tl))
         out.append({"step": step, "step_ms": ms(measured), "replayed_step_ms": ms(actual),

@@ -1,0 +1,145 @@
+"""Analysis speed: every tracelab analyzer vs HTA's temporal breakdown, overlap and idle time.
+
+    python benchmarks/analyze.py [--reps 5] [--ranks 8]
+
+Data: the 8-rank, 1.7M-event set (benchmarks/datasets.py: 8 copies of df_index_resolver with the
+rank rewritten, uncompressed). Each repetition runs each tool in a fresh process, interleaved so
+both see the same machine load, and reports medians.
+
+What is timed, and what is excluded, on each side:
+- tracelab: `run_all(con, run_id)`, i.e. all six analyzers (steps, breakdown, clocks,
+  stragglers, pipeline, memory) on a store ingested once beforehand. Excluded: the ingest,
+  interpreter start-up and imports, opening the store.
+- HTA: `get_temporal_breakdown()`, `get_comm_comp_overlap()` and `get_idle_time_breakdown()` on a
+  `TraceAnalysis(trace_dir=...)`. Excluded: HTA's parse of the traces (its constructor),
+  interpreter start-up and imports.
+The parse/ingest times are reported too, for context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.datasets import rank_set  # noqa: E402
+
+TRACELAB_CHILD = r"""
+import json, sys, time
+from tracelab.analyzers import run_all, registry
+from tracelab.store import open_store, resolve_run
+registry()
+with open_store(sys.argv[1]) as con:
+    rid, _ = resolve_run(con, None)
+    t0 = time.perf_counter()
+    per = {}
+    for name in registry():
+        t = time.perf_counter()
+        (res,) = run_all(con, rid, only=[name])
+        per[name] = time.perf_counter() - t
+    total = time.perf_counter() - t0
+print(json.dumps({"total_s": total, "per_analyzer_s": per}))
+"""
+
+HTA_CHILD = r"""
+import json, logging, sys, time
+logging.disable(logging.WARNING)
+import warnings; warnings.filterwarnings("ignore")
+from hta.trace_analysis import TraceAnalysis
+t = time.perf_counter()
+ta = TraceAnalysis(trace_dir=sys.argv[1])
+parse = time.perf_counter() - t
+per = {}
+t0 = time.perf_counter()
+for name, fn in (("temporal_breakdown", lambda: ta.get_temporal_breakdown(visualize=False)),
+                 ("comm_comp_overlap", lambda: ta.get_comm_comp_overlap(visualize=False)),
+                 ("idle_time_breakdown", lambda: ta.get_idle_time_breakdown(visualize=False))):
+    t = time.perf_counter()
+    fn()
+    per[name] = time.perf_counter() - t
+print(json.dumps({"total_s": time.perf_counter() - t0, "per_analysis_s": per, "parse_s": parse}))
+"""
+
+
+def child(code: str, arg: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True,
+                         timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"benchmark child failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ingest_once(folder: Path, db: Path) -> float:
+    import time
+
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "tracelab.cli", "ingest", str(folder), "--db", str(db),
+                    "--run", "bench"], check=True, capture_output=True)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "analyze.json"))
+    args = parser.parse_args()
+    folder = rank_set(args.ranks)
+    work = Path(tempfile.mkdtemp(prefix="tracelab-bench-analyze-"))
+    try:
+        db = work / "bench.duckdb"
+        ingest_s = ingest_once(folder, db)
+        tl, hta = [], []
+        for i in range(args.reps):
+            tl.append(child(TRACELAB_CHILD, str(db)))
+            hta.append(child(HTA_CHILD, str(folder)))
+            print(f"rep {i + 1}: tracelab {tl[-1]['total_s']:.2f} s, "
+                  f"HTA {hta[-1]['total_s']:.2f} s (parse {hta[-1]['parse_s']:.1f} s)",
+                  file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    med = statistics.median
+    result = {
+        "ranks": args.ranks, "reps": args.reps,
+        "input_bytes": sum(p.stat().st_size for p in folder.glob("*.json")),
+        "tracelab_total_s": med(t["total_s"] for t in tl),
+        "tracelab_per_analyzer_s": {k: med(t["per_analyzer_s"][k] for t in tl)
+                                    for k in tl[0]["per_analyzer_s"]},
+        "hta_total_s": med(h["total_s"] for h in hta),
+        "hta_per_analysis_s": {k: med(h["per_analysis_s"][k] for h in hta)
+                               for k in hta[0]["per_analysis_s"]},
+        "tracelab_ingest_s": ingest_s,
+        "hta_parse_s": med(h["parse_s"] for h in hta),
+        "tracelab_runs_s": [round(t["total_s"], 3) for t in tl],
+        "hta_runs_s": [round(h["total_s"], 3) for h in hta],
+        "cpus": os.cpu_count(),
+    }
+    result["speedup"] = result["hta_total_s"] / result["tracelab_total_s"]
+    print(f"| tool | analyses timed | median | runs |\n|---|---|---|---|\n"
+          f"| tracelab | all 6 analyzers | {result['tracelab_total_s']:.2f} s | "
+          f"{result['tracelab_runs_s']} |\n"
+          f"| HTA 0.5 | temporal breakdown + overlap + idle time | "
+          f"{result['hta_total_s']:.2f} s | {result['hta_runs_s']} |\n\n"
+          f"speed-up {result['speedup']:.1f}x (excluded: tracelab ingest "
+          f"{result['tracelab_ingest_s']:.1f} s once, HTA parse {result['hta_parse_s']:.1f} s "
+          "per run, interpreter start-up and imports)")
+    print("\n| tracelab analyzer | median |\n|---|---|")
+    for k, v in result["tracelab_per_analyzer_s"].items():
+        print(f"| {k} | {v:.3f} s |")
+    print("\n| HTA analysis | median |\n|---|---|")
+    for k, v in result["hta_per_analysis_s"].items():
+        print(f"| {k} | {v:.3f} s |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
