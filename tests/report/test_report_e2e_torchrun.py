@@ -4,6 +4,11 @@ Three captures: a baseline, a re-run of the same training (A/A: must not flag an
 candidate with one slow rank (examples/ddp_slow_rank.py sleeps `DELAY_MS` per step on rank 2).
 The candidate must fail the gate on the metrics that moved and on nothing else, and its
 JUnit and HTML outputs must be valid (JUnit parsed back, HTML opened in headless Chromium).
+
+The baseline and its re-run train at the same time. On a shared 2-core machine the load
+changes between two runs made one after the other, and a 30% step-time shift from the
+neighbours' load is a real difference that no statistic can tell from a regression (CI jobs
+should likewise profile base and PR on one runner); run side by side, both see the same load.
 """
 
 from __future__ import annotations
@@ -42,15 +47,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _torchrun(script: str, out: Path, *args: str) -> Path:
+def _start(script: str, out: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4",
            "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
            str(EXAMPLES / script), "--out", str(out), *STEPS, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO,
-                          check=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=REPO)
+    return proc, out
+
+
+def _wait(job: tuple[subprocess.Popen[str], Path]) -> Path:
+    proc, out = job
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
     if proc.returncode != 0:
-        pytest.fail(f"{script} failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+        pytest.fail(f"torchrun for {out.name} failed ({proc.returncode}):\n{err[-6000:]}")
     assert (out / "manifest.json").is_file()
     return out
 
@@ -60,12 +75,17 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if not (EXAMPLES / "ddp.py").is_file() or not (EXAMPLES / "ddp_slow_rank.py").is_file():
         pytest.fail("examples/ddp.py and examples/ddp_slow_rank.py are missing")
     root = tmp_path_factory.mktemp("captures")
-    return {
-        "base": _torchrun("ddp.py", root / "base"),
-        "rerun": _torchrun("ddp.py", root / "rerun"),
-        "slow": _torchrun("ddp_slow_rank.py", root / "slow", "--slow-rank", "2",
-                          "--delay-ms", DELAY_MS),
-    }
+    pair = [_start("ddp.py", root / "base"), _start("ddp.py", root / "rerun")]
+    try:
+        base, rerun = (_wait(job) for job in pair)
+    finally:
+        for proc, _ in pair:  # a failed wait must not leave the other job running
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    slow = _wait(_start("ddp_slow_rank.py", root / "slow", "--slow-rank", "2",
+                        "--delay-ms", DELAY_MS))
+    return {"base": base, "rerun": rerun, "slow": slow}
 
 
 @pytest.fixture(scope="module")
