@@ -155,3 +155,16 @@ def test_holm_adjustment_across_gated_metrics() -> None:
                   "step_time")
     assert family.p_adjusted == pytest.approx(5 * family.p_value)  # type: ignore[operator]
     assert family.verdict is Verdict.PASS and "not significant" in family.reason
+
+
+def test_new_op_counts_as_a_mover(make_run_metrics: Callable[..., Any]) -> None:
+    """An op that only the candidate runs moved from 0 ms: it leads the top movers."""
+    base = {"op_time[a]": MetricValue(key="op_time[a]", gate="op_time", label="a", value=5.0)}
+    cand = {"op_time[a]": MetricValue(key="op_time[a]", gate="op_time", label="a", value=5.5),
+            "op_time[new]": MetricValue(key="op_time[new]", gate="op_time", label="new",
+                                        value=3.0)}
+    report = compare(make_run_metrics("a", extra=base), make_run_metrics("b", extra=cand),
+                     SETTINGS)
+    ops = [r for r in report.rows if r.gate == "op_time"]
+    assert [r.key for r in ops] == ["op_time[new]", "op_time[a]"]
+    assert ops[0].baseline is None and ops[0].verdict is Verdict.INFO

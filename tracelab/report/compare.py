@@ -296,9 +296,29 @@ def _order(key: str) -> tuple[int, str]:
     return (names.index(gate) if gate in names else len(names), key)
 
 
+def _point(v: MetricValue | None) -> float:
+    if v is None:
+        return 0.0
+    if v.samples:
+        return float(np.median(v.samples))
+    return v.value or 0.0
+
+
+def _top_movers(baseline: RunMetrics, candidate: RunMetrics, keys: list[str], n: int
+                ) -> list[str]:
+    """The `n` op/kernel keys whose median time per step moved most (absent counts as 0)."""
+    ops = [k for k in keys if k.startswith("op_time[")]
+    moved = sorted(ops, key=lambda k: -abs(_point(candidate.values.get(k))
+                                           - _point(baseline.values.get(k))))
+    return moved[:n]
+
+
 def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ReportSettings) -> Report:
     """Judge every metric present in either run, and diff the findings."""
     keys = sorted(set(baseline.values) | set(candidate.values), key=_order)
+    if not settings.threshold("op_time").gated:  # only the top movers are shown: judge those
+        top = set(_top_movers(baseline, candidate, keys, settings.top_ops))
+        keys = [k for k in keys if not k.startswith("op_time[") or k in top]
     raw = {k: p for k in keys
            if (p := _tested_p(baseline.values.get(k), candidate.values.get(k), settings))
            is not None}
@@ -306,11 +326,8 @@ def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ReportSetting
     rows = [compare_values(baseline.values.get(k), candidate.values.get(k), settings,
                            p_family=adjusted.get(k)) for k in keys]
     # Op/kernel rows: keep the top movers (largest absolute change) plus any regression.
-    ops = [r for r in rows if r.gate == "op_time"]
-    keep = {r.key for r in sorted(
-        (r for r in ops if r.baseline is not None and r.candidate is not None),
-        key=lambda r: -abs((r.candidate or 0.0) - (r.baseline or 0.0)))[: settings.top_ops]}
-    keep |= {r.key for r in ops if r.verdict is Verdict.REGRESSION}
+    keep = set(_top_movers(baseline, candidate, keys, settings.top_ops))
+    keep |= {r.key for r in rows if r.gate == "op_time" and r.verdict is Verdict.REGRESSION}
     rows = [r for r in rows if r.gate != "op_time" or r.key in keep]
     rows = sorted(rows, key=lambda r: (_order(r.key)[0], -abs((r.candidate or 0.0)
                   - (r.baseline or 0.0)) if r.gate == "op_time" else 0.0, r.key))
