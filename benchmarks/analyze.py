@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.datasets import rank_set  # noqa: E402
+from benchmarks.datasets import rank_set
 
 TRACELAB_CHILD = r"""
 import json, sys, time
@@ -71,7 +71,7 @@ print(json.dumps({"total_s": time.perf_counter() - t0, "per_analysis_s": per, "p
 
 def child(code: str, arg: str) -> dict:
     out = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True,
-                         timeout=1800)
+                         timeout=1800, check=False)
     if out.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -17,6 +17,7 @@ HTA also drops the last profiler step by default; `hta_compatible` does the same
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def _hta_numbers(folder: Path, monkeypatch: pytest.MonkeyPatch, rounding: bool) 
     for _, row in tb.iterrows():
         o = ov[ov["rank"] == row["rank"]]["comp_comm_overlap_pctg"].iloc[0]
         out[int(row["rank"])] = (row["idle_time_pctg"], row["compute_time_pctg"],
-                                 row["non_compute_time_pctg"], None if o != o else float(o))
+                                 row["non_compute_time_pctg"], None if math.isnan(o) else float(o))
     return out
 
 

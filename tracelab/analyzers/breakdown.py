@@ -22,9 +22,14 @@ import duckdb
 
 from tracelab.analyzers import _intervals as iv
 from tracelab.analyzers._collectives import (
-    BUS_FACTOR_SQL, choose_source, estimate_clocks, matched_sql, offsets_relation)
-from tracelab.load_sql import op_sql
+    BUS_FACTOR_SQL,
+    choose_source,
+    estimate_clocks,
+    matched_sql,
+    offsets_relation,
+)
 from tracelab.analyzers._common import median, merge_params, ms, r, ranks_str, rows, run_info
+from tracelab.load_sql import op_sql
 from tracelab.results import Evidence, Finding, Result, Severity
 
 NAME = "breakdown"
@@ -250,12 +255,12 @@ def _findings(p: Mapping[str, Any], steps_tbl: list[dict[str, Any]],
     by_rank: dict[int, list[dict[str, Any]]] = {}
     for x in steps_tbl:
         by_rank.setdefault(x["rank"], []).append(x)
-    hot = {}
+    hot: dict[int, tuple[float, float, float, float | None]] = {}
     for rank, xs in by_rank.items():
         share = median([x["exposed_comm_ms"] / x["window_ms"] for x in xs if x["window_ms"]])
         if share is not None and share > p["exposed_comm_threshold"]:
-            hot[rank] = (share, median([x["exposed_comm_ms"] for x in xs]),
-                         median([x["window_ms"] for x in xs]), median(
+            hot[rank] = (share, median([x["exposed_comm_ms"] for x in xs]) or 0.0,
+                         median([x["window_ms"] for x in xs]) or 0.0, median(
                              [x["overlap_pct"] for x in xs if x["overlap_pct"] is not None]))
     if not hot:
         return []

@@ -17,7 +17,11 @@ from typing import Any
 import duckdb
 
 from tracelab.analyzers._collectives import (
-    choose_source, estimate_clocks, matched_sql, offsets_relation)
+    choose_source,
+    estimate_clocks,
+    matched_sql,
+    offsets_relation,
+)
 from tracelab.analyzers._common import merge_params, ms, rows, run_info
 from tracelab.results import Evidence, Finding, Result, Severity
 
@@ -62,7 +66,7 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
     source = choose_source(con, run_id)
     skew = _skew(con, run_id, source, est.offsets_ns, est.uncertainty_ns) if source else {}
     hosts = dict(con.execute("SELECT rank, host FROM ranks WHERE run_id = ?", [run_id]).fetchall())
-    table = []
+    table: list[dict[str, Any]] = []
     for rk in sorted(est.offsets_ns):
         sk = skew.get(rk, {})
         table.append({

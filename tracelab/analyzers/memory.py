@@ -102,7 +102,7 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
         mean = statistics.mean(peak.values())
         exp = expected_microbatches(schedule, len(stages), int(pipe.get("microbatches") or 0)) \
             if pipe.get("microbatches") else None
-        exp_mean = statistics.mean(exp) if exp else None
+        exp_mean = statistics.mean(exp) if exp else 1.0
         for i, s in enumerate(stages):
             stage_tbl.append({
                 "stage": s, "peak_gib": peak[s], "over_mean": r(peak[s] / mean) if mean else None,

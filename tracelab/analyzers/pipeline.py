@@ -54,7 +54,7 @@ def _detect(meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: 
     ranks = sorted({a["rank"] for a in acts})
     stages = sorted({a["stage"] for a in acts})
     kinds = {a["kind"] for a in acts}
-    per_step = {}
+    per_step: dict[tuple[int, int, int, str], int] = {}
     for a in acts:
         per_step.setdefault((a["rank"], a["step"], a["stage"], a["kind"]), 0)
         per_step[(a["rank"], a["step"], a["stage"], a["kind"])] += 1
@@ -143,7 +143,9 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
     steps = _per_step(acts, clocks.offsets_ns)
     inh = _inherent(acts, steps, info)
     if inh is None:
-        idle_inh, makespan_inh, op_ms, how, balanced = {}, None, {}, "none", None
+        idle_inh: dict[int, float] = {}
+        op_ms: dict[str, float] = {}
+        makespan_inh, how, balanced = None, "none", None
     else:
         idle_inh, makespan_inh, op_ms, how, balanced = inh
     step_rows: list[dict[str, Any]] = []
@@ -173,7 +175,7 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
         stage_rows.append(row)
     textbook = (_schedules.bubble_formula(info["schedule"], info["p"], info["m"], info["v"])
                 if info["schedule"] in _schedules.SCHEDULES else (None, None))
-    mean = lambda k: r(statistics.mean([s[k] for s in stage_rows if s[k] is not None]))  # noqa: E731
+    mean = lambda k: r(statistics.mean([s[k] for s in stage_rows if s[k] is not None]))
     window_ms = mean("window_ms")
     metrics = {
         "pipeline": True, "source": source, "schedule": info["schedule"],

@@ -23,8 +23,12 @@ import duckdb
 
 from tracelab.analyzers import _intervals as iv
 from tracelab.analyzers._collectives import (
-    choose_source, estimate_clocks, matched_sql, offsets_relation)
-from tracelab.analyzers._common import NS_PER_MS, merge_params, ms, r, ranks_str, rows, run_info
+    choose_source,
+    estimate_clocks,
+    matched_sql,
+    offsets_relation,
+)
+from tracelab.analyzers._common import NS_PER_MS, merge_params, ms, r, rows, run_info
 from tracelab.analyzers.breakdown import cached_intervals
 from tracelab.results import Evidence, Finding, Result, Severity
 
@@ -150,7 +154,8 @@ def _whatif(per_match: list[dict[str, Any]],
     steps: dict[Any, list[dict[str, Any]]] = {}
     for m in per_match:
         steps.setdefault(m["step"], []).append(m)
-    out, savings = [], {}
+    out: list[dict[str, Any]] = []
+    savings: dict[int, list[float]] = {}
     for step, ms_ in steps.items():
         if step is None:
             continue
@@ -202,7 +207,7 @@ def _rank_table(p: Mapping[str, Any], per_match: list[dict[str, Any]], data: lis
         extra = statistics.median([m["extra_compute_ns"] for m in last]) if last else None
         late = statistics.median([m["lateness_ns"] for m in last]) if last else None
         kind = None
-        if last:
+        if last and late is not None:
             kind = "compute" if extra is not None and extra >= 0.5 * late else "communication"
         row = {"rank": rk, "matches": len(mine), "times_last": len(last),
                "share_last": r(share), "lateness_ms_median": ms(late),

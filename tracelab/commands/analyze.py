@@ -42,10 +42,8 @@ def render_text(run: dict[str, Any], findings: list[Finding], results: list[Resu
         out.write(f"     fix: {f.suggestion}\n")
     for res in results:
         out.write(f"\n{res.analyzer.upper()} METRICS\n")
-        for k, v in res.metrics.items():
-            out.write(f"  {k:<32} {_fmt(v)}\n")
-        for note in res.notes:
-            out.write(f"  note: {note}\n")
+        out.writelines(f"  {k:<32} {_fmt(v)}\n" for k, v in res.metrics.items())
+        out.writelines(f"  note: {note}\n" for note in res.notes)
 
 
 def render_markdown(run: dict[str, Any], findings: list[Finding], results: list[Result],
@@ -66,10 +64,8 @@ def render_markdown(run: dict[str, Any], findings: list[Finding], results: list[
                       f"{cell(f.impact_ms_per_step)} | {share} | {cell(f.suggestion)} |\n")
     for res in results:
         out.write(f"\n## {res.analyzer}\n\n| metric | value |\n|---|---|\n")
-        for k, v in res.metrics.items():
-            out.write(f"| {k} | {cell(v)} |\n")
-        for note in res.notes:
-            out.write(f"\n> {cell(note)}\n")
+        out.writelines(f"| {k} | {cell(v)} |\n" for k, v in res.metrics.items())
+        out.writelines(f"\n> {cell(note)}\n" for note in res.notes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         ranks = con.execute("SELECT rank_count, world_size FROM runs WHERE run_id = ?",
                             [rid]).fetchone()
         results = run_all(con, rid, only=only)
-    run_info = {"name": name, "run_id": rid, "ranks": ranks[0], "world_size": ranks[1]}
+    run_info = {"name": name, "run_id": rid, "ranks": ranks[0] if ranks else None,
+                "world_size": ranks[1] if ranks else None}
     findings = all_findings(results)
     out = sys.stdout
     if args.format == "json":

@@ -175,7 +175,7 @@ class RankTrace:
                             "ts": self._ts(launch), "cat": "ac2g", "name": "ac2g"})
         self.events.append({"ph": "f", "id": corr, "pid": self.gpu, "tid": stream,
                             "ts": self._ts(start_ns), "cat": "ac2g", "name": "ac2g", "bp": "e"})
-        base = {"External id": ext, "queued": 0, "device": self.gpu, "context": 1,
+        base: dict[str, Any] = {"External id": ext, "queued": 0, "device": self.gpu, "context": 1,
                 "stream": stream, "correlation": corr}
         if cat == "kernel":
             base.update({"registers per thread": 64, "shared memory": 0, "grid": [108, 1, 1],
