@@ -54,6 +54,13 @@ def create_app(db: str, *, warm: bool = True) -> Any:
     )
     for name in PAGES:
         importlib.import_module(name)
+    # Import now what requests would import lazily: two request threads importing one module
+    # at once can see it half-initialized ("partially initialized module 'pandas'").
+    for name in ("pandas", "plotly.io.json", "tracelab.analyzers", "tracelab.analyzers._collectives"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     app.layout = html.Div([dash.page_container])
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     if warm:

@@ -63,12 +63,20 @@ def render(run: str | None, req: TimelineRequest) -> tuple[dict[str, Any], str, 
             picks = [o.rank for o in summary.outliers]
             if summary.typical_rank is not None and summary.typical_rank not in picks:
                 picks.append(summary.typical_rank)
-            status = (
+            outliers = "; ".join(
+                f"rank {o.rank} ({o.metric.replace('_', ' ')} {o.value:.3g} vs median "
+                f"{o.median:.3g})" for o in summary.outliers)
+            link = href("/timeline", run=name, t0=req.t0_ms, t1=req.t1_ms, ranks=tuple(picks),
+                        steps=req.steps, cats=req.categories)
+            status = html.Span([
                 f"{len(ctx.ranks)} ranks are too many to draw as lanes: this is a rank summary. "
-                + (f"Outliers: {', '.join(f'rank {o.rank} ({o.metric} {o.value:.3g} vs median {o.median:.3g})' for o in summary.outliers)}. "
-                   if summary.outliers else "No outlier ranks. ")
-                + "Enter ranks above to see their lanes."
-            )
+                + (f"Outliers: {outliers}. " if outliers else "No outlier ranks. "),
+                dcc.Link(("Show the lanes of the outliers next to typical rank "
+                          f"{summary.typical_rank}" if outliers else
+                          f"Show the lanes of rank {summary.typical_rank}"),
+                         href=link, id=ids.TL_SUMMARY),
+                " — or enter ranks above.",
+            ])
             state = {**state_of(name, req), "summary_ranks": picks}
             return fig, status, state, query_of(state)
         lane_list = db.memo(cur, run_id, "lanes", (req.ranks, req.categories),

@@ -61,6 +61,10 @@ def build_store(folder: Path) -> Path:
         ("pipeline", build_run(folder, "pipeline", schedule="1f1b", p=4, m=8, capture=True).paths),
         ("overlap_gloo", build_run(folder, "overlap", backend="gloo", steps=3).paths),
         ("xss", xss_run(folder)),
+        # 40 ranks (over MANY_RANKS): the timeline opens on a rank summary; rank 33 is slow.
+        ("many", build_run(folder, "stragglers", name="many", end_ms=10, steps=2,
+                           arrivals_ms=tuple(8.0 if r == 33 else 0.5 * (r % 3)
+                                             for r in range(40))).paths),
     ]
     if REAL_TRACE.is_dir():
         runs.append(("real-gpu", [REAL_TRACE]))
@@ -142,3 +146,9 @@ def real_run(app_store: Path) -> str:
     if not REAL_TRACE.is_dir():
         pytest.fail(f"the shared real trace is missing at {REAL_TRACE}; set TRACELAB_SHARED")
     return "real-gpu"
+
+
+@pytest.fixture(scope="session")
+def start_app_server():  # type: ignore[no-untyped-def]
+    """`start_server(db, log) -> (process, url)`, for tests that need their own server."""
+    return start_server

@@ -208,6 +208,23 @@ def test_xss_probe_renders_as_text(server: str, driver: webdriver.Chrome) -> Non
     shot(driver, "xss-probe")
 
 
+def test_many_ranks_open_on_a_rank_summary(server: str, driver: webdriver.Chrome) -> None:
+    open_page(driver, server + "/timeline?run=many", "Timeline of many", 1)
+    status = driver.find_element(By.ID, "timeline-status").text
+    assert "40 ranks are too many" in status and "rank 33" in status
+    shot(driver, "timeline-rank-summary")
+    driver.find_element(By.ID, "timeline-rank-summary").click()
+    WebDriverWait(driver, TIMEOUT_S).until(
+        lambda d: d.find_elements(By.ID, "timeline-status")
+        and d.find_element(By.ID, "timeline-status").text.startswith("Showing"))
+    ticks = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#timeline-graph .ytick text'))"
+        ".map(e => e.textContent.split(' ')[0]);")
+    assert "r33" in ticks and len(set(ticks)) == 2
+    ranks = parse_qs(urlparse(driver.current_url).query)["ranks"][0].split(",")
+    assert "33" in ranks and len(ranks) == 2
+
+
 @pytest.mark.parametrize("path,message", [
     ("/timeline?run=stragglers&t0=abc", "must be a number"),
     ("/overview?run=no-such-run", "no run named"),
