@@ -5,10 +5,12 @@ candidate with one slow rank (examples/ddp_slow_rank.py sleeps `DELAY_MS` per st
 The candidate must fail the gate on the metrics that moved and on nothing else, and its
 JUnit and HTML outputs must be valid (JUnit parsed back, HTML opened in headless Chromium).
 
-The baseline and its re-run train at the same time. On a shared 2-core machine the load
-changes between two runs made one after the other, and a 30% step-time shift from the
-neighbours' load is a real difference that no statistic can tell from a regression (CI jobs
-should likewise profile base and PR on one runner); run side by side, both see the same load.
+Thresholds: the `.tracelab-thresholds.yml` a repository would commit for a shared CPU runner
+(docs/ci.md). With 4 ranks on 2 cores and neighbours' jobs, two runs of the same training
+differ by up to ~20% in median step time and ~17 pp in exposed-communication share (measured
+here under load 11-14), which the default thresholds (made for dedicated GPU runners) would
+flag. The default thresholds are tested on synthetic runs with known noise
+(test_report_cli.py).
 """
 
 from __future__ import annotations
@@ -35,10 +37,18 @@ EXAMPLES = REPO / "examples"
 #: 12 steps, 11 recorded: 10 per side after the report drops 1 warm-up step (>= min_steps 9).
 STEPS = ["--steps", "12", "--record", "1:12"]
 #: The injected straggler: large against step-time noise when 4 ranks share 2 cores.
-DELAY_MS = "120"
+DELAY_MS = "200"
 #: Metrics a slow rank may legitimately move: the job's step, the others' waits inside the
 #: all-reduces (exposed communication, waits for the last arriver) and the overlap.
 MAY_MOVE = {"step_time", "exposed_comm_share", "straggler_wait", "comm_overlap"}
+#: docs/ci.md, "Shared CPU runners".
+CPU_RUNNER_THRESHOLDS = """\
+# Shared CPU runner, 4 ranks on 2 cores: times swing with the neighbours' load.
+step_time: +50%
+exposed_comm_share: +25pp
+straggler_wait: +25pp
+comm_overlap: -10pp
+"""
 
 
 def _free_port() -> int:
@@ -75,14 +85,10 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if not (EXAMPLES / "ddp.py").is_file() or not (EXAMPLES / "ddp_slow_rank.py").is_file():
         pytest.fail("examples/ddp.py and examples/ddp_slow_rank.py are missing")
     root = tmp_path_factory.mktemp("captures")
-    pair = [_start("ddp.py", root / "base"), _start("ddp.py", root / "rerun")]
-    try:
-        base, rerun = (_wait(job) for job in pair)
-    finally:
-        for proc, _ in pair:  # a failed wait must not leave the other job running
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    # One after the other: side by side, one job's few-second training phase overlaps the
+    # other's start-up (4 x import torch) and the two see very different loads.
+    base = _wait(_start("ddp.py", root / "base"))
+    rerun = _wait(_start("ddp.py", root / "rerun"))
     slow = _wait(_start("ddp_slow_rank.py", root / "slow", "--slow-rank", "2",
                         "--delay-ms", DELAY_MS))
     return {"base": base, "rerun": rerun, "slow": slow}
@@ -94,6 +100,12 @@ def store(captures: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
     assert main(["ingest", str(captures["base"]), "--db", db, "--run", "main"]) == 0
     assert main(["baseline", "save", "main-baseline", "--run", "main", "--db", db]) == 0
     return db
+
+
+@pytest.fixture(autouse=True)
+def _cpu_runner_thresholds() -> None:
+    """The repository's thresholds file, found in the current folder like in CI."""
+    Path(".tracelab-thresholds.yml").write_text(CPU_RUNNER_THRESHOLDS)
 
 
 def _json(out: Path) -> dict[str, Any]:
@@ -108,8 +120,10 @@ def test_aa_rerun_of_the_same_training_passes(captures: dict[str, Path], store: 
     data = _json(out)
     assert data["regressions"] == [], (out / "tracelab-report.md").read_text()
     assert rc == 0
+    assert data["settings"]["config_file"].endswith(".tracelab-thresholds.yml")
     steps = next(m for m in data["metrics"] if m["key"] == "step_time")
     assert steps["n_baseline"] >= 9 and steps["n_candidate"] >= 9
+    assert steps["threshold"] == "+50%"
     assert steps["verdict"] in ("pass", "improved")
 
 
