@@ -125,7 +125,14 @@ def test_sample_captures_load(server: str, driver: webdriver.Chrome,
     if not sample_runs:
         pytest.skip("sample_traces/ has no captures yet (the collectors produce them)")
     for name in sample_runs:
-        for view, heading, graphs in (("overview", "Overview of", 2), ("timeline", "Timeline of", 1)):
+        views = [("overview", "Overview of", 2), ("timeline", "Timeline of", 1)]
+        if "pipeline" in name:
+            views.append(("pipeline", "Pipeline of", 2))
+        if "slow_rank" in name:
+            views.append(("stragglers", "Stragglers of", 3))
+        if "unbalanced" in name:
+            views.append(("memory", "Memory of", 2))
+        for view, heading, graphs in views:
             open_page(driver, f"{server}/{view}?run={name}", heading, graphs)
             assert "Something went wrong" not in driver.find_element(By.TAG_NAME, "body").text
             shot(driver, f"{name}-{view}")

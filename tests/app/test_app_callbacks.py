@@ -152,6 +152,12 @@ def test_timeline_zoom_callback(app_module: Any) -> None:
         ids.TL_GRAPH, {"xaxis.range[0]": 15.0, "xaxis.range[1]": 20.0}, state, "", "", [])
     assert fig["layout"]["xaxis"]["range"] == [15.0, 20.0]
     assert "Showing all" in status
+    # 40 ranks, rank 33 slow: the summary names it and links its lanes next to a typical rank.
+    monkeypatch.setattr(timeline, "MANY_RANKS", 32)
+    fig, status, state, _ = timeline.render("many", timeline.TimelineRequest())
+    assert find_text(status, "rank 33 (step ms")
+    link = next(x for x in status.children if hasattr(x, "href"))
+    assert "ranks=" in link.href and "33" in link.href
     assert new_state["t0"] == 15.0 and new_state["t1"] == 20.0
     assert "t0=15" in query and "t1=20" in query and "run=stragglers" in query
     # A resize is not a zoom: nothing changes.
@@ -198,7 +204,7 @@ def test_many_ranks_show_a_rank_summary(app_module: Any, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(timeline, "MANY_RANKS", 2)
     fig, status, state, _ = timeline.render("stragglers", timeline.TimelineRequest())
-    assert "rank summary" in status and "Rank summary" in fig["layout"]["title"]["text"]
+    assert find_text(status, "rank summary") and "Rank summary" in fig["layout"]["title"]["text"]
     assert state["summary_ranks"]
     fig, status, _, _ = timeline.render("stragglers", timeline.TimelineRequest(ranks=(2, 3)))
     assert "Showing all" in status
