@@ -89,6 +89,10 @@ def test_straggler_rank2_waits_5403(analyzed, backend):
     assert f.impact_ms_per_step == pytest.approx(e["saved_ms_straggler"], abs=TOL_MS)
     assert st.metrics["slowdown_median"] == pytest.approx(e["slowdown"], abs=1e-3)
     assert st.metrics["ideal_step_ms_median"] == pytest.approx(e["ideal_step_ms"], abs=TOL_MS)
+    assert [s["last_arriver"] for s in st.tables["steps"]] == [2] * e["steps"]
+    for row in st.tables["step_ranks"]:  # compute before the all-reduce: 10 + arrival
+        assert row["compute_ms"] == pytest.approx(10 + (0, 1, 5, 2)[row["rank"]], abs=TOL_MS)
+        assert row["wait_ms"] == pytest.approx(e["waits_ms"][row["rank"]], abs=TOL_MS)
 
 
 def test_whatif_two_ranks_slowdown_1111(analyzed):

@@ -118,14 +118,15 @@ def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str,
     cumsum a few tens of nanoseconds, and this sweep is the analyzers' hottest loop. Selecting
     and classifying before, and every window, join and sum after, stay SQL;
     tests/analyzers/test_schedules_intervals.py checks both forms agree."""
-    cols = con.execute(
+    cols = con.sql(
         f"SELECT rank, t0, t1, CASE cls WHEN 'compute' THEN {_PACK['compute']} "
         f"WHEN 'comm' THEN {_PACK['comm']} ELSE {_PACK['memcpy']} END::DOUBLE AS w "
-        f"FROM ({src})", params or []).fetchnumpy()
-    rank = np.asarray(cols["rank"], dtype=np.int64)
-    t0 = np.asarray(cols["t0"], dtype=np.int64)
-    t1 = np.asarray(cols["t1"], dtype=np.int64)
-    w = np.asarray(cols["w"], dtype=np.float64)
+        f"FROM ({src})", params=params or None).to_arrow_table()
+    # Through Arrow, not fetchnumpy: that one imports pandas (half a second) on first use.
+    rank = cols.column("rank").to_numpy().astype(np.int64)
+    t0 = cols.column("t0").to_numpy().astype(np.int64)
+    t1 = cols.column("t1").to_numpy().astype(np.int64)
+    w = cols.column("w").to_numpy().astype(np.float64)
     r2, t2, d2 = np.concatenate([rank, rank]), np.concatenate([t0, t1]), np.concatenate([w, -w])
     order = np.lexsort((d2, t2, r2))
     r2, t2 = r2[order], t2[order]
@@ -214,13 +215,15 @@ def windowed_sql(segments: str, windows: str, keys: str) -> str:
 
 def spans_covered_sql(segments: str, spans: str, measure: str) -> str:
     """Each span of `spans` (rank, ..., s0, s1) with `covered_ns`: the time in [s0, s1] in the
-    state `measure` (one of MEASURES), from materialized segments."""
+    state `measure` (one of MEASURES), from materialized segments. Only segments in that state
+    take part: the running total does not move elsewhere, and the ASOF joins sort fewer rows."""
+    only = f"(SELECT * FROM {segments} s WHERE {MEASURES[measure].format(a='s')})"
     return f"""
     SELECT sp.*, {measure_at('e', 'sp.s1', measure)} - {measure_at('b', 'sp.s0', measure)}
                  AS covered_ns
     FROM ({spans}) sp
-    ASOF LEFT JOIN {segments} e ON e.rank = sp.rank AND sp.s1 >= e.t
-    ASOF LEFT JOIN {segments} b ON b.rank = sp.rank AND sp.s0 >= b.t
+    ASOF LEFT JOIN {only} e ON e.rank = sp.rank AND sp.s1 >= e.t
+    ASOF LEFT JOIN {only} b ON b.rank = sp.rank AND sp.s0 >= b.t
     """
 
 

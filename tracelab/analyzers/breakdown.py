@@ -197,7 +197,7 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
                         [])
     op_case, op_params = op_sql("ev.name")
     keyed = f"""
-        SELECT ev.rank, coalesce(c.op, {op_case}) AS op, c.pg_name,
+        SELECT ev.rank, CASE WHEN c.op IS NOT NULL THEN c.op ELSE {op_case} END AS op, c.pg_name,
                c.in_bytes AS bytes, ev.t0, ev.t1
         FROM {tbl} ev
         LEFT JOIN collectives c ON c.run_id = ? AND c.rank = ev.rank
@@ -302,7 +302,8 @@ def _findings(p: Mapping[str, Any], steps_tbl: list[dict[str, Any]],
         code="EXPOSED_COMM", severity=sev,
         title=f"Exposed communication costs {100 * (share or 0):.1f}% of the step on "
               f"{ranks_str(list(hot))} ({what})",
-        evidence=Evidence(ranks=tuple(sorted(hot)), time_ranges_ns=ranges, numbers=numbers),
+        evidence=Evidence(ranks=tuple(sorted(hot)), time_ranges_ns=ranges, numbers=numbers,
+                          steps=tuple(sorted({x["step"] for x in steps_tbl}))),
         impact_ms_per_step=r(impact), impact_share=r(share),
         suggestion=(
             f"These are pipeline point-to-point waits ({what}): the pipeline bubble seen from "

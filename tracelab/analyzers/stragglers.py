@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from tracelab.analyzers import _intervals as iv
 from tracelab.analyzers._collectives import (
@@ -65,25 +66,19 @@ def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, source: str,
                prev_ns + (start_ns - a_ns) AS s0, start_ns AS s1
         FROM g"""
     return rows(con, f"""
-        SELECT rank, key, op, step, a_ns, e_ns, n, last_arrival_ns, last_rank, transfer_ns,
-               wait_ns, step0 AS s0, step1 AS s1, prev_ns, gap_ns,
-               greatest(covered_ns, 0) AS compute_ns
-        FROM ({iv.spans_covered_sql(seg, spans, "compute")})
+        SELECT *,
+               -- The last arriver's lateness over the next-latest, and its peers' compute.
+               max(a_ns) FILTER (WHERE rank <> last_rank) OVER k AS second_ns,
+               median(compute_ns) FILTER (WHERE rank <> last_rank) OVER k AS peer_compute_ns,
+               round(wait_ns / 1e6, 4) AS wait_ms, round(gap_ns / 1e6, 4) AS gap_ms,
+               round(compute_ns / 1e6, 4) AS compute_ms
+        FROM (SELECT rank, key, op, step, a_ns, e_ns, n, last_arrival_ns, last_rank,
+                     transfer_ns, wait_ns, step0 AS s0, step1 AS s1, prev_ns, gap_ns,
+                     greatest(covered_ns, 0) AS compute_ns
+              FROM ({iv.spans_covered_sql(seg, spans, "compute")}))
+        WINDOW k AS (PARTITION BY key)
         ORDER BY step, last_arrival_ns, rank
         """, [run_id, source, *rel_params, *rel_params, run_id])
-
-
-def _replay(matches: list[dict[str, Any]], gaps: dict[tuple[str, int], float],
-            start: dict[int, float], tail: dict[int, float]) -> float:
-    """Step time through the matched collectives, given per-(match, rank) gaps."""
-    t = dict(start)
-    for mt in matches:
-        arr = {rk: t[rk] + gaps[(mt["key"], rk)] for rk in mt["ranks"]}
-        end = max(arr.values()) + mt["transfer"]
-        for rk in mt["ranks"]:
-            t[rk] = end
-    ends = [t[rk] + tail.get(rk, 0.0) for rk in t]
-    return max(ends) - min(start.values())
 
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
@@ -97,23 +92,24 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
                       notes=("no collective is matched across two or more ranks: nothing to "
                              "compare (single-rank trace, or no timed collectives).",))
     unc = clocks.uncertainty_ns
-    by_key: dict[str, list[dict[str, Any]]] = {}
+    ranks_of: dict[str, list[int]] = {}
     for x in data:
-        by_key.setdefault(x["key"], []).append(x)
+        ranks_of.setdefault(x["key"], []).append(x["rank"])
+    # Never blame lateness within the clocks' uncertainty: the last rank's plus its peers'.
+    margin_of = {rk: u + max((v for o, v in unc.items() if o != rk), default=0)
+                 for rk, u in unc.items()}
     per_match = []
-    for key, xs in by_key.items():
-        arr = sorted(x["a_ns"] for x in xs)
-        last = xs[0]["last_rank"]
-        late = arr[-1] - arr[-2]
-        margin = unc.get(last, 0) + max((unc.get(x["rank"], 0) for x in xs if x["rank"] != last),
-                                        default=0)
-        comp = {x["rank"]: x["compute_ns"] for x in xs}
-        peers = [c for rk, c in comp.items() if rk != last]
+    for x in data:
+        if x["rank"] != x["last_rank"]:
+            continue
+        late = x["a_ns"] - x["second_ns"]
+        margin = margin_of.get(x["rank"], 0)
         per_match.append({
-            "key": key, "op": xs[0]["op"], "step": xs[0]["step"], "last_rank": last,
+            "key": x["key"], "op": x["op"], "step": x["step"], "last_rank": x["rank"],
             "lateness_ns": late, "blameable": late > margin, "margin_ns": margin,
-            "transfer": xs[0]["transfer_ns"], "A": xs[0]["last_arrival_ns"],
-            "ranks": sorted(comp), "extra_compute_ns": comp[last] - statistics.median(peers)})
+            "transfer": x["transfer_ns"], "A": x["last_arrival_ns"],
+            "ranks": sorted(ranks_of[x["key"]]),
+            "extra_compute_ns": x["compute_ns"] - x["peer_compute_ns"]})
     per_match.sort(key=lambda m: (m["step"] if m["step"] is not None else -1, m["A"]))
     steps_out, savings = _whatif(per_match, data)
     rank_rows, blamed = _rank_table(p, per_match, data, savings, steps_out)
@@ -130,62 +126,113 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
         "slowdown_median": r(statistics.median(slow)) if slow else None,
         "stragglers": sorted(blamed),
     }
+    step_ranks = _step_ranks(per_match, data)
+    last_of: dict[Any, tuple[int, int | None]] = {}
+    for x in step_ranks:
+        if x["times_last"] and x["times_last"] >= last_of.get(x["step"], (0, None))[0]:
+            last_of[x["step"]] = (x["times_last"], x["rank"])
+    for s in steps_out:
+        s["last_arriver"] = last_of.get(s["step"], (0, None))[1]
     coll_rows = [{"key": m["key"], "op": m["op"], "step": m["step"], "last_rank": m["last_rank"],
                   "lateness_ms": ms(m["lateness_ns"]), "transfer_ms": ms(m["transfer"]),
                   "blameable": m["blameable"], "last_arrival_ns": m["A"]} for m in per_match]
-    waits = [{"key": x["key"], "rank": x["rank"], "step": x["step"], "wait_ms": ms(x["wait_ns"]),
-              "arrival_ns": x["a_ns"], "end_ns": x["e_ns"], "gap_ms": ms(x["gap_ns"]),
-              "compute_ms": ms(x["compute_ns"])} for x in data]
+    waits = [{"key": x["key"], "rank": x["rank"], "step": x["step"], "wait_ms": x["wait_ms"],
+              "arrival_ns": x["a_ns"], "end_ns": x["e_ns"], "gap_ms": x["gap_ms"],
+              "compute_ms": x["compute_ms"]} for x in data]
     return Result(analyzer=NAME, run=info["name"], params=p, metrics=metrics,
-                  tables={"ranks": rank_rows, "steps": steps_out, "collectives": coll_rows,
+                  tables={"ranks": rank_rows, "steps": steps_out, "step_ranks": step_ranks,
+                          "collectives": coll_rows,
                           "waits": waits}, findings=tuple(findings),
                   notes=(f"collectives from source '{source}', clocks aligned by "
                          f"{', '.join(sorted(set(clocks.method.values())))}; lateness within "
                          "the clock uncertainty is never blamed.",))
 
 
+def _step_ranks(per_match: list[dict[str, Any]],
+                data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per step and rank: compute before its collectives, time waiting in them, and how often
+    it was the (blameable) last to arrive."""
+    out: dict[tuple[Any, int], dict[str, Any]] = {}
+    for x in data:
+        row = out.setdefault((x["step"], x["rank"]), {"step": x["step"], "rank": x["rank"],
+                                                      "compute_ns": 0, "wait_ns": 0,
+                                                      "times_last": 0})
+        row["compute_ns"] += x["compute_ns"]
+        row["wait_ns"] += x["wait_ns"]
+    for m in per_match:
+        if m["blameable"] and (m["step"], m["last_rank"]) in out:
+            out[(m["step"], m["last_rank"])]["times_last"] += 1
+    return [{"step": v["step"], "rank": v["rank"], "compute_ms": ms(v["compute_ns"]),
+             "wait_ms": ms(v["wait_ns"]), "times_last": v["times_last"]}
+            for _, v in sorted(out.items(), key=lambda kv: (kv[0][0] is None, kv[0]))]
+
+
 def _whatif(per_match: list[dict[str, Any]],
             data: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
     """Per step: measured and replayed step time, all-ranks-at-median ideal, and per rank the
-    saving had that rank alone run at the median."""
-    gaps_of: dict[Any, dict[tuple[str, int], float]] = {}
+    saving had that rank alone run at the median. The replay walks the step's matched
+    collectives in order; numpy carries all the variants (actual, ideal, each rank alone at
+    the median) through one walk."""
+    rows_of: dict[Any, list[dict[str, Any]]] = {}
     for x in data:
-        gaps_of.setdefault(x["step"], {})[(x["key"], x["rank"])] = float(x["gap_ns"])
-    steps: dict[Any, list[dict[str, Any]]] = {}
+        rows_of.setdefault(x["step"], []).append(x)
+    matches_of: dict[Any, list[dict[str, Any]]] = {}
     for m in per_match:
-        steps.setdefault(m["step"], []).append(m)
+        matches_of.setdefault(m["step"], []).append(m)
     out: list[dict[str, Any]] = []
     savings: dict[int, list[float]] = {}
-    for step, ms_ in steps.items():
-        if step is None:
+    for step, mlist in matches_of.items():
+        rws = rows_of.get(step, [])
+        firsts = [min(x["s0"], x["prev_ns"]) for x in rws if x["s0"] is not None]
+        if step is None or not firsts:
             continue
-        rws = [x for x in data if x["step"] == step]
-        gap = gaps_of[step]
         # Rebase to the step's first start: absolute ns do not fit a float exactly.
-        starts = [min(x["s0"], x["prev_ns"]) for x in rws if x["s0"] is not None]
-        if not starts:
-            continue
-        base = min(starts)
-        start = {x["rank"]: float(min(x["s0"], x["prev_ns"]) - base) for x in rws
-                 if x["s0"] is not None}
+        base = min(firsts)
+        start: dict[int, float] = {}
         last_end: dict[int, int] = {}
+        step_end: dict[int, int] = {}
         for x in rws:
+            if x["s0"] is not None:
+                start[x["rank"]] = float(min(x["s0"], x["prev_ns"]) - base)
             last_end[x["rank"]] = max(last_end.get(x["rank"], base), x["e_ns"])
-        tail = {x["rank"]: float(max(0, x["s1"] - last_end[x["rank"]])) for x in rws
-                if x["s1"] is not None}
-        ms_ = [m for m in ms_ if all(rk in start for rk in m["ranks"])]
-        if not ms_:
+            if x["s1"] is not None:
+                step_end[x["rank"]] = x["s1"]
+        ranks = sorted(start)
+        col = {rk: i for i, rk in enumerate(ranks)}
+        mlist = [m for m in mlist if all(rk in col for rk in m["ranks"])]
+        if not mlist:
             continue
-        med = {m["key"]: statistics.median(gap[(m["key"], rk)] for rk in m["ranks"]) for m in ms_}
-        med_tail = statistics.median(tail.values()) if tail else 0.0
-        actual = _replay(ms_, gap, start, tail)
-        ideal = _replay(ms_, {(m["key"], rk): med[m["key"]] for m in ms_ for rk in m["ranks"]},
-                        start, {rk: med_tail for rk in tail})
-        measured = max(x["s1"] for x in rws if x["s1"] is not None) - base
-        for rk in start:
-            g = {**gap, **{(k, rk): med[k] for k in med if (k, rk) in gap}}
-            tl = {**tail, rk: med_tail} if rk in tail else tail
-            savings.setdefault(rk, []).append(actual - _replay(ms_, g, start, tl))
+        row = {m["key"]: k for k, m in enumerate(mlist)}
+        gaps = np.full((len(mlist), len(ranks)), np.nan)
+        for x in rws:
+            if x["key"] in row and x["rank"] in col:
+                gaps[row[x["key"]], col[x["rank"]]] = float(x["gap_ns"])
+        part = ~np.isnan(gaps)
+        med = np.nanmedian(gaps, axis=1)
+        tail = np.array([float(max(0, step_end[rk] - last_end[rk])) if rk in step_end else 0.0
+                         for rk in ranks])
+        med_tail = float(np.median(tail[[rk in step_end for rk in ranks]])) if step_end else 0.0
+        # Variants: 0 actual, 1 every rank at the median, 2 + i rank i alone at the median.
+        nv = 2 + len(ranks)
+        g = np.repeat(gaps[None], nv, axis=0)
+        tl = np.repeat(tail[None], nv, axis=0)
+        g[1] = np.where(part, med[:, None], np.nan)
+        tl[1] = np.where([rk in step_end for rk in ranks], med_tail, 0.0)
+        for i, rk in enumerate(ranks):
+            g[2 + i][:, i] = np.where(part[:, i], med, np.nan)
+            if rk in step_end:
+                tl[2 + i][i] = med_tail
+        transfer = np.array([float(m["transfer"]) for m in mlist])
+        t = np.tile(np.array([start[rk] for rk in ranks]), (nv, 1))
+        for k in range(len(mlist)):
+            cols = part[k]
+            arrive = (t[:, cols] + g[:, k, cols]).max(axis=1)
+            t[:, cols] = (arrive + transfer[k])[:, None]
+        total = (t + tl).max(axis=1) - min(start.values())
+        actual, ideal = float(total[0]), float(total[1])
+        for i, rk in enumerate(ranks):
+            savings.setdefault(rk, []).append(actual - float(total[2 + i]))
+        measured = max(step_end.values()) - base if step_end else None
         out.append({"step": step, "step_ms": ms(measured), "replayed_step_ms": ms(actual),
                     "ideal_step_ms": ms(ideal),
                     "slowdown": r(actual / ideal) if ideal else None,
