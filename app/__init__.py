@@ -37,7 +37,6 @@ def create_app(db: str, *, warm: bool = True) -> Any:
     global _APP
     import dash
     from dash import html
-
     from tracelab.app import db as appdb
 
     appdb.configure(db)

@@ -6,13 +6,14 @@ as HTML); nothing here uses dangerouslySetInnerHTML or raw-HTML markdown.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from dash import dcc, html
-
 from tracelab.app import ids
 from tracelab.app.state import href
+
 from tracelab.results import Finding
 from tracelab.views.findings import FindingTarget
 
@@ -63,7 +64,7 @@ def fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if value != value:  # NaN
+        if math.isnan(value):
             return "—"
         return f"{value:,.{digits}g}" if abs(value) < 1e6 else f"{value:,.0f}"
     if isinstance(value, int):

@@ -17,10 +17,10 @@ from typing import TypeVar
 
 import duckdb
 
+from tracelab.errors import RunNotFoundError
 from tracelab.store import open_store
 from tracelab.views._run import RunContext, run_context
 from tracelab.views.analysis import Analysis, AnalysisCache, AnalysisKey, run_key
-from tracelab.errors import RunNotFoundError
 
 T = TypeVar("T")
 
@@ -129,7 +129,7 @@ def warm_newest(count: int = 3) -> None:
                 for (rid,) in rows:
                     analysis(cur, int(rid))
                     context(cur, int(rid))
-        except Exception:  # noqa: BLE001 - warming is best effort; requests report errors
+        except Exception:
             import logging
 
             logging.getLogger("tracelab.app").exception("background analysis failed")

@@ -14,6 +14,7 @@ from typing import Any
 
 from tracelab.app.components import error_page
 from tracelab.app.state import BadParam
+
 from tracelab.errors import RunNotFoundError, StoreError, StoreLockedError, TracelabError
 
 log = logging.getLogger("tracelab.app")
@@ -45,7 +46,7 @@ def safe_layout(active: str) -> Callable[[Callable[..., Any]], Callable[..., Any
         def wrapper(**kwargs: Any) -> Any:
             try:
                 return fn(**kwargs)
-            except Exception as exc:  # noqa: BLE001 - the page must render whatever happens
+            except Exception as exc:
                 if not isinstance(exc, (TracelabError, BadParam)):
                     log.exception("error building %s with %r", active, kwargs)
                 title, message, hint = describe(exc)

@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 from dash import Input, Output, State, callback, dcc, html
-
 from tracelab.app import db, ids
 from tracelab.app.components import page
 
@@ -48,7 +47,7 @@ def analyze_in_background(run_id: int) -> None:
         try:
             with db.cursor() as cur:
                 db.analysis(cur, run_id)
-        except Exception:  # noqa: BLE001 - the page's own request will report the error
+        except Exception:
             log.exception("analysis of run %s failed", run_id)
         finally:
             with _lock:

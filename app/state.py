@@ -137,5 +137,5 @@ def href(path: str, **params: Any) -> str:
         elif isinstance(value, float):
             value = f"{value:.6g}" if abs(value) < 1e5 else f"{value:.3f}"
         clean[key] = str(value)
-    query = urlencode(clean)
+    query = urlencode(clean, safe=",")
     return f"{path}?{query}" if query else path

@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.datasets import DATA, rank_set  # noqa: E402
+from benchmarks.datasets import DATA, rank_set
 
 RUN = "bench"
 POLL_S = 0.02

@@ -6,11 +6,11 @@ from typing import Any
 
 import dash
 from dash import Input, Output, callback, dcc, html
-
 from tracelab.app import db, ids, pending
 from tracelab.app.components import graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, text
+
 from tracelab.figures.compare import step_distributions
 from tracelab.views.compare import finding_changes, metric_deltas, step_comparison
 from tracelab.views.runs import run_names

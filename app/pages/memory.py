@@ -6,11 +6,11 @@ from typing import Any
 
 import dash
 from dash import html
-
 from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import text
+
 from tracelab.figures.memory import peaks_figure, series_figure
 from tracelab.views.findings import targets
 from tracelab.views.memory import memory_series, memory_view

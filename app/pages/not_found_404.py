@@ -6,9 +6,7 @@ from typing import Any
 
 import dash
 from dash import html
-
 from tracelab.app.components import error_page
-
 
 
 def layout(**kwargs: Any) -> html.Div:

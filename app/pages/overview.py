@@ -6,15 +6,14 @@ from typing import Any
 
 import dash
 from dash import html
-
 from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import text
+
 from tracelab.figures.overview import breakdown_bars, step_heatmap
 from tracelab.views.findings import targets
 from tracelab.views.overview import breakdown, step_matrix, summary
-
 
 
 def analyzer_errors(errors: dict[str, str]) -> list[Any]:

@@ -7,11 +7,11 @@ from typing import Any
 
 import dash
 from dash import dcc, html
-
 from tracelab.app import db, ids, pending
 from tracelab.app.components import graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, integer, text
+
 from tracelab.figures.pipeline import bubble_figure, schedule_figure
 from tracelab.views.pipeline import pipeline_view
 

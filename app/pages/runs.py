@@ -6,14 +6,13 @@ from typing import Any
 
 import dash
 from dash import Input, Output, callback, dcc, html
-
 from tracelab.app import db, ids
 from tracelab.app.components import fmt, page, pager, table
 from tracelab.app.guard import describe, safe_layout
 from tracelab.app.state import href, integer
+
 from tracelab.views import PAGE_ROWS
 from tracelab.views.runs import RunsPage, run_names, runs_page
-
 
 COLUMNS = (
     ("name", "run"),
@@ -95,7 +94,7 @@ callback(Output(ids.RUNS_TABLE, "children"), Input(ids.RUNS_TRIGGER, "data"))(fi
 callback(Output(ids.RUNS_COMPARE_LINK, "href"),
          Input(ids.RUNS_COMPARE_A, "value"), Input(ids.RUNS_COMPARE_B, "value"))(compare_href)
 
-__all__ = ["layout", "fill_findings", "compare_href", "fmt"]
+__all__ = ["compare_href", "fill_findings", "fmt", "layout"]
 
 # Registered last: Dash Pages needs the layout function at registration.
 dash.register_page(__name__, path="/", name="Runs", title="tracelab: runs", order=0, layout=layout)

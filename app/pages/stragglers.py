@@ -6,11 +6,11 @@ from typing import Any
 
 import dash
 from dash import html
-
 from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page, pager, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, integer, text
+
 from tracelab.figures.stragglers import arrival_heatmap, skew_figure, wait_figure
 from tracelab.views.findings import targets
 from tracelab.views.stragglers import COLLECTIVES_PER_PAGE, straggler_view

@@ -11,18 +11,17 @@ from typing import Any
 
 import dash
 from dash import Input, Output, State, callback, dcc, html
-
 from tracelab.app import db, ids
 from tracelab.app.components import graph, page, register_url_sync, url_sync
 from tracelab.app.guard import describe, safe_layout
 from tracelab.app.state import BadParam, href, int_list, number, str_list, text
+
 from tracelab.classify import Category
 from tracelab.figures import empty_figure
 from tracelab.figures.ranksummary import rank_summary_figure
 from tracelab.figures.timeline import timeline_figure, timeline_status
 from tracelab.views.ranksummary import MANY_RANKS, rank_summary
 from tracelab.views.timeline import TimelineRequest, event_detail, lanes, timeline
-
 
 CATEGORIES = tuple(c.value for c in Category)
 

@@ -29,11 +29,11 @@ if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
                 "/usr/bin/chromedriver): apt-get install -y chromium chromium-driver",
                 allow_module_level=True)
 
-from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 TIMEOUT_S = 30
 
@@ -89,7 +89,7 @@ def graph_range(drv: webdriver.Chrome, graph_id: str) -> list[float]:
 
 def no_alert(drv: webdriver.Chrome) -> bool:
     try:
-        drv.switch_to.alert
+        _ = drv.switch_to.alert
     except NoAlertPresentException:
         return True
     return False

@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tracelab.commands._common import add_db_option
 from tracelab.errors import InputError, UsageError
@@ -21,7 +22,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8050
 
 
-def _app_module():  # type: ignore[no-untyped-def]
+def _app_module() -> Any:
     try:
         import dash  # noqa: F401
     except ImportError as exc:
@@ -109,7 +110,7 @@ def _add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "serve", help="open the web app on a store",
         description="Serve the web app (runs, overview, timeline, pipeline, stragglers, "

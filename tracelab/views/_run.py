@@ -45,7 +45,7 @@ class RunContext:
             "off_ns": [int(self.offsets_ns.get(r, 0)) for r in ranks],
         }
 
-    def to_ms(self, ns: int | float) -> float:
+    def to_ms(self, ns: float) -> float:
         """Aligned ns -> ms since the run's first event. Integer arithmetic first: epoch ns
         (~1.7e18) do not fit a float's 53 bits, so float(ns) alone would be off by up to 256 ns."""
         whole = int(ns)
@@ -53,7 +53,7 @@ class RunContext:
 
     def to_ns(self, ms: float) -> int:
         """ms since the run's first event -> aligned ns."""
-        return self.origin_ns + int(round(ms * 1e6))
+        return self.origin_ns + round(ms * 1e6)
 
 
 def _offsets(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[dict[int, int], str]:

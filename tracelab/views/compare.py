@@ -53,7 +53,8 @@ class StepComparison:
 
 
 def _dist(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[Any, ...]:
-    return con.execute(DIST_SQL, [run_id]).fetchone()
+    row = con.execute(DIST_SQL, [run_id]).fetchone()
+    return row if row is not None else (0, None, None, None, None, None, None)
 
 
 def step_comparison(con: duckdb.DuckDBPyConnection, a_id: int, b_id: int) -> StepComparison:
@@ -91,7 +92,7 @@ def metric_deltas(a: Analysis, b: Analysis) -> list[dict[str, Any]]:
     """Every numeric metric either run has: values, delta (b - a), relative delta, moved flag.
     Moved metrics come first, largest relative change first."""
     fa, fb = _flatten(a), _flatten(b)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for key in sorted(fa.keys() | fb.keys()):
         va, vb = fa.get(key), fb.get(key)
         delta = None if va is None or vb is None else vb - va

@@ -49,9 +49,10 @@ class MemorySeries:
 def memory_series(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> MemorySeries:
     """Allocated and reserved memory over time from the trace's [memory] events, binned."""
     p = ctx.params()
-    total = con.execute(
+    found = con.execute(
         "SELECT count(DISTINCT rank) FROM memory WHERE run_id = ? AND source = 'trace'",
-        [ctx.run_id]).fetchone()[0]
+        [ctx.run_id]).fetchone()
+    total = found[0] if found else 0
     rows = con.execute(SERIES_SQL, [p["off_ranks"], p["off_ns"], ctx.run_id, MAX_SERIES_RANKS,
                                     SERIES_BINS, SERIES_BINS]).fetchall()
     t: dict[int, list[float]] = {}
@@ -83,7 +84,8 @@ class MemoryView:
         if m.get("peak_gib_max") is not None:
             bound = " (a lower bound: trace events only)" if m.get("peak_is_lower_bound") else ""
             parts.append(f"highest peak {m['peak_gib_max']:.3g} GiB{bound}")
-        caps = [r.get("headroom_used") for r in self.ranks if r.get("headroom_used") is not None]
+        caps = [float(r["headroom_used"]) for r in self.ranks
+                if r.get("headroom_used") is not None]
         if caps:
             parts.append(f"up to {100 * max(caps):.3g}% of device capacity used")
         if m.get("max_over_mean") is not None:

@@ -50,7 +50,7 @@ def step_matrix(con: duckdb.DuckDBPyConnection, run_id: int) -> StepMatrix:
     """Step durations (host start to the later of host end and device end), bounded."""
     totals = con.execute(
         "SELECT count(DISTINCT rank), count(DISTINCT step) FROM steps WHERE run_id = ?", [run_id]
-    ).fetchone()
+    ).fetchone() or (0, 0)
     rows = con.execute(STEP_MATRIX_SQL, [run_id, MAX_HEAT_RANKS, MAX_HEAT_STEPS]).fetchall()
     ranks = sorted({int(r) for r, _, _ in rows})
     steps = sorted({int(s) for _, s, _ in rows})

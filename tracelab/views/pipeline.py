@@ -46,17 +46,17 @@ def pipeline_view(analysis: Analysis, ctx: RunContext, step: int | None = None) 
     chosen = [a for a in actions if a.get("step") == step]
     chosen.sort(key=lambda a: (a["rank"], a["start_ns"]))
     cut = len(chosen) > MAX_ACTIONS
-    out = [{
+    out: list[dict[str, Any]] = [{
         "rank": int(a["rank"]), "stage": a.get("stage"), "kind": str(a.get("kind")),
         "mb": a.get("mb"), "start_ms": round(ctx.to_ms(a["start_ns"]), 6),
         "end_ms": round(ctx.to_ms(a["end_ns"]), 6), "busy_ms": a.get("busy_ms"),
     } for a in chosen[:MAX_ACTIONS]]
-    window = None
+    window: tuple[float, float] | None = None
     rows = [x for x in result.tables.get("steps", []) if x.get("step") == step]
     if rows and rows[0].get("t0_ns") is not None:
         window = (round(ctx.to_ms(rows[0]["t0_ns"]), 6), round(ctx.to_ms(rows[0]["t1_ns"]), 6))
     elif out:
-        window = (min(a["start_ms"] for a in out), max(a["end_ms"] for a in out))
+        window = (min(float(a["start_ms"]) for a in out), max(float(a["end_ms"]) for a in out))
     return PipelineView(
         available=True, steps=steps, step=step, actions=out, actions_cut=cut, window_ms=window,
         stages=list(result.tables.get("stages", [])), metrics=dict(result.metrics),

@@ -86,8 +86,9 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> RankSummary:
                 outliers.append(Outlier(rank=r, metric=metric, value=vals[r], median=med,
                                         z=round(z, 2)))
     outliers.sort(key=lambda o: -abs(o.z))
-    seen: set[int] = set()
-    unique = [o for o in outliers if not (o.rank in seen or seen.add(o.rank))][:MAX_OUTLIERS]
+    unique = list({o.rank: o for o in reversed(outliers)}.values())
+    unique.sort(key=lambda o: -abs(o.z))
+    unique = unique[:MAX_OUTLIERS]
     valid = [(abs(v - statistics.median([x for x in step if x is not None])), r)
              for r, v in zip(ranks, step, strict=True) if v is not None]
     typical = min(valid)[1] if valid else (ranks[0] if ranks else None)

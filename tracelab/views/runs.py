@@ -47,7 +47,8 @@ class RunsPage:
 def runs_page(con: duckdb.DuckDBPyConnection, page: int = 1, page_rows: int = PAGE_ROWS) -> RunsPage:
     """Runs newest first: ranks, steps, profiled span (first step start to last step end) and
     median step time (over ranks and steps)."""
-    total = int(con.execute("SELECT count(*) FROM runs").fetchone()[0])
+    row = con.execute("SELECT count(*) FROM runs").fetchone()
+    total = int(row[0]) if row else 0
     page = max(1, min(page, max(1, -(-total // page_rows))))
     rows = con.execute(RUNS_SQL, [page_rows, (page - 1) * page_rows]).fetchall()
     out = []

@@ -59,11 +59,10 @@ def straggler_view(analysis: Analysis, ctx: RunContext, page: int = 1) -> Stragg
     skew = []
     for c in colls:
         arr = arrivals.get(c["key"], {})
-        first = min(arr.values()) if arr else None
-        last = max(arr.values()) if arr else None
+        skew_ms = round((max(arr.values()) - min(arr.values())) / 1e6, 6) if arr else None
         skew.append({
             "key": c["key"], "label": f"{c['op']} {c['key']}", "step": c.get("step"),
-            "skew_ms": None if first is None else round((last - first) / 1e6, 6),
+            "skew_ms": skew_ms,
             "last_rank": c.get("last_rank"), "blameable": bool(c.get("blameable")),
             "at_ms": round(ctx.to_ms(c["last_arrival_ns"]), 6)
             if c.get("last_arrival_ns") is not None else None,
@@ -77,20 +76,21 @@ def straggler_view(analysis: Analysis, ctx: RunContext, page: int = 1) -> Stragg
     page = min(max(1, page), pages)
     page_colls = colls[(page - 1) * COLLECTIVES_PER_PAGE: page * COLLECTIVES_PER_PAGE]
     ranks = sorted({r for c in page_colls for r in arrivals.get(c["key"], {})})[:MAX_HEAT_RANKS]
-    heat = []
+    heat: list[list[float | None]] = []
     for rank in ranks:
-        row = []
+        row: list[float | None] = []
         for c in page_colls:
             arr = arrivals.get(c["key"], {})
             row.append(round((arr[rank] - min(arr.values())) / 1e6, 6) if rank in arr else None)
         heat.append(row)
-    rank_rows = {int(x["rank"]): dict(x) for x in result.tables.get("ranks", [])}
+    rank_rows: dict[int, dict[str, Any]] = {
+        int(x["rank"]): dict(x) for x in result.tables.get("ranks", [])}
     for rank, ws in wait_by_rank.items():
-        row = rank_rows.setdefault(rank, {"rank": rank})
-        row["wait_ms_median"] = round(statistics.median(ws), 6)
+        rank_rows.setdefault(rank, {"rank": rank})["wait_ms_median"] = round(
+            statistics.median(ws), 6)
     blamed = [int(r) for r in (result.metrics.get("stragglers") or [])]
-    for row in rank_rows.values():
-        row["blamed"] = "yes" if row["rank"] in blamed else ""
+    for info in rank_rows.values():
+        info["blamed"] = "yes" if info["rank"] in blamed else ""
     return StragglerView(
         available=True, note=" ".join(result.notes), metrics=dict(result.metrics),
         skew=shown, skew_cut=cut, page=page, pages=pages,

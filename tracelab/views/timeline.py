@@ -192,28 +192,30 @@ def timeline(
     spans = step_spans(con, ctx, req.ranks)
     t0, t1 = resolve_window(ctx, req, spans)
     a, b = ctx.to_ns(t0), max(ctx.to_ns(t1), ctx.to_ns(t0) + 1)
-    offs = ctx.params()["off_ns"] or [0]
-    params = {
+    offs: list[int] = [ctx.offsets_ns.get(r, 0) for r in ctx.ranks] or [0]
+    params: dict[str, object] = {
         **ctx.params(), **_filters(req), "a": a, "b": b,
         "prune_hi": b + max(offs), "prune_lo": a + min(offs) - LONG_EVENT_NS,
         "long_ns": LONG_EVENT_NS,
     }
     visible = int(query(con, sql.COUNT, params)[0][0])
     shown_steps = tuple(s for s in spans if s[2] > t0 and s[1] < t1)
-    common = dict(
-        lanes=tuple(lane_list), t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms, visible_events=visible,
-        steps=shown_steps if len(shown_steps) <= MAX_STEP_MARKS else (),
-        offset_source=ctx.offset_source,
-    )
+    lanes_t = tuple(lane_list)
+    steps = shown_steps if len(shown_steps) <= MAX_STEP_MARKS else ()
     if visible == 0 or not lane_list:
-        return TimelineData(mode="empty", **common)
+        return TimelineData(mode="empty", lanes=lanes_t, t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms,
+                            visible_events=visible, steps=steps, offset_source=ctx.offset_source)
     index = {lane.key: lane.index for lane in lane_list}
     links, cut = _links(con, ctx, params, index, lane_list)
+    raw = agg = None
     if visible <= RAW_EVENT_LIMIT:
         raw = _raw(con, ctx, params, index)
-        return TimelineData(mode="raw", raw=raw, links=links, links_cut=cut, **common)
-    agg = _aggregate(con, ctx, params, lane_list, req.width_px)
-    return TimelineData(mode="aggregate", aggregate=agg, links=links, links_cut=cut, **common)
+    else:
+        agg = _aggregate(con, ctx, params, lane_list, req.width_px)
+    return TimelineData(
+        mode="raw" if raw is not None else "aggregate", raw=raw, aggregate=agg, links=links,
+        links_cut=cut, lanes=lanes_t, t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms,
+        visible_events=visible, steps=steps, offset_source=ctx.offset_source)
 
 
 def _raw(
@@ -292,10 +294,10 @@ def _links(
     if source is None:
         return (), False
     anchor: dict[int, tuple[int, int]] = {}
-    for lane in lane_list:
-        best = anchor.get(lane.rank)
-        if best is None or lane.comm_count > best[1]:
-            anchor[lane.rank] = (lane.index, lane.comm_count)
+    for ln in lane_list:
+        best = anchor.get(ln.rank)
+        if best is None or ln.comm_count > best[1]:
+            anchor[ln.rank] = (ln.index, ln.comm_count)
     ranks, offs = ctx.params()["off_ranks"], ctx.params()["off_ns"]
     rel = "(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::BIGINT[]) AS off_ns)"
     wanted = list(params["ranks"])  # type: ignore[call-overload]
@@ -310,11 +312,11 @@ def _links(
     groups: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
     ops: dict[str, str] = {}
     for key, op, rank, a_ns, *lane_key in rows:
-        lane = index.get(tuple(lane_key))  # type: ignore[arg-type]
-        if lane is None and rank in anchor:
-            lane = anchor[rank][0]
-        if lane is not None:
-            groups[key].append((lane, int(a_ns), int(rank)))
+        at = index.get((lane_key[0], lane_key[1], lane_key[2], lane_key[3], lane_key[4]))
+        if at is None and rank in anchor:
+            at = anchor[rank][0]
+        if at is not None:
+            groups[key].append((at, int(a_ns), int(rank)))
             ops[key] = op
     links = []
     for key, members in groups.items():
