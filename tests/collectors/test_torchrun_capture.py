@@ -180,9 +180,10 @@ def test_internal_fault_never_reaches_the_loop(
 ) -> None:
     out = tmp_path / "fault"
     proc = torchrun(SCRIPTS / "internal_fault.py", str(out), nproc=2)
-    assert "rank 0 finished: total=10 error=None" in proc.stdout
-    assert "rank 1 finished: total=10 error=\"IsADirectoryError" in proc.stdout
-    assert proc.stderr.count("tracelab: internal error on rank 1") == 1
+    output = f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
+    assert "rank 0 finished: total=10 error=None" in proc.stdout, output
+    assert "rank 1 finished: total=10 error=\"IsADirectoryError" in proc.stdout, output
+    assert proc.stderr.count("tracelab: internal error on rank 1") == 1, output
     cap = capture_reader(out)
     assert sorted(cap.ranks) == [0, 1]
     assert cap.ranks[0]["collector_error"] is None and len(cap.ranks[0]["traces"]) == 1

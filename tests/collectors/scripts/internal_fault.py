@@ -20,7 +20,9 @@ def main() -> None:
     if rank == 1:
         (out / "rank-1" / "window-0.pt.trace.json.gz").mkdir(parents=True)
     total = torch.zeros(1)
-    with tracelab.profile(out, steps=range(1, 3), control_timeout_s=3) as prof:
+    # 10 s: long enough for both ranks to reach tracelab.profile on a loaded machine, short
+    # enough for the test (rank 0 waits that long for rank 1 at the window's end)
+    with tracelab.profile(out, steps=range(1, 3), control_timeout_s=10) as prof:
         for _ in range(5):
             t = torch.ones(1)
             dist.all_reduce(t)
