@@ -52,6 +52,8 @@ class Discovery:
     captures: list[Capture] = field(default_factory=list)
     #: Files seen in scanned folders that are not traces (reported, never ingested).
     ignored: list[Path] = field(default_factory=list)
+    #: Ranks a capture lists but cannot deliver (no trace, missing file): skippable errors.
+    problems: list[InputError] = field(default_factory=list)
 
 
 def is_trace_name(path: Path) -> bool:
@@ -111,24 +113,31 @@ def load_capture_parts(root: Path) -> Capture:
     return Capture(root=root, manifest=manifest, ranks=ranks)
 
 
-def _capture_files(capture: Capture) -> list[TraceFile]:
+def _capture_files(capture: Capture) -> tuple[list[TraceFile], list[InputError]]:
     files: list[TraceFile] = []
+    problems: list[InputError] = []
     for rank, entry in sorted(capture.ranks.items()):
         traces = entry.get("traces") or []
         if not traces:
-            raise InputError(
-                f"rank {rank} has no trace files in the manifest.", str(capture.root / MANIFEST)
-            )
+            why = entry.get("collector_error")
+            problems.append(InputError(
+                f"rank {rank} has no trace files in the manifest"
+                + (f" (its collector failed: {why})" if why else "")
+                + ". Use --skip-bad to ingest the other ranks.",
+                str(capture.root / MANIFEST),
+            ))
+            continue
         for window, rel in enumerate(traces):
             path = capture.root / rel
             if not path.is_file():
-                raise InputError(
+                problems.append(InputError(
                     f"rank {rank}'s trace {rel} is listed in the manifest but missing. "
                     "Copy the whole capture folder, or use --skip-bad to ingest the others.",
                     str(path),
-                )
+                ))
+                continue
             files.append(TraceFile(path=path, rank=rank, window=window))
-    return files
+    return files, problems
 
 
 def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
@@ -162,7 +171,9 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
         if is_capture or any(path.glob("rank-*/rank.json")):
             capture = load_capture(path) if is_capture else load_capture_parts(path)
             found.captures.append(capture)
-            for tf in _capture_files(capture):
+            files, problems = _capture_files(capture)
+            found.problems.extend(problems)
+            for tf in files:
                 add(tf)
             continue
         for sub in sorted(p for p in path.rglob("*") if p.is_file()):
@@ -173,6 +184,8 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
                 add(TraceFile(path=sub))
             else:
                 found.ignored.append(sub)
+    if not found.files and found.problems:
+        raise found.problems[0]
     if not found.files:
         raise InputError(
             "no trace files (.json or .json.gz) found in "

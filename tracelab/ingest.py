@@ -197,6 +197,8 @@ def ingest(
     if if_exists not in ("refuse", "replace"):
         raise UsageError(f"if_exists must be 'refuse' or 'replace', not {if_exists!r}.")
     found: Discovery = discover(list(paths))
+    if found.problems and not skip_bad:
+        raise found.problems[0]
     capture = found.captures[0] if found.captures else None
     name = run or _default_run_name(paths, capture)
     if workers is None:
@@ -222,7 +224,7 @@ def ingest(
             raise exc
         if not by_rank:
             raise InputError("no rank could be ingested: every file was bad (see --skip-bad).")
-        skipped = [
+        skipped = [{"file": p.path or "", "error": str(p)} for p in found.problems] + [
             {"file": str(found.files[i].path), "error": str(errors[i])} for i in sorted(errors)
         ]
         return _write(

@@ -152,3 +152,21 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert _cli("ingest", "--db", db).returncode == 2
     assert _cli("ingest", str(good), "--db", db, "--rank", "oops").returncode == 2
     assert _cli("analyze-nope").returncode == 2
+
+
+def test_capture_rank_without_trace_is_skippable(tmp_path: Path) -> None:
+    """A rank whose collector failed before writing a trace: an error by default, skipped and
+    recorded with --skip-bad."""
+    cap = tmp_path / "cap"
+    ranks = []
+    for r in range(2):
+        rel = f"rank-{r}/window-0.pt.trace.json"
+        if r == 0:
+            write(cap / rel, trace(rank=r))
+        ranks.append({"rank": r, "traces": [rel] if r == 0 else [], "collector_error": "boom" if r else None})
+    write(cap / "manifest.json", {"format": "tracelab.capture", "format_version": 1,
+                                  "run_name": "cap", "world_size": 2, "ranks": ranks})
+    with pytest.raises(InputError, match="rank 1 has no trace files.*boom"):
+        ingest([cap], db=tmp_path / "s.duckdb", progress=False)
+    report = ingest([cap], db=tmp_path / "s.duckdb", skip_bad=True, progress=False)
+    assert report.ranks == [0] and "rank 1" in report.skipped[0]["error"]
