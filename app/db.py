@@ -122,13 +122,14 @@ def warm_newest(count: int = 3) -> None:
 
     def work() -> None:
         try:
+            from tracelab.views.runs import newest_run_ids
+
             with cursor() as cur:
-                rows = cur.execute(
-                    "SELECT run_id FROM runs ORDER BY run_id DESC LIMIT ?", [count]
-                ).fetchall()
-                for (rid,) in rows:
-                    analysis(cur, int(rid))
-                    context(cur, int(rid))
+                ids = newest_run_ids(cur, count)
+            for rid in ids:  # one short connection per run: an ingest can get in between
+                with cursor() as cur:
+                    analysis(cur, rid)
+                    context(cur, rid)
         except Exception:
             import logging
 

@@ -14,6 +14,8 @@ drives headless Chromium (selenium, /usr/bin/chromium) against it:
 - every view with its analyses cached: navigation start to the page drawn (H1 and every plot
   rendered), and the bytes of the Dash responses that carry the page (layout and callbacks:
   encodedBodySize from the Resource Timing API; the Flask server does not compress).
+- the same views reached from the navigation bar (a click, no page load: what moving around the
+  app costs): click to page drawn.
 - timeline zooms from the whole run: to half the run, to 2 %, to 0.05 % (single events), and
   back out (double-click): time from Plotly.relayout to the new figure drawn, and its bytes.
 
@@ -152,6 +154,35 @@ def load_view(drv: Any, url: str, heading: str, plots: int) -> dict[str, float]:
     return {"ms": float(ms), "bytes": int(data), "asset_bytes": int(assets)}
 
 
+NAV_CLICK_JS = """
+const link = Array.from(document.querySelectorAll('nav a')).find(a => a.textContent === arguments[0]);
+window.__nav_t0 = performance.now();
+link.click();
+"""
+NAV_DONE_JS = """
+const h1 = document.querySelector('main h1');
+if (!h1 || !h1.textContent.startsWith(arguments[0])) return null;
+if (document.querySelectorAll('.js-plotly-plot .main-svg').length < arguments[1]) return null;
+if (document.querySelector('[data-dash-is-loading="true"]')) return null;
+return performance.now() - window.__nav_t0;
+"""
+#: (nav label, heading prefix, plots) for in-app navigation, starting from the overview.
+NAV = [("Timeline", "Timeline of", 1), ("Pipeline", "Pipeline of", 0),
+       ("Stragglers", "Stragglers of", 0), ("Memory", "Memory of", 1),
+       ("Overview", "Overview of", 2), ("Runs", "Runs", 0)]
+
+
+def navigate(drv: Any, base: str) -> dict[str, float]:
+    load_view(drv, base + f"/overview?run={RUN}", "Overview of", 2)
+    out = {}
+    for label, heading, plots in NAV:
+        drv.execute_script(NAV_CLICK_JS, label)
+        out[label.lower()] = float(wait_value(drv, NAV_DONE_JS, heading, plots))
+        if label == "Runs":
+            break
+    return out
+
+
 def cold_overview(drv: Any, base: str) -> dict[str, float]:
     drv.get("about:blank")
     drv.get(base + f"/overview?run={RUN}")
@@ -209,6 +240,7 @@ def one_rep(db: Path, work: Path) -> dict[str, Any]:
         rep: dict[str, Any] = {"cold": cold_overview(drv, base), "views": {}}
         for name, path, heading, plots in VIEWS:
             rep["views"][name] = load_view(drv, base + path, heading, plots)
+        rep["nav"] = navigate(drv, base)
         rep["zooms"] = zooms(drv, base)
         return rep
     finally:
@@ -227,6 +259,7 @@ def summarize(reps: list[dict[str, Any]]) -> dict[str, Any]:
                       "runs_ms": [round(r["views"][v]["ms"]) for r in reps]}
                   for v in reps[0]["views"]},
         "asset_bytes_first_load": reps[0]["views"]["runs"]["asset_bytes"],
+        "nav_ms": {v: med(r["nav"][v] for r in reps) for v in reps[0]["nav"]},
         "zooms": {z: {"ms": med(r["zooms"][z]["ms"] for r in reps),
                       "bytes": med(r["zooms"][z]["bytes"] for r in reps),
                       "shapes": med(r["zooms"][z]["shapes"] for r in reps),
@@ -250,6 +283,9 @@ def table(results: dict[int, dict[str, Any]]) -> str:
                  f" ({results[n]['zooms'][z]['mode']}, {results[n]['zooms'][z]['shapes']:,.0f} shapes)"
                  for n in ns]
         lines.append(f"| timeline {z} | " + " | ".join(cells) + " |")
+    for v in first["nav_ms"]:
+        cells = [f"{results[n]['nav_ms'][v]:.0f} ms | —" for n in ns]
+        lines.append(f"| {v} (from the navigation bar) | " + " | ".join(cells) + " |")
     cells = [f"{results[n]['cold_first_paint_ms']:.0f} ms → {results[n]['cold_full_ms'] / 1000:.1f} s | —"
              for n in ns]
     lines.append("| overview, cold (first paint → page with all analyses) | " + " | ".join(cells) + " |")

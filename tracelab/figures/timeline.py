@@ -82,11 +82,12 @@ def _raw_traces(data: TimelineData) -> list[dict[str, Any]]:
         t["x"].append(max(raw.dur_ms[i], 0.0))
         t["y"].append(round(lane - 0.42 + (row + 0.5) * height, 4))
         t["width"].append(round(height * 0.92, 4))
-        args = f"<br>args: {esc(raw.args[i], 160)}" if raw.args[i] else ""
+        args = raw.args[i]
+        args = f"<br>{esc(args, 100)}" if args and args != "{}" else ""
         step = f" · step {raw.step[i]}" if raw.step[i] is not None else ""
         t["text"].append(
-            f"<b>{esc(raw.name[i], 120)}</b><br>{esc(cat)} · {ms(raw.dur_ms[i])} · "
-            f"rank {raw.rank[i]}{step}<br>start {raw.start_ms[i]:.3f} ms{args}"
+            f"<b>{esc(raw.name[i], 80)}</b><br>{ms(raw.dur_ms[i])} · {esc(cat)}{step} · "
+            f"at {raw.start_ms[i]:.3f}{args}"
         )
         t["cd"].append([raw.rank[i], raw.idx[i]])
     traces = []
@@ -157,7 +158,7 @@ def timeline_status(data: TimelineData) -> str:
             f"Zoom in below {RAW_EVENT_LIMIT:,} events to see individual events."
         )
     if data.links_cut:
-        s += " Too many collectives in view to draw their matches; zoom in to see them."
+        s += " Zoom in to see collectives matched across ranks."
     elif data.links:
         s += f" {len(data.links)} collectives matched across ranks (red lines)."
     if data.offset_source == "none" and len({lane.rank for lane in data.lanes}) > 1:

@@ -59,6 +59,12 @@ def runs_page(con: duckdb.DuckDBPyConnection, page: int = 1, page_rows: int = PA
     return RunsPage(rows=out, total=total, page=page, page_rows=page_rows)
 
 
+def newest_run_ids(con: duckdb.DuckDBPyConnection, count: int) -> list[int]:
+    """Ids of the `count` newest runs, newest first."""
+    rows = con.execute("SELECT run_id FROM runs ORDER BY run_id DESC LIMIT ?", [count]).fetchall()
+    return [int(r[0]) for r in rows]
+
+
 def run_names(con: duckdb.DuckDBPyConnection, limit: int = 500) -> list[str]:
     """Names of the newest runs (for pickers), newest first."""
     rows = con.execute("SELECT name FROM runs ORDER BY run_id DESC LIMIT ?", [limit]).fetchall()

@@ -22,19 +22,22 @@ from tracelab.views._run import RunContext
 from tracelab.views._sql import bind, query
 
 #: Above this many visible events, the timeline shows aggregates.
-RAW_EVENT_LIMIT = 4000
+RAW_EVENT_LIMIT = 3000
 #: Most aggregate cells (lanes x bins) sent at once.
 MAX_CELLS = 24_000
 #: Most time bins per lane (about one per two pixels of a wide plot).
 MAX_BINS = 800
 #: Most collective matches drawn across ranks.
 MAX_LINKS = 300
+#: Collective matches are looked up only when at most this many events are visible: zoomed
+#: out further, they would be an unreadable hatch (and cost a query per zoom).
+LINKS_EVENT_LIMIT = 100_000
 #: Most step markers drawn.
 MAX_STEP_MARKS = 200
 #: Events longer than this are looked up apart, so that the time-window scan stays narrow.
 LONG_EVENT_NS = 10_000_000
 #: Characters of an event's args shown on hover (the detail panel shows them all).
-ARGS_CHARS = 160
+ARGS_CHARS = 100
 
 LaneKey = tuple[int, bool, int, int, str]
 
@@ -206,7 +209,10 @@ def timeline(
         return TimelineData(mode="empty", lanes=lanes_t, t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms,
                             visible_events=visible, steps=steps, offset_source=ctx.offset_source)
     index = {lane.key: lane.index for lane in lane_list}
-    links, cut = _links(con, ctx, params, index, lane_list)
+    links: tuple[Link, ...] = ()
+    cut = visible > LINKS_EVENT_LIMIT
+    if not cut:
+        links, cut = _links(con, ctx, params, index, lane_list)
     raw = agg = None
     if visible <= RAW_EVENT_LIMIT:
         raw = _raw(con, ctx, params, index)
@@ -252,7 +258,7 @@ def _aggregate(
     lane_list: list[Lane], width_px: int,
 ) -> Aggregate:
     n_lanes = len(lane_list)
-    nbins = max(20, min(MAX_BINS, width_px // 2, MAX_CELLS // max(n_lanes, 1)))
+    nbins = max(20, min(MAX_BINS, width_px // 3, MAX_CELLS // max(n_lanes, 1)))
     a, b = int(params["a"]), int(params["b"])  # type: ignore[call-overload]
     w = max(1, -(-(b - a) // nbins))
     nbins = -(-(b - a) // w)
@@ -270,7 +276,7 @@ def _aggregate(
     work = ~np.asarray(cols["wrapper"], dtype=bool)[order]
     busy_ns = _bins.union_busy(lane[work], s[work], t[work], n_lanes, a, w, nbins)
     counts = _bins.start_counts(lane, s, n_lanes, a, w, nbins)
-    share = np.round(np.minimum(busy_ns / w, 1.0), 3)
+    share = np.round(np.minimum(busy_ns / w, 1.0), 2)
     busy: list[list[float | None]] = [
         [None if n == 0 and v == 0 else float(v) for v, n in zip(srow, crow, strict=True)]
         for srow, crow in zip(share.tolist(), counts.tolist(), strict=True)
