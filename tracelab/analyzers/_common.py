@@ -36,7 +36,7 @@ def run_info(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]:
     return {"name": row[0], "world_size": row[1], "rank_count": row[2], "metadata": meta}
 
 
-def ms(ns: float | int | None, digits: int = 4) -> float | None:
+def ms(ns: float | None, digits: int = 4) -> float | None:
     """Nanoseconds to milliseconds, rounded; None stays None."""
     return None if ns is None else round(float(ns) / NS_PER_MS, digits)
 

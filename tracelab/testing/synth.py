@@ -30,8 +30,16 @@ from typing import Any
 from tracelab.testing._kineto import MS, US, RankTrace
 from tracelab.testing._pipelines import pipeline_traces
 
-__all__ = ["SCENARIOS", "MS", "US", "RankTrace", "SynthRun", "build_run", "write_capture",
-           "write_ranks"]
+__all__ = [
+    "MS",
+    "SCENARIOS",
+    "US",
+    "RankTrace",
+    "SynthRun",
+    "build_run",
+    "write_capture",
+    "write_ranks",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
