@@ -12,6 +12,7 @@ RUNS_TRIGGER = "runs-trigger"
 RUNS_COMPARE_A = "runs-compare-a"
 RUNS_COMPARE_B = "runs-compare-b"
 RUNS_COMPARE_LINK = "runs-compare-link"
+RUNS_PRELOAD = "runs-plotly-preload"
 
 # Overview
 OV_HEATMAP = "overview-step-heatmap"

@@ -62,6 +62,10 @@ def layout(**kwargs: Any) -> html.Div:
                          clearable=False, className="picker"),
             dcc.Link("Compare →", id=ids.RUNS_COMPARE_LINK, href="/compare", className="button"),
         ], className="row"),
+        # A hidden, empty graph: the browser fetches and compiles plotly.js (4.8 MB) while the
+        # user reads this list, not when they open their first run.
+        dcc.Graph(id=ids.RUNS_PRELOAD, figure={"data": [], "layout": {}},
+                  style={"display": "none"}),
     )
 
 

@@ -80,7 +80,10 @@ def render(run: str | None, req: TimelineRequest) -> tuple[dict[str, Any], str, 
             return fig, status, state, query_of(state)
         lane_list = db.memo(cur, run_id, "lanes", (req.ranks, req.categories),
                             lambda: lanes(cur, ctx, req))
-        data = timeline(cur, ctx, req, lane_list)
+        # Windows already drawn (the whole run above all) come back from a small LRU.
+        data = db.memo(cur, run_id, "timeline", (req.t0_ms, req.t1_ms, req.ranks, req.steps,
+                                                  req.categories, req.width_px),
+                       lambda: timeline(cur, ctx, req, lane_list))
     fig = timeline_figure(data)
     state = {**state_of(name, req), "shown": [data.t0_ms, data.t1_ms]}
     return fig, timeline_status(data), state, query_of(state)
@@ -118,7 +121,8 @@ def layout(**kwargs: Any) -> html.Div:
         dcc.Store(id=ids.TL_STATE, data=state),
         dcc.Store(id=ids.TL_VIEW),
         *url_sync(ids.TL_URL, ids.TL_URL_SINK),
-        dcc.Loading(graph(ids.TL_GRAPH, fig, scrollZoom=True), type="dot", delay_show=300),
+        dcc.Loading(graph(ids.TL_GRAPH, fig, scrollZoom=True), type="dot", delay_show=400,
+                    overlay_style={"visibility": "visible", "opacity": 0.6}),
         html.H2("Event details"),
         html.Div(html.P("Click an event to see all of its fields and args.", className="hint"),
                  id=ids.TL_DETAIL),

@@ -29,6 +29,10 @@ def timeline_figure(data: TimelineData, title: str = "") -> Figure:
         traces += _raw_traces(data)
     elif data.aggregate is not None:
         traces.append(_heatmap(data))
+    separators = [{
+        "type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": i + 0.5, "y1": i + 0.5,
+        "line": {"color": "#e3e3e3", "width": 1}, "layer": "above",
+    } for i in range(n - 1)] if data.mode == "aggregate" else []
     if data.links:
         traces.append(_links_trace(data))
     shapes, notes = [], []
@@ -56,7 +60,7 @@ def timeline_figure(data: TimelineData, title: str = "") -> Figure:
             "range": [n - 0.5, -0.5], "fixedrange": True, "showgrid": False, "zeroline": False,
             "automargin": True,
         },
-        barmode="overlay", bargap=0, shapes=shapes, annotations=notes,
+        barmode="overlay", bargap=0, shapes=separators + shapes, annotations=notes,
         legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom",
                 "font": {"size": 11}},
         hovermode="closest", dragmode="zoom", uirevision=None,
@@ -109,7 +113,7 @@ def _heatmap(data: TimelineData) -> dict[str, Any]:
         "type": "heatmap", "name": "busy share",
         "x0": x0, "dx": agg.bin_ms, "y": list(range(len(data.lanes))),
         "z": agg.busy, "customdata": agg.count,
-        "zmin": 0, "zmax": 1, "ygap": 2, "hoverongaps": False,
+        "zmin": 0, "zmax": 1, "hoverongaps": False,
         "colorscale": [[0, "#dbe7f3"], [0.5, "#6b9bd1"], [1, "#08306b"]],
         "colorbar": {"title": {"text": "busy"}, "tickformat": ".0%", "thickness": 12, "len": 0.6},
         "hovertemplate": (
