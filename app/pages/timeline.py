@@ -232,6 +232,7 @@ dash.clientside_callback(
         const nu = window.dash_clientside.no_update;
         if (!relayout || !state || !state.shown) return nu;
         if (relayout['xaxis.autorange']) {
+            window.__tracelab_tl_asked = null;
             return state.t0 === null && state.t1 === null ? nu : {'xaxis.autorange': true};
         }
         const host = document.getElementById('%s');
@@ -240,8 +241,11 @@ dash.clientside_callback(
         if (!gd || !gd._fullLayout || !gd._fullLayout.xaxis) return nu;
         const r = gd._fullLayout.xaxis.range.map(Number);
         const span = Math.abs(state.shown[1] - state.shown[0]) || 1;
-        if (Math.abs(r[0] - state.shown[0]) < 1e-6 * span &&
-            Math.abs(r[1] - state.shown[1]) < 1e-6 * span) return nu;
+        const same = (x) => x && Math.abs(r[0] - x[0]) < 1e-6 * span
+                              && Math.abs(r[1] - x[1]) < 1e-6 * span;
+        // Already drawn, or already asked for (the redraw of a new figure emits relayout too).
+        if (same(state.shown) || same(window.__tracelab_tl_asked)) return nu;
+        window.__tracelab_tl_asked = r;
         return {'xaxis.range[0]': r[0], 'xaxis.range[1]': r[1]};
     }
     """ % ids.TL_GRAPH,

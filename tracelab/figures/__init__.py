@@ -43,11 +43,13 @@ FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "siz
 
 
 def esc(text: object, limit: int = 200) -> str:
-    """Trace text made safe for plotly labels: cut to `limit` characters, then HTML-escaped."""
+    """Trace text made safe for plotly labels: cut to `limit` characters, then HTML-escaped.
+    Quotes stay as they are: with < and > escaped no tag can form, and plotly's text is not an
+    attribute value (this keeps args JSON short in hover text)."""
     s = str(text)
     if len(s) > limit:
         s = s[: limit - 1] + "…"
-    return html.escape(s, quote=True)
+    return html.escape(s, quote=False)
 
 
 def base_layout(title: str = "", height: int = 360, **extra: Any) -> dict[str, Any]:

@@ -87,10 +87,10 @@ def _raw_traces(data: TimelineData) -> list[dict[str, Any]]:
         t["y"].append(round(lane - 0.42 + (row + 0.5) * height, 4))
         t["width"].append(round(height * 0.92, 4))
         args = raw.args[i]
-        args = f"<br>{esc(args, 100)}" if args and args != "{}" else ""
-        step = f" · step {raw.step[i]}" if raw.step[i] is not None else ""
+        args = f"<br>{esc(args, 80)}" if args and args != "{}" else ""
+        step = f", step {raw.step[i]}" if raw.step[i] is not None else ""
         t["text"].append(
-            f"<b>{esc(raw.name[i], 80)}</b><br>{ms(raw.dur_ms[i])} · {esc(cat)}{step} · "
+            f"<b>{esc(raw.name[i], 80)}</b><br>{ms(raw.dur_ms[i])}, {esc(cat)}{step}, "
             f"at {raw.start_ms[i]:.3f}{args}"
         )
         t["cd"].append([raw.rank[i], raw.idx[i]])

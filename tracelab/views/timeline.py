@@ -22,7 +22,7 @@ from tracelab.views._run import RunContext
 from tracelab.views._sql import bind, query
 
 #: Above this many visible events, the timeline shows aggregates.
-RAW_EVENT_LIMIT = 3000
+RAW_EVENT_LIMIT = 1500
 #: Most aggregate cells (lanes x bins) sent at once.
 MAX_CELLS = 24_000
 #: Most time bins per lane (about one per two pixels of a wide plot).
@@ -37,7 +37,7 @@ MAX_STEP_MARKS = 200
 #: Events longer than this are looked up apart, so that the time-window scan stays narrow.
 LONG_EVENT_NS = 10_000_000
 #: Characters of an event's args shown on hover (the detail panel shows them all).
-ARGS_CHARS = 100
+ARGS_CHARS = 80
 
 LaneKey = tuple[int, bool, int, int, str]
 
