@@ -24,6 +24,9 @@ from tracelab.errors import RunNotFoundError, StoreError, StoreLockedError
 
 SCHEMA_VERSION = 1
 DEFAULT_DB = "tracelab.duckdb"
+#: DuckDB's buffer memory for a writer. DuckDB keeps written blocks cached up to its limit (80%
+#: of RAM by default), which would make an ingest's RSS grow with the run's size.
+WRITER_MEMORY_LIMIT = os.environ.get("TRACELAB_WRITER_MEMORY_LIMIT", "1GB")
 #: How long an opener waits for another process to release the file, in seconds.
 DEFAULT_LOCK_TIMEOUT_S = float(os.environ.get("TRACELAB_LOCK_TIMEOUT_S", "60"))
 
@@ -95,6 +98,7 @@ def open_store(
         if read_only:
             _check_version(con, path)
         else:
+            con.execute("SET memory_limit = ?", [WRITER_MEMORY_LIMIT])
             ensure_schema(con, path)
         yield con
     finally:
