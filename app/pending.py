@@ -108,11 +108,13 @@ def poll(_n: int | None, data: dict[str, Any] | None) -> Any:
 
 
 def _note(waited: float) -> Any:
-    from dash import set_props
-
-    set_props(ids.PENDING_NOTE, {"children": f"{waited:.0f} s so far…"})
+    """Update the progress note (only inside a running callback; a direct call skips it)."""
     import dash
 
+    try:
+        dash.set_props(ids.PENDING_NOTE, {"children": f"{waited:.0f} s so far…"})
+    except dash.exceptions.MissingCallbackContextException:
+        pass
     return dash.no_update
 
 
