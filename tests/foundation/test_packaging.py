@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -27,8 +28,13 @@ print(json.dumps({
 @pytest.mark.parametrize("editable", [False, True], ids=["install", "editable"])
 def test_install_modes(editable: bool, tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
+    # Borrow pip, setuptools and the dependencies from the environment running the tests (the
+    # interpreter's own site-packages may lack `wheel`), without its editable tracelab: a plain
+    # path entry does not run that folder's .pth finders.
+    site = next(env_dir.glob("lib/python*/site-packages"))
+    (site / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     cmd = [str(py), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q"]
     cmd += ["-e", str(REPO)] if editable else [str(REPO)]
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
