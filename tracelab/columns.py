@@ -1,7 +1,7 @@
 """Derived per-event columns, computed once per rank with vectorized numpy/arrow.
 
 Used by tracelab.convert: the category of each event (classifying each distinct (cat, name) pair
-once), correlation/stream ids (one batched JSON decode of the args that carry them), and the
+once), correlation/stream ids (read from args by tracelab.decode), and the
 profiler step of every event (host events by time, device events through their launch's
 correlation, falling back to time).
 """
@@ -9,53 +9,37 @@ correlation, falling back to time).
 from __future__ import annotations
 
 import re
-from operator import attrgetter
+from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracelab.classify import DEVICE_CATS, classify
+from tracelab.decode import ABSENT
 
 #: Kineto categories whose events carry correlation/stream ids worth extracting.
 ID_CATS = tuple(DEVICE_CATS) + ("cuda_runtime", "cuda_driver", "cpu_op")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-class _Ids(msgspec.Struct, gc=False, rename={"external_id": "External id"}):
-    correlation: Any = None
-    external_id: Any = None
-    stream: Any = None
-
-
-_IDS_DECODER = msgspec.json.Decoder(list[_Ids | None])
-_EMPTY_IDS = _Ids()
-
-
-_NOT_INT = np.iinfo(np.int64).min
-
-
-def _ints(values: list[Any]) -> np.ndarray:
-    return np.fromiter(
-        (v if type(v) is int else _NOT_INT for v in values), dtype=np.int64, count=len(values)
-    )
-
-
-def lane_columns(pids: list[Any], tids: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """pid and tid as int64 (NULL where the trace wrote text, e.g. 'Spans'), and a 'pid/tid'
-    label for exactly those events."""
-    pid = _ints(pids)
-    tid = _ints(tids)
-    odd = np.flatnonzero((pid == _NOT_INT) | (tid == _NOT_INT))
-    labels: list[str | None] = [None] * len(pids)
+def lane_columns(
+    pid: np.ndarray, tid: np.ndarray, odd_value: Callable[[int, str], Any]
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """pid and tid as int64 (NULL where the trace did not write an integer, e.g. 'Spans'), and a
+    'pid/tid' label for exactly those events; `odd_value(i, "pid"|"tid")` gives the value the
+    trace wrote where it is not an integer."""
+    odd = np.flatnonzero((pid == ABSENT) | (tid == ABSENT))
+    labels: list[str | None] = [None] * len(pid)
     for i in odd.tolist():
-        labels[i] = f"{pids[i]}/{tids[i]}"
+        p = odd_value(i, "pid") if pid[i] == ABSENT else int(pid[i])
+        t = odd_value(i, "tid") if tid[i] == ABSENT else int(tid[i])
+        labels[i] = f"{p}/{t}"
     return (
-        pa.array(pid, mask=pid == _NOT_INT),
-        pa.array(tid, mask=tid == _NOT_INT),
-        pa.array(labels, pa.string()) if len(odd) else pa.nulls(len(pids), pa.string()),
+        pa.array(pid, mask=pid == ABSENT),
+        pa.array(tid, mask=tid == ABSENT),
+        pa.array(labels, pa.string()) if len(odd) else pa.nulls(len(pid), pa.string()),
     )
 
 
@@ -82,29 +66,17 @@ def classify_columns(cats: pa.Array, names: pa.Array) -> tuple[pa.Array, pa.Arra
 
 
 def id_columns(
-    args: list[bytes], cats: pa.Array, on_device: pa.Array, tids: pa.Array
+    ids: dict[str, np.ndarray], cats: pa.Array, on_device: pa.Array, tids: pa.Array
 ) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """stream (device events only), correlation and External id.
-
-    The args that can carry them are joined into one JSON array and decoded in a single call,
-    so no Python dict is built per event.
-    """
-    n = len(args)
+    """stream (device events only), correlation and External id, from the integer args the
+    decoder read (tracelab.decode.ID_KEYS), for the categories that carry them."""
     want = pc.is_in(cats.fill_null(""), value_set=pa.array(ID_CATS)).to_numpy(zero_copy_only=False)
-    sel = np.flatnonzero(want)
-    correlation = np.full(n, -1, dtype=np.int64)
-    external = np.full(n, -1, dtype=np.int64)
-    stream = np.full(n, -1, dtype=np.int64)
-    if len(sel):
-        joined = b"[" + b",".join([args[i] or b"null" for i in sel.tolist()]) + b"]"
-        try:
-            ids = _IDS_DECODER.decode(joined)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            ids = []
-        if len(ids) == len(sel):
-            ids = [x if x is not None else _EMPTY_IDS for x in ids]
-            for column, attr in ((correlation, "correlation"), (external, "external_id"), (stream, "stream")):
-                column[sel] = _int_values(list(map(attrgetter(attr), ids)))
+
+    def pick(key: str) -> np.ndarray:
+        v = ids[key]
+        return np.where(want & (v != ABSENT), v, -1)
+
+    correlation, external, stream = pick("correlation"), pick("External id"), pick("stream")
     dev = on_device.to_numpy(zero_copy_only=False)
     tid_np = tids.fill_null(-1).to_numpy(zero_copy_only=False)
     stream = np.where(dev & (stream < 0), tid_np, stream)
@@ -114,14 +86,6 @@ def id_columns(
         return pa.array(a, mask=a < 0)
 
     return col(stream), col(correlation), col(external)
-
-
-def _int_values(values: list[Any]) -> np.ndarray:
-    """Ints as int64, anything else (None, strings, floats) as -1."""
-    try:
-        return pa.array(values, pa.int64()).fill_null(-1).to_numpy()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return np.asarray([v if type(v) is int else -1 for v in values], dtype=np.int64)
 
 
 def step_spans(names: pa.Array, ts_ns: np.ndarray, dur_ns: np.ndarray, on_device: np.ndarray) -> pa.Table:

@@ -7,13 +7,14 @@ job never funnels through one parser. Output, in `out_dir`:
 - `events.parquet`: the X events with every derived column of the store's `events` table
   (category, on_device, stream, correlation, external_id, step), sorted by time
 - `steps.parquet`: the ProfilerStep spans
-- `memory.parquet`: the `[memory]` instants (ts_ns, step, args)
+- `memory.parquet`: the `[memory]` instants (ts_ns, step, args, and the numeric fields of args)
 - `lanes.parquet`: process/thread names and sort indices from `M` events
 - `trace.json`: the file's metadata (rank info, base time, counts) as `TraceInfo`
 
-Decoding uses typed msgspec structs with `args` kept as raw JSON bytes, so no Python dict is built
-per event; derived columns are computed with numpy/arrow in tracelab.columns. All of it runs in
-the worker that parses the file, so the store's load is a plain columnar copy.
+Decoding (tracelab.decode) yields one column per field, with `args` kept as raw JSON text, so no
+Python object is built per event; derived columns are computed with numpy/arrow in
+tracelab.columns. All of it runs in the worker that parses the file, so the store's load is a
+plain columnar copy.
 """
 
 from __future__ import annotations
@@ -24,45 +25,23 @@ import json
 import os
 import zlib
 from dataclasses import asdict, dataclass, field
-from decimal import Decimal
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracelab import columns
+from tracelab.decode import ABSENT, DecodedTrace, decode
 from tracelab.errors import TraceFormatError
 
-#: Above 2**43 µs a float64 can no longer hold µs with ns resolution; such traces (no
-#: baseTimeNanoseconds, absolute µs) take the exact decimal path.
-_FLOAT_EXACT_LIMIT_US = float(2**43)
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str | None = None
-    name: str = ""
-    pid: Any = None
-    tid: Any = None
-    ts: float | None = None
-    dur: float | None = None
-    args: msgspec.Raw = msgspec.Raw(b"")
-
-
-class _ExactTimes(msgspec.Struct, gc=False):
-    ph: str = ""
-    ts: Any = None
-    dur: Any = None
-
-
-_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
-_EXACT_DECODER = msgspec.json.Decoder(list[_ExactTimes], float_hook=str)
-_TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+#: Version of the converted form (the Parquet files' columns). A folder of another version,
+#: e.g. left by an older collector, is converted again rather than registered.
+CONVERTED_FORMAT = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +64,8 @@ class TraceInfo:
     memory_event_count: int
     ignored_event_count: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: CONVERTED_FORMAT of the Parquet files this describes (1: before it was recorded).
+    format: int = 1
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -117,6 +98,8 @@ EVENTS_SCHEMA = pa.schema(
 
 #: Suffix of the folder holding a trace's columnar form next to the trace itself.
 CONVERTED_SUFFIX = ".tracelab"
+#: Rows per Parquet row group: several per rank, so DuckDB reads one file with several threads.
+_ROW_GROUP = 122_880
 _PARQUET_FILES = ("events.parquet", "steps.parquet", "memory.parquet", "lanes.parquet")
 
 
@@ -142,7 +125,7 @@ def load_converted(trace_path: str | os.PathLike[str]) -> TraceInfo | None:
         info = TraceInfo.from_json(meta.read_text())
     except (OSError, ValueError, TypeError):
         return None
-    if info.file_bytes != path.stat().st_size:
+    if info.format != CONVERTED_FORMAT or info.file_bytes != path.stat().st_size:
         return None
     with path.open("rb") as fh:
         if hashlib.file_digest(fh, "sha256").hexdigest() != info.sha256:
@@ -178,52 +161,11 @@ def _decompress(raw: bytes, path: Path) -> bytes:
         ) from exc
 
 
-def _decode_error(path: Path, exc: Exception, buf: bytes = b"") -> TraceFormatError:
-    text = str(exc)
-    if b"NaN" in buf or b"Infinity" in buf:
-        hint = (
-            f"it holds NaN or Infinity, which JSON does not allow ({text}): a NaN or infinite "
-            "duration or timestamp. Fix the exporter or drop this rank (--skip-bad)."
-        )
-    elif "truncated" in text.lower() or "end of" in text.lower():
-        hint = "the JSON ends early: the file is truncated. Copy or export it again."
-    elif "utf-8" in text.lower():
-        hint = f"it is not valid UTF-8 ({text}). Re-export the trace with a current profiler."
-    else:
-        hint = f"it is not valid Kineto JSON ({text})."
-    return TraceFormatError(hint, str(path))
-
-
 def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-def _us_to_ns(us: np.ndarray) -> np.ndarray:
-    """µs floats to integer ns without losing the integer part above 2**53 ns."""
-    whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
-
-
-def _exact_times_ns(buf: bytes, path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """ts and dur of X events in ns, parsed from the decimal text (no float rounding)."""
-    try:
-        times = _EXACT_DECODER.decode(buf)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise _decode_error(path, exc) from exc
-
-    def ns(value: Any) -> int:
-        if type(value) is int:
-            return value * 1000
-        return int((Decimal(value) * 1000).to_integral_value())
-
-    xs = [t for t in times if t.ph == "X"]
-    return (
-        np.fromiter((ns(t.ts) for t in xs), dtype=np.int64, count=len(xs)),
-        np.fromiter((ns(t.dur) for t in xs), dtype=np.int64, count=len(xs)),
-    )
-
-
-def _distributed_info(top: dict[str, msgspec.Raw], path: Path) -> dict[str, Any]:
+def _distributed_info(top: dict[str, bytes], path: Path) -> dict[str, Any]:
     raw = top.get("distributedInfo")
     if raw is None:
         return {}
@@ -233,8 +175,8 @@ def _distributed_info(top: dict[str, msgspec.Raw], path: Path) -> dict[str, Any]
     return info
 
 
-def _metadata(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
-    skip = {"traceEvents", "distributedInfo", "deviceProperties"}
+def _metadata(top: dict[str, bytes]) -> dict[str, Any]:
+    skip = {"distributedInfo", "deviceProperties"}
     out: dict[str, Any] = {}
     for key, raw in top.items():
         if key in skip or len(raw) > 65536:
@@ -254,43 +196,17 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     file_sha256 = hashlib.sha256(raw).hexdigest()
     buf = _decompress(raw, path)
     del raw
-    try:
-        top = _TOP_DECODER.decode(buf)
-    except msgspec.ValidationError as exc:
+    d = decode(buf, path)
+    del buf
+    top = d.top
+    xs = np.flatnonzero(d.ph == ord("X"))
+    lanes = np.flatnonzero(d.ph == ord("M"))
+    instants = np.flatnonzero((d.ph == ord("i")) | (d.ph == ord("I")))
+    mem = instants[pc.equal(d.name.take(pa.array(instants)), "[memory]").to_numpy(
+        zero_copy_only=False)] if len(instants) else instants
+    if not len(xs):
         raise TraceFormatError(
-            "the top level is not a JSON object, so this is not a Kineto trace "
-            "(torch.profiler's export_chrome_trace writes {\"traceEvents\": [...]}).",
-            str(path),
-        ) from exc
-    except msgspec.DecodeError as exc:
-        raise _decode_error(path, exc, buf) from exc
-    if "traceEvents" not in top:
-        raise TraceFormatError(
-            "no 'traceEvents' key, so this is not a Kineto trace. Pass torch.profiler's "
-            "exported JSON (export_chrome_trace or tensorboard_trace_handler).",
-            str(path),
-        )
-    try:
-        events = _EVENTS_DECODER.decode(top["traceEvents"])
-    except msgspec.ValidationError as exc:
-        raise TraceFormatError(f"unexpected event shape: {exc}", str(path)) from exc
-    except msgspec.DecodeError as exc:
-        raise _decode_error(path, exc) from exc
-
-    xs: list[_Event] = []
-    mem: list[_Event] = []
-    lanes: list[_Event] = []
-    for e in events:
-        ph = e.ph
-        if ph == "X":
-            xs.append(e)
-        elif ph == "M":
-            lanes.append(e)
-        elif (ph == "i" or ph == "I") and e.name == "[memory]":
-            mem.append(e)
-    if not xs:
-        raise TraceFormatError(
-            f"the trace holds no complete ('X') events ({len(events)} events in all): it is "
+            f"the trace holds no complete ('X') events ({d.n} events in all): it is "
             "empty. Profile at least one active step.",
             str(path),
         )
@@ -298,49 +214,28 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     base_raw = top.get("baseTimeNanoseconds")
     base_ns = int(msgspec.json.decode(base_raw)) if base_raw is not None else 0
 
-    ts_f = list(map(attrgetter("ts"), xs))
-    dur_f = list(map(attrgetter("dur"), xs))
-    if None in ts_f:
-        bad = ts_f.index(None)
-        raise TraceFormatError(f"X event #{bad} ({xs[bad].name!r}) has no 'ts'.", str(path))
-    if None in dur_f:
-        dur_f = [0.0 if d is None else d for d in dur_f]
-    ts_arr = np.asarray(ts_f, dtype=np.float64)
-    dur_arr = np.asarray(dur_f, dtype=np.float64)
-    del ts_f, dur_f
-    if (dur_arr < 0).any():
-        bad = int(np.argmax(dur_arr < 0))
+    take = pa.array(xs)
+    name_arr = d.name.take(take).cast(pa.string())
+    if d.ts_missing[xs].any():
+        bad = int(np.argmax(d.ts_missing[xs]))
+        raise TraceFormatError(f"X event #{bad} ({name_arr[bad].as_py()!r}) has no 'ts'.",
+                               str(path))
+    dur_ns = d.dur_ns[xs]
+    if (dur_ns < 0).any():
+        bad = int(np.argmax(dur_ns < 0))
         raise TraceFormatError(
-            f"X event #{bad} ({xs[bad].name!r}) has a negative duration {dur_arr[bad]} us. "
-            "The profiler clock went backwards; drop this rank (--skip-bad) or re-capture.",
+            f"X event #{bad} ({name_arr[bad].as_py()!r}) has a negative duration "
+            f"{dur_ns[bad] / 1000:g} us. The profiler clock went backwards; drop this rank "
+            "(--skip-bad) or re-capture.",
             str(path),
         )
-    if (
-        base_ns == 0
-        and np.abs(ts_arr).max() >= _FLOAT_EXACT_LIMIT_US
-        and not (np.all(ts_arr == np.floor(ts_arr)) and np.all(dur_arr == np.floor(dur_arr)))
-    ):
-        # Absolute µs with fractions: a float64 cannot hold them to the ns, parse the text.
-        ts_ns, dur_ns = _exact_times_ns(top["traceEvents"], path)
-    else:
-        ts_ns = _us_to_ns(ts_arr) + base_ns
-        dur_ns = _us_to_ns(dur_arr)
-
-    pids = list(map(attrgetter("pid"), xs))
-    tids = list(map(attrgetter("tid"), xs))
-    cat_arr = pa.array(list(map(attrgetter("cat"), xs)), pa.string())
-    name_arr = pa.array(list(map(attrgetter("name"), xs)), pa.string())
+    ts_ns = d.ts_ns[xs] + base_ns
+    cat_arr = d.cat.take(take).cast(pa.string())
     category, on_device = columns.classify_columns(cat_arr, name_arr)
-    pid_col, tid_col, label_col = columns.lane_columns(pids, tids)
-    raw_args = [bytes(e.args) for e in xs]
-    stream, correlation, external_id = columns.id_columns(raw_args, cat_arr, on_device, tid_col)
-    try:
-        args = pa.array([a or None for a in raw_args], pa.binary()).cast(pa.string())
-    except pa.ArrowInvalid as exc:
-        raise TraceFormatError(
-            f"event args are not valid UTF-8 ({exc}). Re-export the trace.", str(path)
-        ) from exc
-    del raw_args
+    pid_col, tid_col, label_col = columns.lane_columns(d.pid[xs], d.tid[xs],
+                                                       lambda i, f: d.odd[(int(xs[i]), f)])
+    stream, correlation, external_id = columns.id_columns(
+        {k: v[xs] for k, v in d.ids.items()}, cat_arr, on_device, tid_col)
     device_np = on_device.to_numpy(zero_copy_only=False)
     steps = columns.step_spans(name_arr, ts_ns, dur_ns, device_np)
     step = columns.step_column(ts_ns, device_np, correlation, steps)
@@ -360,22 +255,21 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
             correlation,
             external_id,
             pa.array(step.astype(np.int32), mask=step < 0),
-            args,
+            d.args.take(take).cast(pa.string()),
         ],
         schema=EVENTS_SCHEMA,
     ).sort_by([("ts_ns", "ascending")])
-    del pids, tids
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(
-        table, out / "events.parquet", compression="snappy", row_group_size=1 << 20,
+        table, out / "events.parquet", compression="snappy", row_group_size=_ROW_GROUP,
         # Dictionary-encode only the repetitive text; args are mostly unique.
         use_dictionary=["cat", "name", "category", "lane_label"],
         write_statistics=["idx", "ts_ns", "dur_ns", "step"],
     )
-    _write_memory(mem, base_ns, steps, out / "memory.parquet")
+    _write_memory(d, mem, base_ns, steps, out / "memory.parquet")
     _write_steps(steps, ts_ns + dur_ns, device_np, step, out / "steps.parquet")
-    _write_lanes(lanes, out / "lanes.parquet")
-    del table, xs
+    _write_lanes(d, lanes, out / "lanes.parquet")
+    del table
 
     info = TraceInfo(
         file=str(path),
@@ -388,16 +282,16 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
         host=_host(top),
         **_device(top),
         base_time_ns=base_ns,
-        event_count=len(ts_ns),
+        event_count=len(xs),
         memory_event_count=len(mem),
-        ignored_event_count=len(events) - len(ts_ns) - len(mem) - len(lanes),
+        ignored_event_count=d.n - len(xs) - len(mem) - len(lanes),
         metadata=_metadata(top),
+        format=CONVERTED_FORMAT,
     )
     (out / "trace.json").write_text(info.to_json())
     return info
 
-
-def _host(top: dict[str, msgspec.Raw]) -> str | None:
+def _host(top: dict[str, bytes]) -> str | None:
     for key in ("host_name", "hostname"):
         if key in top:
             value = msgspec.json.decode(top[key])
@@ -405,7 +299,7 @@ def _host(top: dict[str, msgspec.Raw]) -> str | None:
     return None
 
 
-def _device(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
+def _device(top: dict[str, bytes]) -> dict[str, Any]:
     raw = top.get("deviceProperties")
     props = msgspec.json.decode(raw) if raw is not None else None
     if not isinstance(props, list) or not props or not isinstance(props[0], dict):
@@ -432,31 +326,40 @@ def _write_steps(
     )
 
 
-def _write_memory(mem: list[_Event], base_ns: int, steps: pa.Table, path: Path) -> None:
-    ts = [e.ts if e.ts is not None else 0.0 for e in mem]
-    ts_ns = _us_to_ns(np.asarray(ts, dtype=np.float64)) + base_ns
+#: The [memory] args kept as columns: (column, args key).
+MEMORY_FIELDS = (("device_type", "Device Type"), ("device_id", "Device Id"), ("bytes", "Bytes"),
+                 ("total_allocated", "Total Allocated"), ("total_reserved", "Total Reserved"))
+
+
+def _write_memory(d: DecodedTrace, mem: np.ndarray, base_ns: int, steps: pa.Table,
+                  path: Path) -> None:
+    """memory.parquet: each [memory] instant's time, step, args and its numeric fields."""
+    ts_ns = d.ts_ns[mem] + base_ns
     step = columns.step_by_time(ts_ns, steps)
-    table = pa.table(
-        {
-            "ts_ns": pa.array(ts_ns),
-            "step": pa.array(step.astype(np.int32), mask=step < 0),
-            "args": pa.array([bytes(e.args) or None for e in mem], pa.binary()).cast(pa.string()),
-        }
-    )
-    pq.write_table(table, path, compression="snappy")
+    data = {
+        "ts_ns": pa.array(ts_ns),
+        "step": pa.array(step.astype(np.int32), mask=step < 0),
+        "args": d.args.take(pa.array(mem, pa.int64())).cast(pa.string()),
+    }
+    for column, key in MEMORY_FIELDS:
+        values = d.ids[key][mem]
+        data[column] = pa.array(values, mask=values == ABSENT)
+    pq.write_table(pa.table(data), path, compression="snappy")
 
-
-def _write_lanes(lanes: list[_Event], path: Path) -> None:
+def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path) -> None:
     rows: dict[str, list[Any]] = {"pid": [], "tid": [], "kind": [], "value": [], "sort_index": []}
-    for e in lanes:
-        args = msgspec.json.decode(e.args) if bytes(e.args) else {}
+    idx = pa.array(lanes, pa.int64())
+    for i, kind, text in zip(lanes.tolist(), d.name.take(idx).to_pylist(),
+                             d.args.take(idx).to_pylist(), strict=True):
+        args = msgspec.json.decode(text) if text else {}
         if not isinstance(args, dict):
             continue
         value = args.get("name", args.get("labels"))
         sort_index = args.get("sort_index")
-        rows["pid"].append(_int_or_none(e.pid))
-        rows["tid"].append(_int_or_none(e.tid) if e.name.startswith("thread") else None)
-        rows["kind"].append(e.name)
+        pid, tid = int(d.pid[i]), int(d.tid[i])
+        rows["pid"].append(None if pid == ABSENT else pid)
+        rows["tid"].append(None if tid == ABSENT or not kind.startswith("thread") else tid)
+        rows["kind"].append(kind)
         rows["value"].append(value if isinstance(value, str) else None)
         rows["sort_index"].append(_int_or_none(sort_index))
     table = pa.table(

@@ -112,8 +112,9 @@ CREATE TABLE IF NOT EXISTS events (
     external_id BIGINT,
     -- ProfilerStep number the event belongs to (host: enclosing step; device: its launch's step).
     step INTEGER,
-    -- The event's args, verbatim JSON.
-    args JSON
+    -- The event's args, verbatim JSON. Stored with zstd: args are mostly unique text, where
+    -- zstd is both smaller and faster to write than DuckDB's default string compression.
+    args JSON USING COMPRESSION zstd
 );
 
 -- ProfilerStep#N spans per rank.

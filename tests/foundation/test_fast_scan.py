@@ -1,0 +1,165 @@
+"""The C scanner (tracelab._kineto) against the reference decoder (msgspec).
+
+On every shared real trace both must give identical columns; on damaged or odd input the scanner
+must either give what the reference gives or decline (and then the reference decides), never
+accept what the reference rejects, and never crash.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracelab import decode as dec
+from tracelab.errors import TraceFormatError
+
+pytestmark = pytest.mark.skipif(dec._kineto is None, reason="C extension not built")
+
+ARRAYS = ("ph", "pid", "tid", "ts_ns", "dur_ns", "ts_missing", "dur_missing")
+STRINGS = ("name", "cat", "args")
+
+
+def shared_traces(root: Path) -> list[Path]:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and (
+        p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    assert len(files) >= 15, files
+    return files
+
+
+def read(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def assert_same(fast: dec.DecodedTrace, ref: dec.DecodedTrace) -> None:
+    assert fast.n == ref.n
+    for f in ARRAYS:
+        np.testing.assert_array_equal(getattr(fast, f), getattr(ref, f), err_msg=f)
+    for f in STRINGS:
+        assert getattr(fast, f).equals(getattr(ref, f)), f
+    assert fast.odd == ref.odd
+    assert fast.top == ref.top
+    assert fast.ids.keys() == ref.ids.keys()
+    for k in ref.ids:
+        np.testing.assert_array_equal(fast.ids[k], ref.ids[k], err_msg=k)
+
+
+def decode_both(buf: bytes) -> tuple[dec.DecodedTrace | None, dec.DecodedTrace | Exception]:
+    scanned = dec._kineto.scan(buf)
+    fast = dec._from_scan(scanned, buf) if scanned is not None else None
+    try:
+        ref: dec.DecodedTrace | Exception = dec.decode_reference(buf, Path("t.json"))
+    except TraceFormatError as exc:
+        ref = exc
+    return fast, ref
+
+
+def test_identical_columns_on_every_shared_trace(hta_traces: Path) -> None:
+    for path in shared_traces(hta_traces):
+        buf = read(path)
+        fast, ref = decode_both(buf)
+        if path.name == "memory_timeline.raw.gz":
+            continue  # not a Kineto trace (both reject or both accept, checked below)
+        assert fast is not None, f"fast path declined {path}"
+        assert not isinstance(ref, Exception), path
+        assert_same(fast, ref)
+
+
+def event(**kw: object) -> dict[str, object]:
+    base: dict[str, object] = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+                               "tid": 2, "ts": 10.5, "dur": 3}
+    base.update(kw)
+    return base
+
+
+ODD_BUT_VALID = [
+    # escapes and non-ASCII in names, keys and args; surrogate pairs
+    {"traceEvents": [event(name="a\"b\\c\u00e9\U0001f600\n\t/", args={"k\u00e9y": "v\\\"",
+                                                                     "correlation": 7})]},
+    {"traceEvents": [json.loads('{"ph": "X", "na\\u006de": "x\\ud83d\\ude00", "ts": 1, "dur": 2}')]},
+    # pid/tid as text, floats, null, absent; ts/dur null or absent; cat null
+    {"traceEvents": [event(pid="Spans", tid=1.5), event(pid=None, tid=True), event(cat=None),
+                     {"ph": "X", "name": "n", "ts": 1}, {"ph": "M", "name": "process_name",
+                                                         "pid": 3, "args": {"name": "r"}}]},
+    # ids of every kind: negative, huge, float, text, duplicated keys
+    {"traceEvents": [event(args={"correlation": -1, "External id": 2**70, "stream": 7.0,
+                                 "Bytes": -4096, "Device Id": "1", "Total Allocated": 0})]},
+    # fractional µs past the ns: round half to even, negative times
+    {"traceEvents": [event(ts=1.0005, dur=0.0015), event(ts=-2.25, dur=0.0025),
+                     event(ts=1669783687464181.123, dur=1.9999)]},
+    # args that are not objects, nested deeply, empty objects/arrays; other top-level keys
+    {"traceEvents": [event(args=[1, {"a": [[], {}]}]), event(args="s"), event(args=None),
+                     event(args={"a": {"b": {"c": [1, 2, {"correlation": 9}]}}})],
+     "distributedInfo": {"rank": 3}, "baseTimeNanoseconds": 1000, "x": [None, True, False]},
+    {"traceEvents": []},
+]
+
+
+@pytest.mark.parametrize("doc", ODD_BUT_VALID, ids=range(len(ODD_BUT_VALID)))
+@pytest.mark.parametrize("indent", [None, 2])
+def test_odd_but_valid_documents(doc: dict[str, object], indent: int | None) -> None:
+    buf = json.dumps(doc, indent=indent, ensure_ascii=indent is None).encode()
+    fast, ref = decode_both(buf)
+    assert not isinstance(ref, Exception)
+    if fast is not None:
+        assert_same(fast, ref)
+
+
+DECLINED = [
+    b'{"traceEvents": [{"ph": "X", "ts": 1e3, "dur": 1}]}',       # exponent: reference decides
+    b'{"traceEvents": [], "traceEvents": []}',                      # duplicate member
+    b'{"traceEvents": [{"ph": "X", "ts": 99999999999999999999, "dur": 1}]}',  # past int64 ns
+]
+
+
+@pytest.mark.parametrize("buf", DECLINED)
+def test_declines_what_it_does_not_handle(buf: bytes) -> None:
+    assert dec._kineto.scan(buf) is None
+
+
+INVALID = [
+    b"", b"{", b"[]", b'{"traceEvents": [}', b'{"traceEvents": [{"ph": "X"}]', b"{} x",
+    b'{"traceEvents": [{"ph": "X", "ts": NaN}]}', b'{"traceEvents": [{"ts": 01}]}',
+    b'{"traceEvents": [{"ts": 1.}]}', b'{"traceEvents": [{"ts": -}]}', b'{"a": tru}',
+    b'{"traceEvents": [{"name": "\x01"}]}', b'{"traceEvents": [{"name": "\\x"}]}',
+    b'{"traceEvents": [{"name": "\\ud800"}]}', b'{"traceEvents": [{"name": "\xff"}]}',
+    b'{"traceEvents": [{"name": "\xc0\xaf"}]}', b'{"traceEvents": [1]}',
+    b'{"traceEvents": [{"name": 3}]}', b'{"traceEvents": [{"ts": "1"}]}',
+    b'{"traceEvents": [{"ph": null}]}', b'{"traceEvents": {}}', b'{"schemaVersion": 1}',
+    b'{"traceEvents": [{"args": ' + b"[" * 600 + b"]" * 600 + b"}]}",
+]
+
+
+@pytest.mark.parametrize("buf", INVALID)
+def test_never_accepts_what_the_reference_rejects(buf: bytes) -> None:
+    assert dec._kineto.scan(buf) is None
+
+
+def test_damaged_traces_agree_with_the_reference(hta_traces: Path) -> None:
+    """Truncations and byte flips of a real trace: the scanner accepts exactly what the reference
+    accepts (then with identical columns), or declines."""
+    (path,) = (hta_traces / "critical_path" / "simple_add").glob("*.json.gz")
+    buf = read(path)[:200_000]
+    buf = buf[: buf.rfind(b"},") + 1] + b"]}"  # a shorter but valid trace
+    assert dec._kineto.scan(buf) is not None
+    rng = random.Random(7)
+    accepted = 0
+    for trial in range(300):
+        data = bytearray(buf)
+        if trial % 3 == 0:
+            data = data[: rng.randrange(len(data))]
+        else:
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(len(data))] = rng.choice(b'"{}[],:\\ 0123456789eE.-+ntfu\x00\xff')
+        fast, ref = decode_both(bytes(data))
+        if fast is None:
+            continue
+        assert not isinstance(ref, Exception), f"trial {trial}: scanner accepted {ref}"
+        assert_same(fast, ref)
+        accepted += 1
+    assert accepted >= 30, accepted  # flips inside strings and numbers keep the JSON valid
