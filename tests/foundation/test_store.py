@@ -144,3 +144,23 @@ def test_preconverted_ranks_are_registered_not_parsed(tmp_path: Path, monkeypatc
     ingest([folder], db=reg, run="a", if_exists="replace", progress=False)
     with open_store(reg) as con:
         assert con.execute("SELECT min(ts_ns) FROM events WHERE rank = 1").fetchone()[0] == 1_900_000_000_000_000_000
+
+
+def test_preconverted_folder_of_an_older_format_is_converted_again(tmp_path: Path) -> None:
+    """A columnar folder left by an older tracelab (another `format`) is never registered as is."""
+    import json
+
+    from tracelab import convert
+
+    path = run_set(tmp_path / "t", ranks=1) / "rank-0.json"
+    folder = convert.converted_dir(path)
+    convert.convert_trace(path, folder)
+    assert convert.load_converted(path) is not None
+    meta = json.loads((folder / "trace.json").read_text())
+    meta.pop("format")  # what format 1 wrote
+    (folder / "trace.json").write_text(json.dumps(meta))
+    assert convert.load_converted(path) is None
+    db = tmp_path / "s.duckdb"
+    ingest([path.parent], db=db, run="a", progress=False)
+    with open_store(db) as con:
+        assert con.execute("SELECT count(*) FROM events").fetchone()[0] > 0
