@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from tracelab.analyzers._common import temp_table_exists
+
 #: Sources in order of preference.
 SOURCES = ("collector", "kernel", "host")
 #: Ops that are never matched as group collectives.
@@ -55,16 +57,16 @@ def offsets_relation(offsets: Mapping[int, int]) -> tuple[str, list[object]]:
     )
 
 
-def matched_sql(offsets_rel: str) -> str:
-    """Rows of matched group collectives, one per (match, rank). Binds: run_id, source, then the
-    offsets relation's parameters. Columns: rank, key, op, pg_name, step, start_ns, end_ns (raw),
-    a_ns/e_ns (arrival and end on the aligned clock), bytes, n (ranks matched), last_arrival_ns,
-    last_rank, transfer_ns (shortest duration, alignment-free), wait_ns, event_idx."""
-    return f"""
+def keyed_sql() -> str:
+    """The clock-free part of matched_sql: rows of matched group collectives, one per (match,
+    rank). Binds: run_id, source. Columns: rank, key, op, pg_name, step (the match's), start_ns,
+    end_ns (raw), bytes, n (ranks matched), transfer_ns (shortest duration), event_idx.
+    Per-match values are a GROUP BY joined back, not windows over the key: DuckDB's partitioned
+    windows cost about a microsecond a row, its hash aggregate a fraction of that."""
+    return """
     WITH c AS (
         SELECT rank, op, pg_name, step, start_ns, end_ns, seq, event_idx,
                coalesce(in_bytes, out_bytes) AS bytes,
-               bool_and(seq IS NOT NULL) OVER () AS all_seq,
                row_number() OVER (PARTITION BY rank, coalesce(pg_name, ''), op, step
                                   ORDER BY start_ns, seq) - 1 AS occ
         FROM collectives
@@ -72,25 +74,67 @@ def matched_sql(offsets_rel: str) -> str:
           AND op NOT IN ('send', 'recv', 'send_recv')
     ),
     k AS (
-        SELECT c.*, coalesce(o.off_ns, 0) AS off_ns,
-               CASE WHEN all_seq THEN concat_ws(':', coalesce(pg_name, ''), seq::VARCHAR)
+        SELECT c.*,
+               CASE WHEN (SELECT bool_and(seq IS NOT NULL) FROM c)
+                    THEN concat_ws(':', coalesce(pg_name, ''), seq::VARCHAR)
                     ELSE concat_ws(':', coalesce(pg_name, ''), op, coalesce(step, -1)::VARCHAR,
                                    occ::VARCHAR) END AS key
-        FROM c LEFT JOIN {offsets_rel} o USING (rank)
+        FROM c
     ),
-    m AS (
-        SELECT *, start_ns - off_ns AS a_ns, end_ns - off_ns AS e_ns,
-               count(*) OVER (PARTITION BY key) AS n,
-               max(start_ns - off_ns) OVER (PARTITION BY key) AS last_arrival_ns,
-               arg_max(rank, start_ns - off_ns) OVER (PARTITION BY key) AS last_rank,
-               min(end_ns - start_ns) OVER (PARTITION BY key) AS transfer_ns,
-               min(step) OVER (PARTITION BY key) AS match_step
-        FROM k
-    )
-    SELECT rank, key, op, pg_name, match_step AS step, start_ns, end_ns, a_ns, e_ns, bytes, n,
-           last_arrival_ns, last_rank, transfer_ns, last_arrival_ns - a_ns AS wait_ns, event_idx
-    FROM m WHERE n >= 2
+    g AS (SELECT key, count(*) AS n, min(end_ns - start_ns) AS transfer_ns,
+                 min(step) AS match_step
+          FROM k GROUP BY key HAVING count(*) >= 2)
+    SELECT k.rank, key, k.op, k.pg_name, g.match_step AS step, k.start_ns, k.end_ns, k.bytes,
+           g.n, g.transfer_ns, k.event_idx
+    FROM k JOIN g USING (key)
     """
+
+
+def aligned_sql(keyed: str, offsets_rel: str) -> str:
+    """matched_sql's rows from `keyed` (a relation of keyed_sql's columns) and an offsets
+    relation (offsets_relation; binds its parameters)."""
+    return f"""
+    WITH m AS (SELECT x.*, x.start_ns - coalesce(o.off_ns, 0) AS a_ns,
+                      x.end_ns - coalesce(o.off_ns, 0) AS e_ns
+               FROM {keyed} x LEFT JOIN {offsets_rel} o USING (rank)),
+    l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, a_ns) AS last_rank
+          FROM m GROUP BY key)
+    SELECT m.rank, key, m.op, m.pg_name, m.step, m.start_ns, m.end_ns, m.a_ns, m.e_ns, m.bytes,
+           m.n, l.last_arrival_ns, l.last_rank, m.transfer_ns, l.last_arrival_ns - m.a_ns AS wait_ns,
+           m.event_idx
+    FROM m JOIN l USING (key)
+    """
+
+
+def matched_sql(offsets_rel: str) -> str:
+    """Rows of matched group collectives, one per (match, rank). Binds: run_id, source, then the
+    offsets relation's parameters. Columns: rank, key, op, pg_name, step, start_ns, end_ns (raw),
+    a_ns/e_ns (arrival and end on the aligned clock), bytes, n (ranks matched), last_arrival_ns,
+    last_rank, transfer_ns (shortest duration, alignment-free), wait_ns, event_idx."""
+    return aligned_sql(f"({keyed_sql()})", offsets_rel)
+
+
+def cached_matched(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str | None, ClockEstimate]:
+    """A temporary table of the run's matched collectives on the clock of its estimate
+    (matched_sql's columns), built once per connection and run like the intervals and shared by
+    the analyzers, with that estimate; None for the table when the run has no timed collectives."""
+    est = estimate_clocks(con, run_id)
+    if est.source is None:
+        return None, est
+    table = f"_tl_cache_mt_{int(run_id)}"
+    if not temp_table_exists(con, table):
+        rel, rel_params = offsets_relation(est.offsets_ns)
+        con.execute(f"CREATE TEMP TABLE {table} AS {aligned_sql(_keyed_table(con, run_id, est.source), rel)}",
+                    rel_params)
+    return table, est
+
+
+def _keyed_table(con: duckdb.DuckDBPyConnection, run_id: int, source: str) -> str:
+    """A temporary table of keyed_sql's rows for the run, built once per connection and run."""
+    table = f"_tl_cache_mk_{int(run_id)}"
+    if not temp_table_exists(con, table):
+        con.execute(f"CREATE TEMP TABLE {table} AS {keyed_sql()}", [run_id, source])
+    return table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,9 +153,7 @@ def estimate_clocks(con: duckdb.DuckDBPyConnection, run_id: int) -> ClockEstimat
     """The run's clock estimate (see _estimate_clocks), computed once per connection and run:
     every analyzer aligns with it, so it is kept in a temporary table like the intervals."""
     table = f"_tl_cache_clk_{int(run_id)}"
-    have = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?",
-                       [table]).fetchone()
-    if have and have[0]:
+    if temp_table_exists(con, table):
         got = con.execute(f"SELECT rank, off, unc, method, ref, source FROM {table}").fetchall()
         return ClockEstimate(
             offsets_ns={int(r[0]): int(r[1]) for r in got},
@@ -119,12 +161,13 @@ def estimate_clocks(con: duckdb.DuckDBPyConnection, run_id: int) -> ClockEstimat
             method={int(r[0]): str(r[3]) for r in got},
             reference_rank=got[0][4] if got else None, source=got[0][5] if got else None)
     est = _estimate_clocks(con, run_id)
-    con.execute(f"CREATE TEMP TABLE {table} (rank INTEGER, off BIGINT, unc BIGINT, "
-                "method VARCHAR, ref INTEGER, source VARCHAR)")
-    if est.offsets_ns:
-        con.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, ?, ?, ?)", [
-            [rk, est.offsets_ns[rk], est.uncertainty_ns[rk], est.method[rk],
-             est.reference_rank, est.source] for rk in est.offsets_ns])
+    rks = sorted(est.offsets_ns)
+    con.execute(
+        f"CREATE TEMP TABLE {table} AS SELECT unnest(?::INTEGER[]) AS rank, "
+        "unnest(?::BIGINT[]) AS off, unnest(?::BIGINT[]) AS unc, unnest(?::VARCHAR[]) AS method, "
+        "?::INTEGER AS ref, ?::VARCHAR AS source",
+        [rks, [est.offsets_ns[rk] for rk in rks], [est.uncertainty_ns[rk] for rk in rks],
+         [est.method[rk] for rk in rks], est.reference_rank, est.source])
     return est
 
 
@@ -146,10 +189,9 @@ def _estimate_clocks(con: duckdb.DuckDBPyConnection, run_id: int,
     source = choose_source(con, run_id)
     est: dict[int, tuple[int, int]] = {}
     if source is not None:
-        zero_rel, zero_params = offsets_relation({int(r[0]): 0 for r in ranks})
         rows = con.execute(
             f"""
-            WITH mt AS ({matched_sql(zero_rel)}),
+            WITH mt AS (FROM {_keyed_table(con, run_id, source)}),
             d AS (SELECT x.rank, x.end_ns - r.end_ns AS diff
                   FROM mt x JOIN mt r ON r.key = x.key AND r.rank = ?),
             o AS (SELECT rank, median(diff) AS off FROM d GROUP BY rank)
@@ -157,7 +199,7 @@ def _estimate_clocks(con: duckdb.DuckDBPyConnection, run_id: int,
                    quantile_cont(abs(d.diff - o.off), ?)::BIGINT, count(*)
             FROM d JOIN o USING (rank) GROUP BY d.rank
             """,
-            [run_id, source, *zero_params, ref, quantile],
+            [ref, quantile],
         ).fetchall()
         est = {int(r): (int(off), int(unc)) for r, off, unc, _ in rows}
     offsets: dict[int, int] = {}

@@ -56,6 +56,13 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> lis
     return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
 
+def temp_table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether the connection holds a temporary table `name` (the analyzers' per-run caches)."""
+    got = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?",
+                      [name]).fetchall()
+    return bool(got[0][0])
+
+
 def ranks_str(ranks: Sequence[int]) -> str:
     """'rank 3' or 'ranks 1, 2 and 5'."""
     rs = sorted(ranks)

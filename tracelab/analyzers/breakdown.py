@@ -21,14 +21,17 @@ from typing import Any
 import duckdb
 
 from tracelab.analyzers import _intervals as iv
-from tracelab.analyzers._collectives import (
-    BUS_FACTOR_SQL,
-    choose_source,
-    estimate_clocks,
-    matched_sql,
-    offsets_relation,
+from tracelab.analyzers._collectives import BUS_FACTOR_SQL, cached_matched
+from tracelab.analyzers._common import (
+    median,
+    merge_params,
+    ms,
+    r,
+    ranks_str,
+    rows,
+    run_info,
+    temp_table_exists,
 )
-from tracelab.analyzers._common import median, merge_params, ms, r, ranks_str, rows, run_info
 from tracelab.load_sql import op_sql
 from tracelab.results import Evidence, Finding, Result, Severity
 
@@ -119,9 +122,7 @@ def cached_intervals(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, 
     run ids are never reused, so a cached run cannot go stale under its id."""
     rid = int(run_id)
     ivt, segt = f"_tl_cache_iv_{rid}", f"_tl_cache_seg_{rid}"
-    have = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?",
-                       [segt]).fetchone()
-    if have and have[0]:
+    if temp_table_exists(con, segt):
         return ivt, segt
     con.execute(f"DROP TABLE IF EXISTS {ivt}")
     counts = con.execute(
@@ -153,25 +154,22 @@ def _row_out(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int,
-               offsets: dict[int, int]) -> list[dict[str, Any]]:
+def _bandwidth(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, Any]]:
     """Per (op, group, size): matched count, median transfer time, algbw and busbw in GB/s."""
-    source = choose_source(con, run_id)
-    if source is None:
+    mt, _ = cached_matched(con, run_id)
+    if mt is None:
         return []
-    rel, rel_params = offsets_relation(offsets)
     return rows(con, f"""
-        WITH mt AS ({matched_sql(rel)}),
-        per AS (SELECT key, any_value(op) AS op, any_value(pg_name) AS pg_name,
-                       any_value(bytes) AS bytes, any_value(n) AS n,
-                       any_value(transfer_ns) AS transfer_ns FROM mt GROUP BY key)
+        WITH per AS (SELECT key, any_value(op) AS op, any_value(pg_name) AS pg_name,
+                            any_value(bytes) AS bytes, any_value(n) AS n,
+                            any_value(transfer_ns) AS transfer_ns FROM {mt} GROUP BY key)
         SELECT op, pg_name, bytes, n AS ranks, count(*) AS count,
                round(median(transfer_ns) / 1e6, 4) AS transfer_ms,
                round(median(bytes / transfer_ns), 3) AS algbw_gbps,
                round(median(bytes / transfer_ns * {BUS_FACTOR_SQL}), 3) AS busbw_gbps
         FROM per WHERE transfer_ns > 0 AND bytes IS NOT NULL
         GROUP BY op, pg_name, bytes, n ORDER BY count(*) * median(transfer_ns) DESC
-        """, [run_id, source, *rel_params])
+        """, [])
 
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
@@ -215,8 +213,7 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
                       [*op_params, run_id])
     dev = {int(x[0]) for x in con.execute(
         f"SELECT DISTINCT rank FROM {tbl} WHERE device").fetchall()}
-    clocks = estimate_clocks(con, run_id)
-    bw = _bandwidth(con, run_id, clocks.offsets_ns)
+    bw = _bandwidth(con, run_id)
     steps_tbl = [_row_out(x) for x in per_step]
     ranks_tbl = [{**_row_out(x), "mode": "device" if x["rank"] in dev else "host"}
                  for x in per_rank]

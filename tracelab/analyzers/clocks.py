@@ -16,12 +16,7 @@ from typing import Any
 
 import duckdb
 
-from tracelab.analyzers._collectives import (
-    choose_source,
-    estimate_clocks,
-    matched_sql,
-    offsets_relation,
-)
+from tracelab.analyzers._collectives import cached_matched, offsets_relation
 from tracelab.analyzers._common import merge_params, ms, rows, run_info
 from tracelab.results import Evidence, Finding, Result, Severity
 
@@ -36,35 +31,33 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _skew(con: duckdb.DuckDBPyConnection, run_id: int, source: str,
-          offsets: dict[int, int], unc: dict[int, int]) -> dict[int, dict[str, Any]]:
+def _skew(con: duckdb.DuckDBPyConnection, matched: str,
+          unc: dict[int, int]) -> dict[int, dict[str, Any]]:
     """Per rank: median arrival skew against the other ranks' median, raw and aligned, and the
-    number of causality violations after alignment."""
-    zero_rel, zero_p = offsets_relation({rk: 0 for rk in offsets})
-    rel, rel_p = offsets_relation(offsets)
+    number of causality violations after alignment. `matched`: the run's matched collectives
+    on the aligned clock (cached_matched), whose start_ns is the raw arrival."""
     u_rel, u_p = offsets_relation(unc)
     got = rows(con, f"""
-        WITH raw AS ({matched_sql(zero_rel)}), al AS ({matched_sql(rel)}), u AS {u_rel},
-        rs AS (SELECT x.rank, x.key, median(x.a_ns - o.a_ns) AS skew
-               FROM raw x JOIN raw o ON o.key = x.key AND o.rank <> x.rank GROUP BY x.rank, x.key, x.a_ns),
-        als AS (SELECT x.rank, x.key, median(x.a_ns - o.a_ns) AS skew,
-                       any_value(x.e_ns < x.last_arrival_ns - 2 * coalesce(uu.off_ns, 0)) AS bad
-                FROM al x JOIN al o ON o.key = x.key AND o.rank <> x.rank
-                LEFT JOIN u uu ON uu.rank = x.rank
-                GROUP BY x.rank, x.key, x.a_ns)
-        SELECT rs.rank, median(rs.skew) AS raw_skew_ns, median(als.skew) AS skew_ns,
-               count(*) FILTER (WHERE als.bad) AS violations, count(*) AS matches
-        FROM rs JOIN als USING (rank, key) GROUP BY rs.rank
-        """, [run_id, source, *zero_p, run_id, source, *rel_p, *u_p])
+        WITH u AS {u_rel},
+        pm AS (SELECT x.rank, median(x.start_ns - o.start_ns) AS raw_skew,
+                      median(x.a_ns - o.a_ns) AS skew,
+                      any_value(x.e_ns < x.last_arrival_ns - 2 * coalesce(uu.off_ns, 0)) AS bad
+               FROM {matched} x JOIN {matched} o ON o.key = x.key AND o.rank <> x.rank
+               LEFT JOIN u uu ON uu.rank = x.rank
+               GROUP BY x.rank, x.key, x.a_ns)
+        SELECT rank, median(raw_skew) AS raw_skew_ns, median(skew) AS skew_ns,
+               count(*) FILTER (WHERE bad) AS violations, count(*) AS matches
+        FROM pm GROUP BY rank
+        """, u_p)
     return {int(x["rank"]): x for x in got}
 
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
     info = run_info(con, run_id)
-    est = estimate_clocks(con, run_id)
-    source = choose_source(con, run_id)
-    skew = _skew(con, run_id, source, est.offsets_ns, est.uncertainty_ns) if source else {}
+    matched, est = cached_matched(con, run_id)
+    source = est.source
+    skew = _skew(con, matched, est.uncertainty_ns) if matched else {}
     hosts = dict(con.execute("SELECT rank, host FROM ranks WHERE run_id = ?", [run_id]).fetchall())
     table: list[dict[str, Any]] = []
     for rk in sorted(est.offsets_ns):

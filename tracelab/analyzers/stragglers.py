@@ -20,16 +20,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
-import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracelab.analyzers import _intervals as iv
-from tracelab.analyzers._collectives import (
-    choose_source,
-    estimate_clocks,
-    matched_sql,
-    offsets_relation,
-)
-from tracelab.analyzers._common import NS_PER_MS, merge_params, ms, r, rows, run_info
+from tracelab.analyzers._collectives import cached_matched, offsets_relation
+from tracelab.analyzers._common import NS_PER_MS, merge_params, ms, r, run_info
+from tracelab.analyzers._replay import columns as replay_columns
+from tracelab.analyzers._replay import whatif
 from tracelab.analyzers.breakdown import cached_intervals
 from tracelab.results import Evidence, Finding, Result, Severity
 
@@ -44,15 +42,14 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, source: str,
-          offsets: dict[int, int]) -> list[dict[str, Any]]:
+def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, matched: str,
+          offsets: dict[int, int]) -> pa.Table:
     """Matched rows plus each rank's gap since its previous collective (or its step start)
-    and the compute inside that gap, all aligned."""
+    and the compute inside that gap, all aligned, ordered by step, last arrival and rank."""
     rel, rel_params = offsets_relation(offsets)
     _, seg = cached_intervals(con, run_id)
     spans = f"""
-        WITH mt AS ({matched_sql(rel)}),
-        off AS {rel},
+        WITH off AS {rel},
         st AS (SELECT s.rank, s.step, s.start_ns - coalesce(o.off_ns, 0) AS s0,
                       greatest(s.end_ns, coalesce(s.device_end_ns, s.end_ns))
                         - coalesce(o.off_ns, 0) AS s1
@@ -60,48 +57,49 @@ def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, source: str,
         g AS (SELECT mt.*, st.s0 AS step0, st.s1 AS step1,
                      coalesce(lag(e_ns) OVER (PARTITION BY mt.rank, mt.step ORDER BY a_ns),
                               least(st.s0, a_ns)) AS prev_ns
-              FROM mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step)
+              FROM {matched} mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step)
         -- The gap on the rank's own clock (raw), where its compute intervals live.
         SELECT g.*, greatest(a_ns - prev_ns, 0) AS gap_ns,
                prev_ns + (start_ns - a_ns) AS s0, start_ns AS s1
         FROM g"""
-    return rows(con, f"""
-        SELECT *,
-               -- The last arriver's lateness over the next-latest, and its peers' compute.
-               max(a_ns) FILTER (WHERE rank <> last_rank) OVER k AS second_ns,
-               median(compute_ns) FILTER (WHERE rank <> last_rank) OVER k AS peer_compute_ns,
+    return con.sql(f"""
+        WITH x AS (SELECT rank, key, op, step, a_ns, e_ns, n, last_arrival_ns, last_rank,
+                          transfer_ns, wait_ns, step0 AS s0, step1 AS s1, prev_ns, gap_ns,
+                          greatest(covered_ns, 0) AS compute_ns
+                   FROM ({iv.spans_covered_sql(seg, spans, "compute")})),
+        -- The last arriver's lateness over the next-latest, and its peers' compute.
+        k AS (SELECT key, max(a_ns) FILTER (WHERE rank <> last_rank) AS second_ns,
+                     median(compute_ns) FILTER (WHERE rank <> last_rank) AS peer_compute_ns
+              FROM x GROUP BY key)
+        SELECT x.*, k.second_ns, k.peer_compute_ns,
                round(wait_ns / 1e6, 4) AS wait_ms, round(gap_ns / 1e6, 4) AS gap_ms,
                round(compute_ns / 1e6, 4) AS compute_ms
-        FROM (SELECT rank, key, op, step, a_ns, e_ns, n, last_arrival_ns, last_rank,
-                     transfer_ns, wait_ns, step0 AS s0, step1 AS s1, prev_ns, gap_ns,
-                     greatest(covered_ns, 0) AS compute_ns
-              FROM ({iv.spans_covered_sql(seg, spans, "compute")}))
-        WINDOW k AS (PARTITION BY key)
+        FROM x JOIN k USING (key)
         ORDER BY step, last_arrival_ns, rank
-        """, [run_id, source, *rel_params, *rel_params, run_id])
+        """, params=[*rel_params, run_id]).to_arrow_table()
 
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
     info = run_info(con, run_id)
-    clocks = estimate_clocks(con, run_id)
-    source = choose_source(con, run_id)
-    data = _gaps(con, run_id, source, clocks.offsets_ns) if source else []
-    if not data:
+    matched, clocks = cached_matched(con, run_id)
+    source = clocks.source
+    data = _gaps(con, run_id, matched, clocks.offsets_ns) if matched else None
+    if data is None or not data.num_rows:
         return Result(analyzer=NAME, run=info["name"], params=p, metrics={"matched": 0},
                       notes=("no collective is matched across two or more ranks: nothing to "
                              "compare (single-rank trace, or no timed collectives).",))
     unc = clocks.uncertainty_ns
+    # Plain Python only for what is read row by row; the 16k-row table stays in Arrow/numpy.
+    col = {k: data.column(k).to_pylist() for k in ("rank", "key", "step", "compute_ns", "wait_ns")}
     ranks_of: dict[str, list[int]] = {}
-    for x in data:
-        ranks_of.setdefault(x["key"], []).append(x["rank"])
+    for key, rk in zip(col["key"], col["rank"], strict=True):
+        ranks_of.setdefault(key, []).append(rk)
     # Never blame lateness within the clocks' uncertainty: the last rank's plus its peers'.
     margin_of = {rk: u + max((v for o, v in unc.items() if o != rk), default=0)
                  for rk, u in unc.items()}
     per_match = []
-    for x in data:
-        if x["rank"] != x["last_rank"]:
-            continue
+    for x in data.filter(pc.equal(data.column("rank"), data.column("last_rank"))).to_pylist():
         late = x["a_ns"] - x["second_ns"]
         margin = margin_of.get(x["rank"], 0)
         per_match.append({
@@ -111,12 +109,15 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
             "ranks": sorted(ranks_of[x["key"]]),
             "extra_compute_ns": x["compute_ns"] - x["peer_compute_ns"]})
     per_match.sort(key=lambda m: (m["step"] if m["step"] is not None else -1, m["A"]))
-    steps_out, savings = _whatif(per_match, data)
-    rank_rows, blamed = _rank_table(p, per_match, data, savings, steps_out)
+    steps_out, savings = whatif(per_match, replay_columns(data))
+    waits_by: dict[int, int] = {}
+    for rk, w in zip(col["rank"], col["wait_ns"], strict=True):
+        waits_by[rk] = waits_by.get(rk, 0) + w
+    rank_rows, blamed = _rank_table(p, per_match, waits_by, savings, steps_out)
     findings = _findings(blamed, rank_rows, per_match, steps_out)
     slow = [s["slowdown"] for s in steps_out if s["slowdown"] is not None]
     metrics = {
-        "source": source, "matched": len(per_match), "ranks": len({x["rank"] for x in data}),
+        "source": source, "matched": len(per_match), "ranks": len(waits_by),
         "clock_uncertainty_ms_max": ms(max(unc.values(), default=0)),
         "blameable_share": r(sum(m["blameable"] for m in per_match) / len(per_match)),
         "transfer_ms_median": ms(statistics.median(m["transfer"] for m in per_match)),
@@ -126,7 +127,7 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
         "slowdown_median": r(statistics.median(slow)) if slow else None,
         "stragglers": sorted(blamed),
     }
-    step_ranks = _step_ranks(per_match, data)
+    step_ranks = _step_ranks(per_match, col)
     last_of: dict[Any, tuple[int, int | None]] = {}
     for x in step_ranks:
         if x["times_last"] and x["times_last"] >= last_of.get(x["step"], (0, None))[0]:
@@ -136,9 +137,9 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
     coll_rows = [{"key": m["key"], "op": m["op"], "step": m["step"], "last_rank": m["last_rank"],
                   "lateness_ms": ms(m["lateness_ns"]), "transfer_ms": ms(m["transfer"]),
                   "blameable": m["blameable"], "last_arrival_ns": m["A"]} for m in per_match]
-    waits = [{"key": x["key"], "rank": x["rank"], "step": x["step"], "wait_ms": x["wait_ms"],
-              "arrival_ns": x["a_ns"], "end_ns": x["e_ns"], "gap_ms": x["gap_ms"],
-              "compute_ms": x["compute_ms"]} for x in data]
+    waits = data.select(["key", "rank", "step", "wait_ms", "a_ns", "e_ns", "gap_ms", "compute_ms"]
+                        ).rename_columns(["key", "rank", "step", "wait_ms", "arrival_ns", "end_ns",
+                                          "gap_ms", "compute_ms"]).to_pylist()
     return Result(analyzer=NAME, run=info["name"], params=p, metrics=metrics,
                   tables={"ranks": rank_rows, "steps": steps_out, "step_ranks": step_ranks,
                           "collectives": coll_rows,
@@ -149,16 +150,18 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
 
 
 def _step_ranks(per_match: list[dict[str, Any]],
-                data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                col: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     """Per step and rank: compute before its collectives, time waiting in them, and how often
     it was the (blameable) last to arrive."""
     out: dict[tuple[Any, int], dict[str, Any]] = {}
-    for x in data:
-        row = out.setdefault((x["step"], x["rank"]), {"step": x["step"], "rank": x["rank"],
-                                                      "compute_ns": 0, "wait_ns": 0,
-                                                      "times_last": 0})
-        row["compute_ns"] += x["compute_ns"]
-        row["wait_ns"] += x["wait_ns"]
+    for step, rk, comp, wait in zip(col["step"], col["rank"], col["compute_ns"], col["wait_ns"],
+                                    strict=True):
+        row = out.get((step, rk))
+        if row is None:
+            row = out[(step, rk)] = {"step": step, "rank": rk, "compute_ns": 0, "wait_ns": 0,
+                                     "times_last": 0}
+        row["compute_ns"] += comp
+        row["wait_ns"] += wait
     for m in per_match:
         if m["blameable"] and (m["step"], m["last_rank"]) in out:
             out[(m["step"], m["last_rank"])]["times_last"] += 1
@@ -167,83 +170,10 @@ def _step_ranks(per_match: list[dict[str, Any]],
             for _, v in sorted(out.items(), key=lambda kv: (kv[0][0] is None, kv[0]))]
 
 
-def _whatif(per_match: list[dict[str, Any]],
-            data: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
-    """Per step: measured and replayed step time, all-ranks-at-median ideal, and per rank the
-    saving had that rank alone run at the median. The replay walks the step's matched
-    collectives in order; numpy carries all the variants (actual, ideal, each rank alone at
-    the median) through one walk."""
-    rows_of: dict[Any, list[dict[str, Any]]] = {}
-    for x in data:
-        rows_of.setdefault(x["step"], []).append(x)
-    matches_of: dict[Any, list[dict[str, Any]]] = {}
-    for m in per_match:
-        matches_of.setdefault(m["step"], []).append(m)
-    out: list[dict[str, Any]] = []
-    savings: dict[int, list[float]] = {}
-    for step, mlist in matches_of.items():
-        rws = rows_of.get(step, [])
-        firsts = [min(x["s0"], x["prev_ns"]) for x in rws if x["s0"] is not None]
-        if step is None or not firsts:
-            continue
-        # Rebase to the step's first start: absolute ns do not fit a float exactly.
-        base = min(firsts)
-        start: dict[int, float] = {}
-        last_end: dict[int, int] = {}
-        step_end: dict[int, int] = {}
-        for x in rws:
-            if x["s0"] is not None:
-                start[x["rank"]] = float(min(x["s0"], x["prev_ns"]) - base)
-            last_end[x["rank"]] = max(last_end.get(x["rank"], base), x["e_ns"])
-            if x["s1"] is not None:
-                step_end[x["rank"]] = x["s1"]
-        ranks = sorted(start)
-        col = {rk: i for i, rk in enumerate(ranks)}
-        mlist = [m for m in mlist if all(rk in col for rk in m["ranks"])]
-        if not mlist:
-            continue
-        row = {m["key"]: k for k, m in enumerate(mlist)}
-        gaps = np.full((len(mlist), len(ranks)), np.nan)
-        for x in rws:
-            if x["key"] in row and x["rank"] in col:
-                gaps[row[x["key"]], col[x["rank"]]] = float(x["gap_ns"])
-        part = ~np.isnan(gaps)
-        med = np.nanmedian(gaps, axis=1)
-        tail = np.array([float(max(0, step_end[rk] - last_end[rk])) if rk in step_end else 0.0
-                         for rk in ranks])
-        med_tail = float(np.median(tail[[rk in step_end for rk in ranks]])) if step_end else 0.0
-        # Variants: 0 actual, 1 every rank at the median, 2 + i rank i alone at the median.
-        nv = 2 + len(ranks)
-        g = np.repeat(gaps[None], nv, axis=0)
-        tl = np.repeat(tail[None], nv, axis=0)
-        g[1] = np.where(part, med[:, None], np.nan)
-        tl[1] = np.where([rk in step_end for rk in ranks], med_tail, 0.0)
-        for i, rk in enumerate(ranks):
-            g[2 + i][:, i] = np.where(part[:, i], med, np.nan)
-            if rk in step_end:
-                tl[2 + i][i] = med_tail
-        transfer = np.array([float(m["transfer"]) for m in mlist])
-        t = np.tile(np.array([start[rk] for rk in ranks]), (nv, 1))
-        for k in range(len(mlist)):
-            cols = part[k]
-            arrive = (t[:, cols] + g[:, k, cols]).max(axis=1)
-            t[:, cols] = (arrive + transfer[k])[:, None]
-        total = (t + tl).max(axis=1) - min(start.values())
-        actual, ideal = float(total[0]), float(total[1])
-        for i, rk in enumerate(ranks):
-            savings.setdefault(rk, []).append(actual - float(total[2 + i]))
-        measured = max(step_end.values()) - base if step_end else None
-        out.append({"step": step, "step_ms": ms(measured), "replayed_step_ms": ms(actual),
-                    "ideal_step_ms": ms(ideal),
-                    "slowdown": r(actual / ideal) if ideal else None,
-                    "saved_ms": ms(actual - ideal)})
-    return sorted(out, key=lambda s: s["step"]), savings
-
-
-def _rank_table(p: Mapping[str, Any], per_match: list[dict[str, Any]], data: list[dict[str, Any]],
+def _rank_table(p: Mapping[str, Any], per_match: list[dict[str, Any]], waits_by: dict[int, int],
                 savings: dict[int, list[float]],
                 steps_out: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str]]:
-    ranks = sorted({x["rank"] for x in data})
+    ranks = sorted(waits_by)
     step_ms = statistics.median([s["step_ms"] for s in steps_out]) if steps_out else None
     out, blamed = [], {}
     for rk in ranks:
@@ -259,7 +189,7 @@ def _rank_table(p: Mapping[str, Any], per_match: list[dict[str, Any]], data: lis
         row = {"rank": rk, "matches": len(mine), "times_last": len(last),
                "share_last": r(share), "lateness_ms_median": ms(late),
                "extra_compute_ms_median": ms(extra),
-               "wait_ms_total": ms(sum(x["wait_ns"] for x in data if x["rank"] == rk)),
+               "wait_ms_total": ms(waits_by[rk]),
                "saving_ms_per_step": r(save), "kind": kind}
         out.append(row)
         if (last and share >= p["min_share"] and save is not None and step_ms
