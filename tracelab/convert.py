@@ -19,11 +19,14 @@ plain columnar copy.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
+import mmap
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,22 +136,27 @@ def load_converted(trace_path: str | os.PathLike[str]) -> TraceInfo | None:
     return info
 
 
-def read_trace_bytes(path: Path) -> bytes:
-    """The decompressed bytes of a `.json` or `.json.gz` file (sniffed, not trusted by name)."""
-    return _decompress(_read_raw(path), path)
-
-
-def _read_raw(path: Path) -> bytes:
+@contextlib.contextmanager
+def _mapped(path: Path) -> Iterator[mmap.mmap]:
+    """The file's bytes, memory-mapped: the page cache is read in place, with no copy."""
     try:
-        raw = path.read_bytes()
+        fh = path.open("rb")
     except OSError as exc:
         raise TraceFormatError(f"cannot read the file: {exc.strerror}", str(path)) from exc
-    if not raw:
-        raise TraceFormatError("the file is empty (0 bytes). Re-export the trace.", str(path))
-    return raw
+    with fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            raise TraceFormatError("the file is empty (0 bytes). Re-export the trace.", str(path))
+        try:
+            view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            raise TraceFormatError(f"cannot read the file: {exc}", str(path)) from exc
+        try:
+            yield view
+        finally:
+            view.close()
 
 
-def _decompress(raw: bytes, path: Path) -> bytes:
+def _decompress(raw: bytes | mmap.mmap, path: Path) -> bytes | mmap.mmap:
     if raw[:2] != _GZIP_MAGIC:
         return raw
     try:
@@ -192,12 +200,11 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     """
     path = Path(path)
     out = Path(out_dir)
-    raw = _read_raw(path)
-    file_sha256 = hashlib.sha256(raw).hexdigest()
-    buf = _decompress(raw, path)
-    del raw
-    d = decode(buf, path)
-    del buf
+    with _mapped(path) as raw:
+        file_sha256 = hashlib.sha256(raw).hexdigest()
+        buf = _decompress(raw, path)
+        d = decode(buf, path)
+        del buf
     top = d.top
     xs = np.flatnonzero(d.ph == ord("X"))
     lanes = np.flatnonzero(d.ph == ord("M"))

@@ -14,6 +14,7 @@ and agree on accepting or rejecting damaged ones.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from decimal import Decimal
 from operator import attrgetter
@@ -67,13 +68,16 @@ class DecodedTrace:
     top: dict[str, bytes]
 
 
-def decode(buf: bytes, path: Path) -> DecodedTrace:
-    """Decode a trace's bytes; raises TraceFormatError naming `path` and the fix."""
+def decode(buf: bytes | mmap.mmap, path: Path) -> DecodedTrace:
+    """Decode a trace's bytes (or a read-only map of them); raises TraceFormatError naming
+    `path` and the fix. Nothing returned refers to `buf`, which the caller may close."""
     if _kineto is not None:
         scanned = _kineto.scan(buf)
         if scanned is not None:
             return _from_scan(scanned, buf)
-    return decode_reference(buf, path)
+    # msgspec.Raw values point into the buffer they were decoded from: give it its own copy,
+    # so that no error traceback can pin the caller's map.
+    return decode_reference(buf if isinstance(buf, bytes) else bytes(buf), path)
 
 
 def _strings(offsets: bytes, data: bytes, valid: bytes | None, n: int) -> pa.Array:
@@ -87,7 +91,7 @@ def _strings(offsets: bytes, data: bytes, valid: bytes | None, n: int) -> pa.Arr
                                                         pa.py_buffer(data)], null_count=nulls)
 
 
-def _from_scan(s: dict[str, Any], buf: bytes) -> DecodedTrace:
+def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap) -> DecodedTrace:
     n = s["n"]
     pid_kind = np.frombuffer(s["pid_kind"], dtype=np.uint8)
     tid_kind = np.frombuffer(s["tid_kind"], dtype=np.uint8)
@@ -101,10 +105,7 @@ def _from_scan(s: dict[str, Any], buf: bytes) -> DecodedTrace:
     other = np.frombuffer(s["other"], dtype=np.int64).reshape(-1, 4)
     for i, field, start, end in other.tolist():
         odd[(i, "pid" if field == 0 else "tid")] = msgspec.json.decode(buf[start:end])
-    try:
-        args = _strings(s["args_off"], s["args_data"], s["args_valid"], n)
-    except pa.ArrowInvalid:  # pragma: no cover - the scanner validated UTF-8
-        raise
+    args = _strings(s["args_off"], s["args_data"], s["args_valid"], n)
     return DecodedTrace(
         n=n,
         ph=np.frombuffer(s["ph"], dtype=np.uint8),
@@ -163,7 +164,7 @@ _IDS_DECODER = msgspec.json.Decoder(_Ids)
 def decode_error(path: Path, exc: Exception, buf: bytes = b"") -> TraceFormatError:
     """The error for a trace msgspec could not decode, with what to do about it."""
     text = str(exc)
-    if b"NaN" in buf or b"Infinity" in buf:
+    if buf.find(b"NaN") >= 0 or buf.find(b"Infinity") >= 0:
         hint = (
             f"it holds NaN or Infinity, which JSON does not allow ({text}): a NaN or infinite "
             "duration or timestamp. Fix the exporter or drop this rank (--skip-bad)."
@@ -284,7 +285,7 @@ def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
         name=pa.array(list(map(attrgetter("name"), events)), pa.large_string()),
         cat=pa.array(list(map(attrgetter("cat"), events)), pa.large_string()),
         pid=pid, tid=tid, odd=odd,
-        ts_ns=ts_ns - (base_ns if False else 0), dur_ns=dur_ns,
+        ts_ns=ts_ns, dur_ns=dur_ns,
         ts_missing=ts_missing, dur_missing=dur_missing,
         args=args, ids=_ids(raw_args),
         top={k: bytes(v) for k, v in top.items() if k != "traceEvents"},

@@ -163,3 +163,22 @@ def test_damaged_traces_agree_with_the_reference(hta_traces: Path) -> None:
         assert_same(fast, ref)
         accepted += 1
     assert accepted >= 30, accepted  # flips inside strings and numbers keep the JSON valid
+
+
+def test_conversion_without_the_extension_is_identical(hta_traces: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no C compiler was available the reference decoder does everything: same files."""
+    import pyarrow.parquet as pq
+
+    from tracelab.convert import convert_trace
+
+    (trace,) = (hta_traces / "nccl_parser_config").glob("*.json.gz")
+    fast_info = convert_trace(trace, tmp_path / "fast")
+    monkeypatch.setattr(dec, "_kineto", None)
+    ref_info = convert_trace(trace, tmp_path / "ref")
+    assert fast_info == ref_info
+    for name in ("events", "steps", "memory", "lanes"):
+        fast = pq.read_table(tmp_path / "fast" / f"{name}.parquet")
+        ref = pq.read_table(tmp_path / "ref" / f"{name}.parquet")
+        assert fast.num_rows > 0 or name == "memory", name
+        assert fast.equals(ref), name
