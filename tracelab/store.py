@@ -99,6 +99,8 @@ def open_store(
             _check_version(con, path)
         else:
             con.execute("SET memory_limit = ?", [WRITER_MEMORY_LIMIT])
+            # DuckDB draws its own bar on long statements; ingest shows one for the whole job.
+            con.execute("SET enable_progress_bar = false")
             ensure_schema(con, path)
         yield con
     finally:
