@@ -92,33 +92,49 @@ def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str], s
     )
 
 
+#: Kernel/record_param_comms args read for each collective, each args parsed once.
+COLLECTIVE_ARGS = ("Collective name", "Process Group Name", "Process Group Description",
+                   "Process Group Ranks", "Group size", "Seq", "seq", "In msg nelems",
+                   "Out msg nelems", "dtype")
+
+
 def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Collectives from NCCL/RCCL kernels (with record_param_comms metadata) and gloo annotations."""
-    arg = "coalesce(json_extract_string(k.args, '$.\"{0}\"'), json_extract_string(r.args, '$.\"{0}\"'))"
-    coll = arg.format("Collective name")
-    op_case, op_params = op_sql(f"coalesce({coll}, regexp_extract(k.name, '^(nccl|rccl)(Dev)?Kernel_([A-Za-z]+)', 3), k.name)")
-    size_case, size_params = dtype_bytes_sql(arg.format("dtype"))
+    paths = "[" + ", ".join(f"'$.\"{k}\"'" for k in COLLECTIVE_ARGS) + "]"
+
+    def arg(key: str) -> str:
+        i = COLLECTIVE_ARGS.index(key) + 1
+        return f"coalesce(ka[{i}], ra[{i}])"
+
+    op_case, op_params = op_sql(f"coalesce({arg('Collective name')}, regexp_extract(name, "
+                                "'^(nccl|rccl)(Dev)?Kernel_([A-Za-z]+)', 3), name)")
+    size_case, size_params = dtype_bytes_sql(arg("dtype"))
     con.execute(
         f"""
         INSERT INTO collectives
-        SELECT ?, k.rank, 'kernel', {op_case},
-               {arg.format("Process Group Name")}, {arg.format("Process Group Description")},
-               TRY_CAST({arg.format("Process Group Ranks")} AS JSON),
-               TRY_CAST({arg.format("Group size")} AS INTEGER),
-               TRY_CAST(coalesce({arg.format("Seq")}, {arg.format("seq")}) AS BIGINT),
+        SELECT ?, rank, 'kernel', {op_case},
+               {arg("Process Group Name")}, {arg("Process Group Description")},
+               TRY_CAST({arg("Process Group Ranks")} AS JSON),
+               TRY_CAST({arg("Group size")} AS INTEGER),
+               TRY_CAST(coalesce({arg("Seq")}, {arg("seq")}) AS BIGINT),
                0,
-               TRY_CAST({arg.format("In msg nelems")} AS BIGINT) * {size_case},
-               TRY_CAST({arg.format("Out msg nelems")} AS BIGINT) * {size_case},
-               {arg.format("dtype")}, NULL,
-               launch.ts_ns, k.ts_ns, k.ts_ns + k.dur_ns, k.step, k.idx
-        FROM events k
-        LEFT JOIN events r
-          ON r.run_id = k.run_id AND r.rank = k.rank AND r.external_id = k.external_id
-         AND r.name = 'record_param_comms' AND NOT r.on_device
-        LEFT JOIN events launch
-          ON launch.run_id = k.run_id AND launch.rank = k.rank
-         AND launch.correlation = k.correlation AND launch.category = 'runtime'
-        WHERE k.run_id = ? AND k.on_device AND k.category = 'communication'
+               TRY_CAST({arg("In msg nelems")} AS BIGINT) * {size_case},
+               TRY_CAST({arg("Out msg nelems")} AS BIGINT) * {size_case},
+               {arg("dtype")}, NULL,
+               launch_ns, ts_ns, ts_ns + dur_ns, step, idx
+        FROM (
+            SELECT k.rank, k.name, k.ts_ns, k.dur_ns, k.step, k.idx, launch.ts_ns AS launch_ns,
+                   json_extract_string(k.args, {paths}) AS ka,
+                   json_extract_string(r.args, {paths}) AS ra
+            FROM events k
+            LEFT JOIN events r
+              ON r.run_id = k.run_id AND r.rank = k.rank AND r.external_id = k.external_id
+             AND r.name = 'record_param_comms' AND NOT r.on_device
+            LEFT JOIN events launch
+              ON launch.run_id = k.run_id AND launch.rank = k.rank
+             AND launch.correlation = k.correlation AND launch.category = 'runtime'
+            WHERE k.run_id = ? AND k.on_device AND k.category = 'communication'
+        )
         """,
         [run_id, *op_params, *size_params, *size_params, run_id],
     )
