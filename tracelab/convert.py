@@ -221,34 +221,37 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     base_raw = top.get("baseTimeNanoseconds")
     base_ns = int(msgspec.json.decode(base_raw)) if base_raw is not None else 0
 
-    take = pa.array(xs)
-    name_arr = d.name.take(take).cast(pa.string())
     if d.ts_missing[xs].any():
         bad = int(np.argmax(d.ts_missing[xs]))
-        raise TraceFormatError(f"X event #{bad} ({name_arr[bad].as_py()!r}) has no 'ts'.",
+        raise TraceFormatError(f"X event #{bad} ({d.name[int(xs[bad])].as_py()!r}) has no 'ts'.",
                                str(path))
-    dur_ns = d.dur_ns[xs]
-    if (dur_ns < 0).any():
-        bad = int(np.argmax(dur_ns < 0))
+    if (d.dur_ns[xs] < 0).any():
+        bad = int(np.argmax(d.dur_ns[xs] < 0))
         raise TraceFormatError(
-            f"X event #{bad} ({name_arr[bad].as_py()!r}) has a negative duration "
-            f"{dur_ns[bad] / 1000:g} us. The profiler clock went backwards; drop this rank "
+            f"X event #{bad} ({d.name[int(xs[bad])].as_py()!r}) has a negative duration "
+            f"{d.dur_ns[xs[bad]] / 1000:g} us. The profiler clock went backwards; drop this rank "
             "(--skip-bad) or re-capture.",
             str(path),
         )
-    ts_ns = d.ts_ns[xs] + base_ns
+    # The X events in time order, gathered once; `idx` keeps each one's place in the trace.
+    order = np.argsort(d.ts_ns[xs], kind="stable")
+    sel = xs[order]
+    take = pa.array(sel)
+    ts_ns = d.ts_ns[sel] + base_ns
+    dur_ns = d.dur_ns[sel]
+    name_arr = d.name.take(take).cast(pa.string())
     cat_arr = d.cat.take(take).cast(pa.string())
     category, on_device = columns.classify_columns(cat_arr, name_arr)
-    pid_col, tid_col, label_col = columns.lane_columns(d.pid[xs], d.tid[xs],
-                                                       lambda i, f: d.odd[(int(xs[i]), f)])
+    pid_col, tid_col, label_col = columns.lane_columns(d.pid[sel], d.tid[sel],
+                                                       lambda i, f: d.odd[(int(sel[i]), f)])
     stream, correlation, external_id = columns.id_columns(
-        {k: v[xs] for k, v in d.ids.items()}, cat_arr, on_device, tid_col)
+        {k: v[sel] for k, v in d.ids.items()}, cat_arr, on_device, tid_col)
     device_np = on_device.to_numpy(zero_copy_only=False)
     steps = columns.step_spans(name_arr, ts_ns, dur_ns, device_np)
     step = columns.step_column(ts_ns, device_np, correlation, steps)
     table = pa.Table.from_arrays(
         [
-            pa.array(np.arange(len(xs), dtype=np.int64)),
+            pa.array(order.astype(np.int64)),
             cat_arr,
             name_arr,
             pid_col,
@@ -265,7 +268,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
             d.args.take(take).cast(pa.string()),
         ],
         schema=EVENTS_SCHEMA,
-    ).sort_by([("ts_ns", "ascending")])
+    )
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(
         table, out / "events.parquet", compression="snappy", row_group_size=_ROW_GROUP,
