@@ -147,6 +147,12 @@ static int hexval(unsigned char c) {
     return -1;
 }
 
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+/* Bit tricks on eight bytes at once: a zero byte; a byte below n (n <= 128). */
+static inline uint64_t has_zero(uint64_t v) { return (v - ONES) & ~v & HIGHS; }
+static inline uint64_t has_less(uint64_t v, uint64_t n) { return (v - ONES * n) & ~v & HIGHS; }
+
 /* A string at p->i (which must be '"'): validates escapes and control characters. */
 static int scan_string(P *p, Str *out) {
     if (p->i >= p->n || p->s[p->i] != '"') return DECLINE;
@@ -154,6 +160,13 @@ static int scan_string(P *p, Str *out) {
     int escaped = 0;
     const unsigned char *s = p->s;
     for (;;) {
+        /* eight bytes at a time while none is a quote, a backslash or a control character */
+        while (i + 8 <= p->n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (has_zero(w ^ (ONES * '"')) | has_zero(w ^ (ONES * '\\')) | has_less(w, 0x20)) break;
+            i += 8;
+        }
         while (i < p->n && !STRING_STOP[s[i]]) i++;
         if (i >= p->n) return DECLINE;
         unsigned char c = s[i];
@@ -262,7 +275,13 @@ static int key_text(const P *p, const Str *k, Buf *scratch, Key *out) {
     return rc;
 }
 
-#define KEY_IS(key, lit) ((key).n == sizeof(lit) - 1 && memcmp((key).s, lit, sizeof(lit) - 1) == 0)
+static inline int bytes_eq(const char *a, const char *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+#define KEY_IS(key, lit) ((key).n == sizeof(lit) - 1 && bytes_eq((key).s, lit, sizeof(lit) - 1))
 
 /* The ID_KEYS slot of an args key, or -1. */
 static int id_slot(Key k) {

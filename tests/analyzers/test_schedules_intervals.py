@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import duckdb
+import numpy as np
 import pytest
 
 from tracelab.analyzers import _intervals as iv
@@ -134,3 +135,32 @@ def test_materialized_sweep_equals_the_sql_sweep(seed):
         assert tuple(mine[:4]) == tuple(ref_vals), (rank, w0, w1)
         assert mine[4] == (w1 - w0) - sum(ref_vals[i] for i in (0, 1, 3))
         assert mine[5] == w1 - w0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_numpy_window_lookups_equal_window_sql(seed):
+    """window_totals and covered (numpy binary searches over the materialized segments) give
+    window_sql's (ASOF joins) numbers, windows starting before a rank's first segment and
+    ending after its last included."""
+    rng = random.Random(seed)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (rank INTEGER, t0 BIGINT, t1 BIGINT, cls VARCHAR)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [
+        (rng.randrange(0, 3), a, a + rng.randrange(0, 60), rng.choice(["compute", "comm", "memcpy"]))
+        for a in (rng.randrange(0, 2000) for _ in range(300))])
+    iv.materialize_segments(con, "seg", "SELECT * FROM t")
+    windows = [(r, w0, w0 + rng.randrange(1, 2500)) for r in range(4)
+               for w0 in rng.sample(range(-50, 2100), 8)]
+    con.execute("CREATE TABLE w (rank INTEGER, w0 BIGINT, w1 BIGINT)")
+    con.executemany("INSERT INTO w VALUES (?, ?, ?)", windows)
+    cols = ["window_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "comm_ns",
+            "exposed_memcpy_ns", "idle_ns"]
+    ref = con.execute(f"SELECT rank, w0, w1, {', '.join(cols)} FROM "
+                      f"({iv.window_sql('seg', 'SELECT * FROM w')})").fetchall()
+    ref = {(x[0], x[1], x[2]): x[3:] for x in ref}
+    rank, w0, w1 = (np.array([w[i] for w in windows]) for i in range(3))
+    got = iv.window_totals(con, "seg", rank, w0, w1)
+    exposed = iv.covered(con, "seg", "exposed_comm", rank, w0, w1)
+    for i, key in enumerate(windows):
+        assert tuple(int(got[c][i]) for c in cols) == tuple(ref[key]), key
+        assert int(exposed[i]) == ref[key][2], key

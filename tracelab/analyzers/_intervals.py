@@ -106,6 +106,12 @@ MEASURES = {
 }
 
 
+#: The same packing in integers for the numpy sweep: 17 bits a counter, exact in an int64.
+_SHIFT = {"compute": 34, "comm": 17, "memcpy": 0}
+_BITS = {k: 1 << v for k, v in _SHIFT.items()}
+_FIELD = (1 << 17) - 1
+
+
 def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str,
                          params: list[object] | None = None) -> None:
     """CREATE TEMP TABLE `table`: segments_sql(src, 'rank')'s segments of positive length (rank,
@@ -119,20 +125,22 @@ def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str,
     and classifying before, and every window, join and sum after, stay SQL;
     tests/analyzers/test_schedules_intervals.py checks both forms agree."""
     cols = con.sql(
-        f"SELECT rank, t0, t1, CASE cls WHEN 'compute' THEN {_PACK['compute']} "
-        f"WHEN 'comm' THEN {_PACK['comm']} ELSE {_PACK['memcpy']} END::DOUBLE AS w "
+        f"SELECT rank, t0, t1, CASE cls WHEN 'compute' THEN {_BITS['compute']} "
+        f"WHEN 'comm' THEN {_BITS['comm']} ELSE {_BITS['memcpy']} END::BIGINT AS w "
         f"FROM ({src})", params=params or None).to_arrow_table()
     # Through Arrow, not fetchnumpy: that one imports pandas (half a second) on first use.
     rank = cols.column("rank").to_numpy().astype(np.int64)
     t0 = cols.column("t0").to_numpy().astype(np.int64)
     t1 = cols.column("t1").to_numpy().astype(np.int64)
-    w = cols.column("w").to_numpy().astype(np.float64)
+    w = cols.column("w").to_numpy().astype(np.int64)
     r2, t2, d2 = np.concatenate([rank, rank]), np.concatenate([t0, t1]), np.concatenate([w, -w])
-    order = np.lexsort((d2, t2, r2))
+    # Only the state after an instant's last boundary is kept, and it does not depend on the
+    # order of the boundaries at that instant: sort by (rank, t) alone.
+    order = np.lexsort((t2, r2))
     r2, t2 = r2[order], t2[order]
     # Each rank's deltas sum to zero, so one cumulative sum over all ranks is each rank's own.
-    state = np.rint(np.cumsum(d2[order]))
-    # One row per (rank, instant): the state after its last boundary.
+    state = np.cumsum(d2[order])
+    # One row per (rank, instant): the state after its last boundary (every counter >= 0).
     keep = np.ones(len(t2), dtype=bool)
     keep[:-1] = (t2[1:] != t2[:-1]) | (r2[1:] != r2[:-1])
     r2, t2, state = r2[keep], t2[keep], state[keep]
@@ -141,22 +149,25 @@ def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str,
     length = np.zeros(len(t2), dtype=np.int64)
     length[:-1] = t2[1:] - t2[:-1]
     length[last] = 0
-    c = np.floor_divide(state, _PACK["compute"]).astype(np.int64)
-    m = np.floor_divide(np.mod(state, _PACK["compute"]), _PACK["comm"]).astype(np.int64)
-    y = np.mod(state, _PACK["comm"]).astype(np.int64)
+    c = state >> _SHIFT["compute"]
+    m = (state >> _SHIFT["comm"]) & _FIELD
+    y = state & _FIELD
     flags = {"compute": c > 0, "exposed_comm": (m > 0) & (c == 0),
              "overlapped_comm": (m > 0) & (c > 0),
              "exposed_memcpy": (y > 0) & (c == 0) & (m == 0), "busy": (c + m + y) > 0}
     first = np.ones(len(t2), dtype=bool)
     first[1:] = r2[1:] != r2[:-1]
-    start_idx = np.maximum.accumulate(np.where(first, np.arange(len(t2)), 0))
+    starts = np.flatnonzero(first)
+    run_len = np.diff(np.append(starts, len(t2)))
     data = {"rank": pa.array(r2.astype(np.int32)), "t": pa.array(t2),
             "len": pa.array(length, mask=last), "c": pa.array(c), "m": pa.array(m),
             "y": pa.array(y)}
     for name, flag in flags.items():
-        total = np.cumsum(length * flag)
-        before = total - length * flag
-        data[f"cum_{name}"] = pa.array(before - (before[start_idx] if len(t2) else 0))
+        part = length * flag
+        before = np.cumsum(part)
+        before -= part
+        before -= np.repeat(before[starts], run_len)
+        data[f"cum_{name}"] = pa.array(before)
     con.register("_tl_arrow_segments", pa.table(data))
     try:
         con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM _tl_arrow_segments")
@@ -189,42 +200,68 @@ def window_sql(segments: str, windows: str) -> str:
     """
 
 
-def windowed_sql(segments: str, windows: str, keys: str) -> str:
-    """breakdown_sql's columns for a few windows (`windows`: KEYS..., w0, w1, with rank among
-    KEYS) cut out of materialized segments by a range join, each segment clipped to its
-    window. For many spans, spans_covered_sql's ASOF lookups are cheaper."""
-    x = "least(s.t + s.len, w.w1) - greatest(s.t, w.w0)"
-    return f"""
-    SELECT {', '.join('w.' + k.strip() for k in keys.split(','))},
-           any_value(w.w1 - w.w0) AS window_ns, any_value(w.w0) AS t_first,
-           any_value(w.w1) AS t_last,
-           coalesce(sum({x}) FILTER (WHERE s.c > 0), 0) AS compute_ns,
-           coalesce(sum({x}) FILTER (WHERE s.m > 0 AND s.c = 0), 0) AS exposed_comm_ns,
-           coalesce(sum({x}) FILTER (WHERE s.m > 0 AND s.c > 0), 0) AS overlapped_comm_ns,
-           coalesce(sum({x}) FILTER (WHERE s.m > 0), 0) AS comm_ns,
-           coalesce(sum({x}) FILTER (WHERE s.y > 0 AND s.c = 0 AND s.m = 0), 0)
-               AS exposed_memcpy_ns,
-           any_value(w.w1 - w.w0)
-               - coalesce(sum({x}) FILTER (WHERE s.c > 0 OR s.m > 0 OR s.y > 0), 0) AS idle_ns
-    FROM ({windows}) w
-    LEFT JOIN {segments} s
-      ON s.rank = w.rank AND s.len > 0 AND s.t < w.w1 AND s.t + s.len > w.w0
-    GROUP BY ALL
-    """
+def covered(con: duckdb.DuckDBPyConnection, segments: str, measure: str, rank: np.ndarray,
+            s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
+    """For each span (rank[i], [s0[i], s1[i]]), the time in the state `measure` (one of
+    MEASURES), from materialized segments: the running total at s1 minus that at s0. Only the
+    segments in that state are read (the running total does not move elsewhere)."""
+    seg = _read(con, f"SELECT rank, t, coalesce(len, 0) AS len, cum_{measure} AS cum "
+                     f"FROM {segments} s WHERE {MEASURES[measure].format(a='s')}")
+    rank = np.asarray(rank, dtype=np.int64)
+    return (_running_total(seg, "cum", None, rank, np.asarray(s1))
+            - _running_total(seg, "cum", None, rank, np.asarray(s0)))
 
 
-def spans_covered_sql(segments: str, spans: str, measure: str) -> str:
-    """Each span of `spans` (rank, ..., s0, s1) with `covered_ns`: the time in [s0, s1] in the
-    state `measure` (one of MEASURES), from materialized segments. Only segments in that state
-    take part: the running total does not move elsewhere, and the ASOF joins sort fewer rows."""
-    only = f"(SELECT * FROM {segments} s WHERE {MEASURES[measure].format(a='s')})"
-    return f"""
-    SELECT sp.*, {measure_at('e', 'sp.s1', measure)} - {measure_at('b', 'sp.s0', measure)}
-                 AS covered_ns
-    FROM ({spans}) sp
-    ASOF LEFT JOIN {only} e ON e.rank = sp.rank AND sp.s1 >= e.t
-    ASOF LEFT JOIN {only} b ON b.rank = sp.rank AND sp.s0 >= b.t
-    """
+def window_totals(con: duckdb.DuckDBPyConnection, segments: str, rank: np.ndarray,
+                  w0: np.ndarray, w1: np.ndarray) -> dict[str, np.ndarray]:
+    """window_sql's measures (window_ns, compute_ns, exposed_comm_ns, overlapped_comm_ns,
+    comm_ns, exposed_memcpy_ns, idle_ns) for each window (rank[i], [w0[i], w1[i]]), from
+    materialized segments, in numpy: one read of the segments and a binary search per window
+    end, where window_sql's ASOF joins sort both sides on every call."""
+    seg = _read(con, f"SELECT rank, t, coalesce(len, 0) AS len, c, m, y, "
+                     f"{', '.join('cum_' + k for k in MEASURES)} FROM {segments}")
+    c, m, y = seg["c"] > 0, seg["m"] > 0, seg["y"] > 0
+    flags = {"compute": c, "exposed_comm": m & ~c, "overlapped_comm": m & c,
+             "exposed_memcpy": y & ~c & ~m, "busy": c | m | y}
+    rank = np.asarray(rank, dtype=np.int64)
+    w0, w1 = np.asarray(w0, dtype=np.int64), np.asarray(w1, dtype=np.int64)
+    part = {k: _running_total(seg, f"cum_{k}", flags[k], rank, w1)
+            - _running_total(seg, f"cum_{k}", flags[k], rank, w0) for k in MEASURES}
+    return {"window_ns": w1 - w0, "compute_ns": part["compute"],
+            "exposed_comm_ns": part["exposed_comm"],
+            "overlapped_comm_ns": part["overlapped_comm"],
+            "comm_ns": part["exposed_comm"] + part["overlapped_comm"],
+            "exposed_memcpy_ns": part["exposed_memcpy"], "idle_ns": (w1 - w0) - part["busy"]}
+
+
+def _read(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, np.ndarray]:
+    """Columns of segments (rank, t, ...) as int64 numpy arrays, in (rank, t) order."""
+    tbl = con.sql(sql).to_arrow_table()
+    cols = {k: tbl.column(k).to_numpy().astype(np.int64) for k in tbl.column_names}
+    sr, st = cols["rank"], cols["t"]
+    # A temporary table scans in insertion order, which is this one; sort if it ever is not.
+    if len(sr) > 1 and not ((sr[1:] > sr[:-1]) | ((sr[1:] == sr[:-1]) & (st[1:] > st[:-1]))).all():
+        order = np.lexsort((st, sr))
+        cols = {k: v[order] for k, v in cols.items()}
+    return cols
+
+
+def _running_total(seg: dict[str, np.ndarray], cum: str, flag: np.ndarray | None,
+                   rank: np.ndarray, point: np.ndarray) -> np.ndarray:
+    """measure_at in numpy: for each (rank[i], point[i]), the running total `cum` of the
+    segment at or before the point plus the part of that segment up to it (if it is in the
+    state: `flag`, None for all); 0 before a rank's first segment."""
+    out = np.zeros(len(rank), dtype=np.int64)
+    sr, st = seg["rank"], seg["t"]
+    for rk in np.unique(rank):
+        lo, hi = np.searchsorted(sr, rk, "left"), np.searchsorted(sr, rk, "right")
+        mine = np.flatnonzero(rank == rk)
+        j = np.searchsorted(st[lo:hi], point[mine], "right") - 1 + lo
+        ok = j >= lo
+        jj, at = j[ok], point[mine[ok]]
+        inside = np.minimum(at - st[jj], seg["len"][jj])
+        out[mine[ok]] = seg[cum][jj] + (inside if flag is None else inside * flag[jj])
+    return out
 
 
 def host_compute_sql(src: str, keys: str) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from tracelab.analyzers import _intervals as iv
 from tracelab.analyzers._collectives import BUS_FACTOR_SQL, cached_matched
@@ -178,21 +179,26 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
     tbl, seg = cached_intervals(con, run_id)
     # One sweep per rank over all its intervals; steps are windows cut out of it, so a
     # kernel of step N+1 that runs during step N's window counts where it runs.
-    per_step = rows(con, f"""
-        SELECT * FROM ({iv.windowed_sql(seg, f"SELECT rank, step, min(t0) AS w0, "
-                                           f"max(t1) AS w1 FROM {tbl} GROUP BY rank, step",
-                                        "rank, step")})
-        ORDER BY rank, step""", [])
+    windows = con.sql(f"SELECT rank, step, min(t0) AS w0, max(t1) AS w1 FROM {tbl} "
+                      "GROUP BY rank, step ORDER BY rank, step").to_arrow_table()
+    if not (p["hta_compatible"] or p["exclude_last_step"]):
+        # The sweep spans exactly each rank's [first start, last end]: nothing to cut.
+        windows = pa.concat_tables([windows, con.sql(
+            f"SELECT rank, NULL::INTEGER AS step, min(t) AS w0, max(t) AS w1 FROM {seg} "
+            "GROUP BY rank ORDER BY rank").to_arrow_table()])
+    got = iv.window_totals(con, seg, *(windows.column(k).to_numpy()
+                                       for k in ("rank", "w0", "w1")))
+    table = windows.rename_columns(["rank", "step", "t_first", "t_last"])
+    for k, v in got.items():
+        table = table.append_column(k, pa.array(v))
+    per_step = table.filter(table.column("step").is_valid()).to_pylist()
+    per_rank = table.filter(table.column("step").is_null()).drop_columns(["step"]).to_pylist()
     if p["hta_compatible"]:
         rank_bd = iv.breakdown_sql(HTA_DEVICE_SQL, "rank")
         per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [run_id] * 6)
     elif p["exclude_last_step"]:
         rank_bd = iv.breakdown_sql(f"SELECT * FROM {tbl} WHERE NOT in_last_step", "rank")
         per_rank = rows(con, f"SELECT * FROM ({rank_bd}) ORDER BY rank", [])
-    else:
-        # The sweep spans exactly each rank's [first start, last end]: nothing to cut.
-        per_rank = rows(con, f"SELECT * FROM ({iv.aggregate_sql(seg, 'rank')}) ORDER BY rank",
-                        [])
     op_case, op_params = op_sql("ev.name")
     keyed = f"""
         SELECT ev.rank, CASE WHEN c.op IS NOT NULL THEN c.op ELSE {op_case} END AS op, c.pg_name,
@@ -203,14 +209,19 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, An
         WHERE ev.cls = 'comm' AND ev.idx IS NOT NULL"""
     # Per collective kind: the union of its events (concurrent buckets count once),
     # intersected with the exposed segments.
-    kunion = iv.union_sql(keyed, "rank, op, pg_name, bytes")
-    exposed = iv.spans_covered_sql(
-        seg, f"SELECT rank, op, pg_name, bytes, t0 AS s0, t1 AS s1 FROM ({kunion})",
-        "exposed_comm")
-    exposed_by = rows(con, f"""
-        SELECT rank, op, pg_name, bytes, sum(covered_ns) AS exposed_ns FROM ({exposed})
-        GROUP BY ALL HAVING sum(covered_ns) > 0 ORDER BY exposed_ns DESC""",
-                      [*op_params, run_id])
+    kunion = con.sql(f"SELECT rank, op, pg_name, bytes, t0, t1 FROM "
+                     f"({iv.union_sql(keyed, 'rank, op, pg_name, bytes')})",
+                     params=[*op_params, run_id]).to_arrow_table()
+    got = iv.covered(con, seg, "exposed_comm", kunion.column("rank").to_numpy(),
+                     kunion.column("t0").to_numpy(), kunion.column("t1").to_numpy())
+    total: dict[tuple[Any, ...], int] = {}
+    for key, ns in zip(zip(*(kunion.column(k).to_pylist()
+                             for k in ("rank", "op", "pg_name", "bytes")), strict=True),
+                       got.tolist(), strict=True):
+        total[key] = total.get(key, 0) + ns
+    exposed_by = sorted(({"rank": k[0], "op": k[1], "pg_name": k[2], "bytes": k[3],
+                          "exposed_ns": ns} for k, ns in total.items() if ns > 0),
+                        key=lambda x: -x["exposed_ns"])
     dev = {int(x[0]) for x in con.execute(
         f"SELECT DISTINCT rank FROM {tbl} WHERE device").fetchall()}
     bw = _bandwidth(con, run_id)

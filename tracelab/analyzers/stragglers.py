@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -45,38 +46,66 @@ DEFAULTS: dict[str, Any] = {
 def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, matched: str,
           offsets: dict[int, int]) -> pa.Table:
     """Matched rows plus each rank's gap since its previous collective (or its step start)
-    and the compute inside that gap, all aligned, ordered by step, last arrival and rank."""
+    and the compute inside that gap, all aligned, ordered by step, last arrival and rank.
+    The joins are SQL; the per-rank walk, the compute lookups and the per-match peers are numpy
+    over the 16k-row table (DuckDB's windows cost about a microsecond a row here)."""
     rel, rel_params = offsets_relation(offsets)
     _, seg = cached_intervals(con, run_id)
-    spans = f"""
+    t = con.sql(f"""
         WITH off AS {rel},
         st AS (SELECT s.rank, s.step, s.start_ns - coalesce(o.off_ns, 0) AS s0,
                       greatest(s.end_ns, coalesce(s.device_end_ns, s.end_ns))
                         - coalesce(o.off_ns, 0) AS s1
-               FROM steps s LEFT JOIN off o USING (rank) WHERE s.run_id = ?),
-        g AS (SELECT mt.*, st.s0 AS step0, st.s1 AS step1,
-                     coalesce(lag(e_ns) OVER (PARTITION BY mt.rank, mt.step ORDER BY a_ns),
-                              least(st.s0, a_ns)) AS prev_ns
-              FROM {matched} mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step)
-        -- The gap on the rank's own clock (raw), where its compute intervals live.
-        SELECT g.*, greatest(a_ns - prev_ns, 0) AS gap_ns,
-               prev_ns + (start_ns - a_ns) AS s0, start_ns AS s1
-        FROM g"""
-    return con.sql(f"""
-        WITH x AS (SELECT rank, key, op, step, a_ns, e_ns, n, last_arrival_ns, last_rank,
-                          transfer_ns, wait_ns, step0 AS s0, step1 AS s1, prev_ns, gap_ns,
-                          greatest(covered_ns, 0) AS compute_ns
-                   FROM ({iv.spans_covered_sql(seg, spans, "compute")})),
-        -- The last arriver's lateness over the next-latest, and its peers' compute.
-        k AS (SELECT key, max(a_ns) FILTER (WHERE rank <> last_rank) AS second_ns,
-                     median(compute_ns) FILTER (WHERE rank <> last_rank) AS peer_compute_ns
-              FROM x GROUP BY key)
-        SELECT x.*, k.second_ns, k.peer_compute_ns,
-               round(wait_ns / 1e6, 4) AS wait_ms, round(gap_ns / 1e6, 4) AS gap_ms,
-               round(compute_ns / 1e6, 4) AS compute_ms
-        FROM x JOIN k USING (key)
-        ORDER BY step, last_arrival_ns, rank
-        """, params=[*rel_params, run_id]).to_arrow_table()
+               FROM steps s LEFT JOIN off o USING (rank) WHERE s.run_id = ?)
+        SELECT mt.rank, key, op, mt.step, start_ns, a_ns, e_ns, n, last_arrival_ns, last_rank,
+               transfer_ns, wait_ns, st.s0, st.s1
+        FROM {matched} mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step
+        ORDER BY mt.rank, mt.step, a_ns""", params=[*rel_params, run_id]).to_arrow_table()
+    col = {k: t.column(k).fill_null(0).to_numpy().astype(np.int64)
+           for k in ("rank", "step", "start_ns", "a_ns", "e_ns", "last_rank", "s0", "wait_ns")}
+    has_step = t.column("step").is_valid().to_numpy(zero_copy_only=False)
+    has_s0 = t.column("s0").is_valid().to_numpy(zero_copy_only=False)
+    rank, a_ns = col["rank"], col["a_ns"]
+    # The previous collective's end on the same rank in the same step, else the step's start.
+    same = np.zeros(len(rank), dtype=bool)
+    same[1:] = ((rank[1:] == rank[:-1]) & (has_step[1:] == has_step[:-1])
+                & (col["step"][1:] == col["step"][:-1]))
+    prev = np.where(has_s0, np.minimum(col["s0"], a_ns), a_ns)
+    prev[1:] = np.where(same[1:], col["e_ns"][:-1], prev[1:])
+    gap = np.maximum(a_ns - prev, 0)
+    # The gap on the rank's own clock (raw), where its compute intervals live.
+    start = col["start_ns"]
+    compute = np.maximum(iv.covered(con, seg, "compute", rank, prev + (start - a_ns), start), 0)
+    # The last arriver's lateness over the next-latest, and its peers' compute.
+    enc = t.column("key").combine_chunks().dictionary_encode()
+    code = enc.indices.to_numpy().astype(np.int64)
+    nkeys = len(enc.dictionary)
+    peer = np.flatnonzero(rank != col["last_rank"])
+    second = np.full(nkeys, np.iinfo(np.int64).min)
+    np.maximum.at(second, code[peer], a_ns[peer])
+    peer = peer[np.lexsort((compute[peer], code[peer]))]
+    cnt = np.bincount(code[peer], minlength=nkeys)
+    none = cnt[code] == 0
+    vals = np.append(compute[peer], 0)  # a 0 for keys without peers (masked below)
+    first = np.cumsum(cnt) - cnt
+    lo = vals[np.where(cnt > 0, first + (cnt - 1) // 2, len(peer))]
+    hi = vals[np.where(cnt > 0, first + cnt // 2, len(peer))]
+    # DuckDB's median of integers: the lower middle plus half the distance to the upper.
+    med = lo + (hi - lo) * 0.5
+    out = t.drop_columns(["start_ns"])
+    for name, values in (("prev_ns", prev), ("gap_ns", gap), ("compute_ns", compute)):
+        out = out.append_column(name, pa.array(values))
+    out = out.append_column("second_ns", pa.array(second[code], mask=none))
+    out = out.append_column("peer_compute_ns", pa.array(med[code], mask=none))
+    # Rounded and ordered by DuckDB, so the milliseconds are SQL's round() digit for digit.
+    con.register("_tl_gaps", out)
+    try:
+        return con.sql("""SELECT *, round(wait_ns / 1e6, 4) AS wait_ms,
+                                 round(gap_ns / 1e6, 4) AS gap_ms,
+                                 round(compute_ns / 1e6, 4) AS compute_ms
+                          FROM _tl_gaps ORDER BY step, last_arrival_ns, rank""").to_arrow_table()
+    finally:
+        con.unregister("_tl_gaps")
 
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
