@@ -1,8 +1,9 @@
 """Benchmark data sets, built from the shared real traces (never committed: see .gitignore).
 
 `rank_set(n)` is N copies of HTA's `df_index_resolver` trace (54 MB, 216k events, of which 123k
-complete events) with `distributedInfo.rank` rewritten to 0..N-1, written uncompressed: the
-"8-rank, 430 MB, 1.7M-event set" the issues refer to at N=8.
+complete events) with `distributedInfo` rewritten to rank 0..N-1, written uncompressed: the
+"8-rank, 430 MB, 1.7M-event set" the issues refer to at N=8. Only the `distributedInfo` object
+is replaced, in the original text, so every copy keeps the trace's own layout and size.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,16 +27,20 @@ def single_rank() -> Path:
 
 def rank_set(n: int) -> Path:
     """A folder of n rank files (built once, then reused)."""
-    folder = DATA / f"df_index_resolver_x{n}"
+    folder = DATA / f"df_index_resolver_text_x{n}"
     done = folder / ".complete"
     if done.exists():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    with gzip.open(SOURCE, "rb") as fh:
-        trace = json.load(fh)
+    text = gzip.decompress(SOURCE.read_bytes())
+    found = re.search(rb'"distributedInfo":\s*(\{[^{}]*\})', text)
+    if found is None:
+        raise SystemExit(f"{SOURCE}: no distributedInfo object to rewrite")
+    info = json.loads(found.group(1))
     for rank in range(n):
-        trace["distributedInfo"]["rank"] = rank
-        trace["distributedInfo"]["world_size"] = max(n, 2)
-        (folder / f"rank-{rank}.json").write_text(json.dumps(trace))
+        info.update(rank=rank, world_size=max(n, 2))
+        new = json.dumps(info).encode()
+        (folder / f"rank-{rank}.json").write_bytes(
+            text[: found.start(1)] + new + text[found.end(1):])
     done.touch()
     return folder
