@@ -367,7 +367,8 @@ def _load(
     def files(kind: str) -> list[str]:
         return [m[0] for m in mapping if m[1] == kind]
 
-    load_sql.load_events(con, rid, files("events"), files("steps"))
+    load_sql.load_events(con, rid, [(m[0], m[2], m[3]) for m in mapping if m[1] == "events"],
+                         files("steps"))
     load_sql.load_trace_memory(con, rid, files("memory"))
     load_sql.load_lanes(con, rid, files("lanes"))
     load_sql.load_trace_collectives(con, rid)
