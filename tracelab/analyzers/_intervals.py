@@ -16,6 +16,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: Interval classes the breakdown sweep counts.
 CLASSES = ("compute", "comm", "memcpy")
@@ -112,7 +113,7 @@ _BITS = {k: 1 << v for k, v in _SHIFT.items()}
 _FIELD = (1 << 17) - 1
 
 
-def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str,
+def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str | pa.Table,
                          params: list[object] | None = None) -> None:
     """CREATE TEMP TABLE `table`: segments_sql(src, 'rank')'s segments of positive length (rank,
     t, len, c, m, y; len NULL after a rank's last boundary), one row per instant, plus for each
@@ -123,16 +124,19 @@ def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str,
     columns: DuckDB's window operator costs about a microsecond a row here, numpy's sort and
     cumsum a few tens of nanoseconds, and this sweep is the analyzers' hottest loop. Selecting
     and classifying before, and every window, join and sum after, stay SQL;
-    tests/analyzers/test_schedules_intervals.py checks both forms agree."""
-    cols = con.sql(
-        f"SELECT rank, t0, t1, CASE cls WHEN 'compute' THEN {_BITS['compute']} "
-        f"WHEN 'comm' THEN {_BITS['comm']} ELSE {_BITS['memcpy']} END::BIGINT AS w "
-        f"FROM ({src})", params=params or None).to_arrow_table()
+    tests/analyzers/test_schedules_intervals.py checks both forms agree. `src` is SQL (binding
+    `params`) or an Arrow table already fetched, with columns rank, t0, t1, cls."""
     # Through Arrow, not fetchnumpy: that one imports pandas (half a second) on first use.
+    cols = src if isinstance(src, pa.Table) else con.sql(
+        f"SELECT rank, t0, t1, cls FROM ({src})", params=params or None).to_arrow_table()
     rank = cols.column("rank").to_numpy().astype(np.int64)
     t0 = cols.column("t0").to_numpy().astype(np.int64)
     t1 = cols.column("t1").to_numpy().astype(np.int64)
-    w = cols.column("w").to_numpy().astype(np.int64)
+    def is_cls(name: str) -> np.ndarray:
+        return pc.fill_null(pc.equal(cols.column("cls"), name), False).to_numpy(zero_copy_only=False)
+
+    w = np.where(is_cls("compute"), _BITS["compute"],
+                 np.where(is_cls("comm"), _BITS["comm"], _BITS["memcpy"]))
     r2, t2, d2 = np.concatenate([rank, rank]), np.concatenate([t0, t1]), np.concatenate([w, -w])
     # Only the state after an instant's last boundary is kept, and it does not depend on the
     # order of the boundaries at that instant: sort by (rank, t) alone.

@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracelab.analyzers import _intervals as iv
 from tracelab.analyzers._collectives import BUS_FACTOR_SQL, cached_matched
@@ -126,19 +127,29 @@ def cached_intervals(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, 
     if temp_table_exists(con, segt):
         return ivt, segt
     con.execute(f"DROP TABLE IF EXISTS {ivt}")
-    counts = con.execute(
-        "SELECT (SELECT count(DISTINCT rank) FROM events WHERE run_id = ? AND on_device "
-        "AND category IN ('compute', 'communication')), "
-        "(SELECT count(*) FROM ranks WHERE run_id = ?)", [rid, rid]).fetchone()
-    host = counts is None or counts[0] < counts[1]
-    con.execute(
-        f"""CREATE TEMP TABLE {ivt} AS
-            SELECT i.*, coalesce(i.step = ls.last_step, false) AS in_last_step
-            FROM ({intervals_sql(host)}) i
-            LEFT JOIN (SELECT rank, max(step) AS last_step FROM steps WHERE run_id = ?
-                       GROUP BY rank) ls USING (rank)""",
-        [rid] * (5 if host else 2))
-    iv.materialize_segments(con, segt, f"SELECT rank, t0, t1, cls FROM {ivt}")
+
+    def fetch(host: bool) -> pa.Table:
+        return con.sql(
+            f"""SELECT i.*, coalesce(i.step = ls.last_step, false) AS in_last_step
+                FROM ({intervals_sql(host)}) i
+                LEFT JOIN (SELECT rank, max(step) AS last_step FROM steps WHERE run_id = ?
+                           GROUP BY rank) ls USING (rank)""",
+            params=[rid] * (5 if host else 2)).to_arrow_table()
+
+    # Device intervals first; the host-only part only when some rank has no device compute or
+    # communication in them (with every rank on the device, that part is empty anyway).
+    ivs = fetch(False)
+    dev = pc.unique(ivs.filter(pc.is_in(ivs.column("cls"), pa.array(["compute", "comm"])))
+                    .column("rank")).to_pylist()
+    n_ranks = con.execute("SELECT count(*) FROM ranks WHERE run_id = ?", [rid]).fetchall()[0][0]
+    if len(dev) < n_ranks:
+        ivs = fetch(True)
+    con.register("_tl_arrow_intervals", ivs)
+    try:
+        con.execute(f"CREATE TEMP TABLE {ivt} AS SELECT * FROM _tl_arrow_intervals")
+    finally:
+        con.unregister("_tl_arrow_intervals")
+    iv.materialize_segments(con, segt, ivs)
     return ivt, segt
 
 
