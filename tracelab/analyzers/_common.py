@@ -58,8 +58,8 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> lis
 
 def temp_table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether the connection holds a temporary table `name` (the analyzers' per-run caches)."""
-    got = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?",
-                      [name]).fetchall()
+    got = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'temp' "
+                      "AND table_name = ?", [name]).fetchall()
     return bool(got[0][0])
 
 

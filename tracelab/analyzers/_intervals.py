@@ -129,9 +129,9 @@ def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str | 
     # Through Arrow, not fetchnumpy: that one imports pandas (half a second) on first use.
     cols = src if isinstance(src, pa.Table) else con.sql(
         f"SELECT rank, t0, t1, cls FROM ({src})", params=params or None).to_arrow_table()
-    rank = cols.column("rank").to_numpy().astype(np.int64)
-    t0 = cols.column("t0").to_numpy().astype(np.int64)
-    t1 = cols.column("t1").to_numpy().astype(np.int64)
+    rank = cols.column("rank").to_numpy().astype(np.int64, copy=False)
+    t0 = cols.column("t0").to_numpy().astype(np.int64, copy=False)
+    t1 = cols.column("t1").to_numpy().astype(np.int64, copy=False)
     def is_cls(name: str) -> np.ndarray:
         return pc.fill_null(pc.equal(cols.column("cls"), name), False).to_numpy(zero_copy_only=False)
 
@@ -159,18 +159,19 @@ def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str | 
     flags = {"compute": c > 0, "exposed_comm": (m > 0) & (c == 0),
              "overlapped_comm": (m > 0) & (c > 0),
              "exposed_memcpy": (y > 0) & (c == 0) & (m == 0), "busy": (c + m + y) > 0}
-    first = np.ones(len(t2), dtype=bool)
-    first[1:] = r2[1:] != r2[:-1]
-    starts = np.flatnonzero(first)
-    run_len = np.diff(np.append(starts, len(t2)))
+    starts = np.flatnonzero(np.concatenate([[True], r2[1:] != r2[:-1]])) if len(t2) else []
     data = {"rank": pa.array(r2.astype(np.int32)), "t": pa.array(t2),
             "len": pa.array(length, mask=last), "c": pa.array(c), "m": pa.array(m),
             "y": pa.array(y)}
     for name, flag in flags.items():
         part = length * flag
-        before = np.cumsum(part)
+        # One running sum restarting at each rank: its first segment carries minus the
+        # previous rank's total.
+        before = part.copy()
+        if len(starts) > 1:
+            before[starts[1:]] -= np.add.reduceat(part, starts)[:-1]
+        np.cumsum(before, out=before)
         before -= part
-        before -= np.repeat(before[starts], run_len)
         data[f"cum_{name}"] = pa.array(before)
     con.register("_tl_arrow_segments", pa.table(data))
     try:
@@ -241,7 +242,7 @@ def window_totals(con: duckdb.DuckDBPyConnection, segments: str, rank: np.ndarra
 def _read(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, np.ndarray]:
     """Columns of segments (rank, t, ...) as int64 numpy arrays, in (rank, t) order."""
     tbl = con.sql(sql).to_arrow_table()
-    cols = {k: tbl.column(k).to_numpy().astype(np.int64) for k in tbl.column_names}
+    cols = {k: tbl.column(k).to_numpy().astype(np.int64, copy=False) for k in tbl.column_names}
     sr, st = cols["rank"], cols["t"]
     # A temporary table scans in insertion order, which is this one; sort if it ever is not.
     if len(sr) > 1 and not ((sr[1:] > sr[:-1]) | ((sr[1:] == sr[:-1]) & (st[1:] > st[:-1]))).all():

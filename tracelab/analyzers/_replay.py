@@ -28,11 +28,11 @@ def columns(data: pa.Table) -> dict[str, np.ndarray]:
     out: dict[str, Any] = {}
     for name in ("rank", "step", "s0", "s1", "prev_ns", "e_ns", "gap_ns"):
         col = data.column(name)
-        out[name] = col.fill_null(0).to_numpy().astype(np.int64)
+        out[name] = col.fill_null(0).to_numpy().astype(np.int64, copy=False)
     out["in_step"] = data.column("step").is_valid().to_numpy(zero_copy_only=False)
     out["has_step"] = data.column("s0").is_valid().to_numpy(zero_copy_only=False)
     enc = data.column("key").combine_chunks().dictionary_encode()
-    out["key"] = enc.indices.to_numpy().astype(np.int64)
+    out["key"] = enc.indices.to_numpy().astype(np.int64, copy=False)
     out["keys"] = enc.dictionary.to_pylist()
     return out
 

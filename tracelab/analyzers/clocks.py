@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
+import numpy as np
 
-from tracelab.analyzers._collectives import cached_matched, offsets_relation
-from tracelab.analyzers._common import merge_params, ms, rows, run_info
+from tracelab.analyzers._collectives import cached_matched
+from tracelab.analyzers._common import merge_params, ms, run_info
 from tracelab.results import Evidence, Finding, Result, Severity
 
 NAME = "clocks"
@@ -35,21 +36,64 @@ def _skew(con: duckdb.DuckDBPyConnection, matched: str,
           unc: dict[int, int]) -> dict[int, dict[str, Any]]:
     """Per rank: median arrival skew against the other ranks' median, raw and aligned, and the
     number of causality violations after alignment. `matched`: the run's matched collectives
-    on the aligned clock (cached_matched), whose start_ns is the raw arrival."""
-    u_rel, u_p = offsets_relation(unc)
-    got = rows(con, f"""
-        WITH u AS {u_rel},
-        pm AS (SELECT x.rank, median(x.start_ns - o.start_ns) AS raw_skew,
-                      median(x.a_ns - o.a_ns) AS skew,
-                      any_value(x.e_ns < x.last_arrival_ns - 2 * coalesce(uu.off_ns, 0)) AS bad
-               FROM {matched} x JOIN {matched} o ON o.key = x.key AND o.rank <> x.rank
-               LEFT JOIN u uu ON uu.rank = x.rank
-               GROUP BY x.rank, x.key, x.a_ns)
-        SELECT rank, median(raw_skew) AS raw_skew_ns, median(skew) AS skew_ns,
-               count(*) FILTER (WHERE bad) AS violations, count(*) AS matches
-        FROM pm GROUP BY rank
-        """, u_p)
-    return {int(x["rank"]): x for x in got}
+    on the aligned clock (cached_matched), whose start_ns is the raw arrival. numpy over the
+    matched rows: a self-join with a median per row costs DuckDB tens of milliseconds."""
+    t = con.sql(f"SELECT rank, key, start_ns, a_ns, e_ns, last_arrival_ns FROM {matched}"
+                ).to_arrow_table()
+    if not t.num_rows:
+        return {}
+    code = t.column("key").combine_chunks().dictionary_encode().indices.to_numpy()
+    rank = t.column("rank").to_numpy().astype(np.int64, copy=False)
+    margin = np.array([2 * unc.get(int(rk), 0) for rk in rank], dtype=np.int64)
+    bad = t.column("e_ns").to_numpy() < t.column("last_arrival_ns").to_numpy() - margin
+    raw = _median_vs_others(code, t.column("start_ns").to_numpy())
+    aligned = _median_vs_others(code, t.column("a_ns").to_numpy())
+    out = {}
+    for rk in np.unique(rank):
+        mine = rank == rk
+        out[int(rk)] = {"rank": int(rk), "raw_skew_ns": _median(raw[mine]),
+                        "skew_ns": _median(aligned[mine]),
+                        "violations": int(bad[mine].sum()), "matches": int(mine.sum())}
+    return out
+
+
+def _median_vs_others(group: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """For each row, the median over the other rows of its group of (v[row] - v[other]), as
+    DuckDB's median of integers gives it (the lower middle plus half the distance to the
+    upper). Rows alone in their group get NaN."""
+    order = np.lexsort((v, group))
+    g, vs = group[order], v[order].astype(np.int64, copy=False)
+    cnt = np.bincount(g)
+    first = np.cumsum(cnt) - cnt
+    pos = np.arange(len(g)) - first[g]
+    n = cnt[g]
+    m = n - 1  # others
+
+    def other(i: np.ndarray) -> np.ndarray:
+        # The i-th smallest of the others: skip the row itself.
+        return vs[first[g] + i + (i >= pos)]
+
+    res = np.full(len(g), np.nan)
+    ok = m >= 1
+    hi_i = np.where(ok, m // 2, 0)
+    lo_i = np.where(ok, (m - 1) // 2, 0)
+    # Differences v - other sort the others in reverse: the lower middle difference comes
+    # from the upper middle other.
+    lo_d = vs - other(hi_i)
+    hi_d = vs - other(lo_i)
+    res[ok] = (lo_d + (hi_d - lo_d) * 0.5)[ok]
+    out = np.empty_like(res)
+    out[order] = res
+    return out
+
+
+def _median(x: np.ndarray) -> float | None:
+    """DuckDB's median of doubles (NaN rows left out): lower middle plus half the distance."""
+    x = np.sort(x[~np.isnan(x)])
+    if not len(x):
+        return None
+    lo, hi = x[(len(x) - 1) // 2], x[len(x) // 2]
+    return float(lo + (hi - lo) * 0.5)
 
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:

@@ -61,7 +61,7 @@ def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, matched: str,
                transfer_ns, wait_ns, st.s0, st.s1
         FROM {matched} mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step
         ORDER BY mt.rank, mt.step, a_ns""", params=[*rel_params, run_id]).to_arrow_table()
-    col = {k: t.column(k).fill_null(0).to_numpy().astype(np.int64)
+    col = {k: t.column(k).fill_null(0).to_numpy().astype(np.int64, copy=False)
            for k in ("rank", "step", "start_ns", "a_ns", "e_ns", "last_rank", "s0", "wait_ns")}
     has_step = t.column("step").is_valid().to_numpy(zero_copy_only=False)
     has_s0 = t.column("s0").is_valid().to_numpy(zero_copy_only=False)
@@ -78,7 +78,7 @@ def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, matched: str,
     compute = np.maximum(iv.covered(con, seg, "compute", rank, prev + (start - a_ns), start), 0)
     # The last arriver's lateness over the next-latest, and its peers' compute.
     enc = t.column("key").combine_chunks().dictionary_encode()
-    code = enc.indices.to_numpy().astype(np.int64)
+    code = enc.indices.to_numpy().astype(np.int64, copy=False)
     nkeys = len(enc.dictionary)
     peer = np.flatnonzero(rank != col["last_rank"])
     second = np.full(nkeys, np.iinfo(np.int64).min)
