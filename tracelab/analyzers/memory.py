@@ -60,9 +60,11 @@ def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[
                [run_id])
     if got:
         return "step_peak", got
-    got = rows(con, _PEAKS_SQL.format(where="""m.source = 'trace' AND m.device_type = (
-        SELECT max(d.device_type) FROM memory d
-        WHERE d.run_id = m.run_id AND d.rank = m.rank AND d.source = 'trace')"""), [run_id])
+    # Each rank's highest device type, found once per rank (not a correlated subquery per row).
+    got = rows(con, _PEAKS_SQL.format(where="""m.source = 'trace' AND m.device_type IS NOT NULL
+        AND (m.rank, m.device_type) IN (
+            SELECT (d.rank, max(d.device_type)) FROM memory d
+            WHERE d.run_id = ? AND d.source = 'trace' GROUP BY d.rank)"""), [run_id, run_id])
     if got:
         return "trace", got
     return "rss", rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak'"), [run_id])
