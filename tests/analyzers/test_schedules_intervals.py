@@ -146,7 +146,8 @@ def test_numpy_window_lookups_equal_window_sql(seed):
     con = duckdb.connect()
     con.execute("CREATE TABLE t (rank INTEGER, t0 BIGINT, t1 BIGINT, cls VARCHAR)")
     con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [
-        (rng.randrange(0, 3), a, a + rng.randrange(0, 60), rng.choice(["compute", "comm", "memcpy"]))
+        (rng.randrange(0, 3), a, a + rng.randrange(0, 60),
+         rng.choice(["compute", "comm", "memcpy"]))
         for a in (rng.randrange(0, 2000) for _ in range(300))])
     iv.materialize_segments(con, "seg", "SELECT * FROM t")
     windows = [(r, w0, w0 + rng.randrange(1, 2500)) for r in range(4)

@@ -100,8 +100,8 @@ def aligned_sql(keyed: str, offsets_rel: str) -> str:
     l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, a_ns) AS last_rank
           FROM m GROUP BY key)
     SELECT m.rank, key, m.op, m.pg_name, m.step, m.start_ns, m.end_ns, m.a_ns, m.e_ns, m.bytes,
-           m.n, l.last_arrival_ns, l.last_rank, m.transfer_ns, l.last_arrival_ns - m.a_ns AS wait_ns,
-           m.event_idx
+           m.n, l.last_arrival_ns, l.last_rank, m.transfer_ns,
+           l.last_arrival_ns - m.a_ns AS wait_ns, m.event_idx
     FROM m JOIN l USING (key)
     """
 
@@ -124,8 +124,8 @@ def cached_matched(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str | N
     table = f"_tl_cache_mt_{int(run_id)}"
     if not temp_table_exists(con, table):
         rel, rel_params = offsets_relation(est.offsets_ns)
-        con.execute(f"CREATE TEMP TABLE {table} AS {aligned_sql(_keyed_table(con, run_id, est.source), rel)}",
-                    rel_params)
+        keyed = _keyed_table(con, run_id, est.source)
+        con.execute(f"CREATE TEMP TABLE {table} AS {aligned_sql(keyed, rel)}", rel_params)
     return table, est
 
 

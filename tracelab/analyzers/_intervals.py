@@ -133,7 +133,8 @@ def materialize_segments(con: duckdb.DuckDBPyConnection, table: str, src: str | 
     t0 = cols.column("t0").to_numpy().astype(np.int64, copy=False)
     t1 = cols.column("t1").to_numpy().astype(np.int64, copy=False)
     def is_cls(name: str) -> np.ndarray:
-        return pc.fill_null(pc.equal(cols.column("cls"), name), False).to_numpy(zero_copy_only=False)
+        same = pc.fill_null(pc.equal(cols.column("cls"), name), False)
+        return same.to_numpy(zero_copy_only=False)
 
     w = np.where(is_cls("compute"), _BITS["compute"],
                  np.where(is_cls("comm"), _BITS["comm"], _BITS["memcpy"]))
