@@ -32,6 +32,8 @@ from tracelab.store import DEFAULT_DB, delete_run, open_store
 IfExists = Literal["refuse", "replace"]
 #: Below this much input, files are converted in-process rather than in a pool.
 _POOL_MIN_BYTES = 8 << 20
+#: The Parquet files of a converted trace.
+_KINDS = ("events", "steps", "memory", "lanes")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,13 +61,38 @@ def _convert_one(path: str, out_dir: str) -> TraceInfo:
     return convert_trace(path, out_dir)
 
 
+class _NoPandas:
+    """A meta-path entry that makes `import pandas` fail (see _worker_init)."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ImportError("conversion workers do not use pandas")
+
+
+def _worker_init() -> None:
+    """Conversion workers never use pandas, but pyarrow imports it (a third of a second per
+    worker) the first time it checks whether an argument is a pandas object. Let that check run
+    once while pandas cannot be imported, so pyarrow records it as absent in this process."""
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    sys.meta_path.insert(0, _NoPandas)
+    try:
+        pa.scalar(0)
+    finally:
+        sys.meta_path.remove(_NoPandas)
+
+
 def _convert_all(
     files: list[TraceFile],
     staging: Path,
     workers: int,
     progress: Callable[[int, int], None] | None,
 ) -> tuple[dict[int, tuple[TraceInfo, Path]], dict[int, TracelabError]]:
-    """Convert every file; returns per-file-index results and errors (never raises for input)."""
+    """Convert every file, in this process (workers == 0) or in a pool of worker processes;
+    returns per-file-index results and errors (never raises for input)."""
     done: dict[int, tuple[TraceInfo, Path]] = {}
     errors: dict[int, TracelabError] = {}
     out_dirs = [staging / f"f{i}" for i in range(len(files))]
@@ -75,7 +102,7 @@ def _convert_all(
         if pre is not None:
             done[i] = (replace(pre, file=str(tf.path)), converted_dir(tf.path))
     todo = [i for i in range(len(files)) if i not in done]
-    if workers <= 1 or len(todo) <= 1:
+    if workers == 0 or not todo:
         for n, i in enumerate(todo, 1):
             tf = files[i]
             try:
@@ -85,7 +112,7 @@ def _convert_all(
             if progress:
                 progress(n, len(todo))
         return done, errors
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=_worker_init) as pool:
         futures = {
             pool.submit(_convert_one, str(files[i].path), str(out_dirs[i])): i for i in todo
         }
@@ -203,8 +230,11 @@ def ingest(
     name = run or _default_run_name(paths, capture)
     if workers is None:
         total = sum(tf.path.stat().st_size for tf in found.files)
-        # A process pool costs more than it saves on small inputs.
-        workers = 1 if total < _POOL_MIN_BYTES else min(os.cpu_count() or 1, len(found.files))
+        # A process pool costs more than it saves on small inputs; on large ones it is used
+        # even for one file, which keeps this process free of the conversion's imports.
+        workers = 0 if total < _POOL_MIN_BYTES else min(os.cpu_count() or 1, len(found.files))
+    elif workers <= 1:
+        workers = 0
     show = _progress_printer() if progress is None or progress else None
     db_path = Path(db)
     staging = Path(tempfile.mkdtemp(prefix=".tracelab-ingest-", dir=_staging_parent(db_path)))
@@ -228,7 +258,7 @@ def ingest(
             {"file": str(found.files[i].path), "error": str(errors[i])} for i in sorted(errors)
         ]
         return _write(
-            db_path, name, paths, capture, by_rank, skipped, found, if_exists
+            db_path, staging, name, paths, capture, by_rank, skipped, found, if_exists
         )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -254,6 +284,7 @@ def _identical(con: duckdb.DuckDBPyConnection, rid: int, by_rank: dict[int, Conv
 
 def _write(
     db_path: Path,
+    staging: Path,
     name: str,
     paths: Sequence[str | os.PathLike[str]],
     capture: Capture | None,
@@ -285,7 +316,7 @@ def _write(
                 delete_run(con, int(row[0]))
             rid = int(con.execute("SELECT nextval('run_id_seq')").fetchone()[0])
             _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
-            _load(con, rid, by_rank, capture)
+            _load(con, rid, staging, by_rank, capture)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -346,33 +377,38 @@ def _insert_run(
     )
 
 
-def _load(
-    con: duckdb.DuckDBPyConnection,
-    rid: int,
-    by_rank: dict[int, ConvertedRank],
-    capture: Capture | None,
-) -> None:
-    mapping: list[tuple[str, str, int, int]] = []
+def _parts(staging: Path, by_rank: dict[int, ConvertedRank]) -> dict[str, list[str]]:
+    """Each converted file linked as `parts/rank=R/off=K/KIND.parquet` (load_sql.PARTS), so
+    that the load reads a file's rank and idx offset from its path: kind -> paths."""
+    out: dict[str, list[str]] = {kind: [] for kind in _KINDS}
     for rank, cr in sorted(by_rank.items()):
         offset = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
-            for kind in ("events", "steps", "memory", "lanes"):
-                mapping.append((str(folder / f"{kind}.parquet"), kind, rank, offset))
+            part = staging / "parts" / f"rank={rank}" / f"off={offset}"
+            part.mkdir(parents=True)
+            for kind in _KINDS:
+                link = part / f"{kind}.parquet"
+                try:
+                    link.symlink_to((folder / f"{kind}.parquet").resolve())
+                except OSError:  # no symlinks here: copy
+                    shutil.copyfile(folder / f"{kind}.parquet", link)
+                out[kind].append(str(link))
             offset += info.event_count
-    con.execute(
-        "CREATE TEMP TABLE _files (path VARCHAR, kind VARCHAR, rank INTEGER, idx_offset BIGINT)"
-    )
-    con.executemany("INSERT INTO _files VALUES (?, ?, ?, ?)", mapping)
+    return out
 
-    def files(kind: str) -> list[str]:
-        return [m[0] for m in mapping if m[1] == kind]
 
-    load_sql.load_events(con, rid, [(m[0], m[2], m[3]) for m in mapping if m[1] == "events"],
-                         files("steps"))
-    load_sql.load_trace_memory(con, rid, files("memory"))
-    load_sql.load_lanes(con, rid, files("lanes"))
+def _load(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    staging: Path,
+    by_rank: dict[int, ConvertedRank],
+    capture: Capture | None,
+) -> None:
+    parts = _parts(staging, by_rank)
+    load_sql.load_events(con, rid, parts["events"], parts["steps"])
+    load_sql.load_trace_memory(con, rid, parts["memory"])
+    load_sql.load_lanes(con, rid, parts["lanes"])
     load_sql.load_trace_collectives(con, rid)
     if capture is not None:
         load_capture_records(con, rid, capture, set(by_rank))
     load_sql.number_collectives(con, rid)
-    con.execute("DROP TABLE _files")

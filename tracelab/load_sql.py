@@ -54,47 +54,43 @@ def dtype_bytes_sql(expr: str) -> tuple[str, list[object]]:
     return f"(CASE lower({expr}) {' '.join(parts)} ELSE NULL END)", params
 
 
-#: Event files per INSERT statement (one UNION ALL branch each).
-_FILES_PER_INSERT = 64
+#: How the load reads a kind of converted file: each path holds `rank=R/off=K/` (the rank and
+#: its offset of `idx`), which DuckDB turns into two constant columns, `rank` and `off`, without
+#: touching a row. Binds the list of paths.
+PARTS = "read_parquet(?, hive_partitioning = true, hive_types = {'rank': INTEGER, 'off': BIGINT})"
 
 
-def load_events(con: duckdb.DuckDBPyConnection, run_id: int,
-                events: list[tuple[str, int, int]], steps: list[str]) -> None:
-    """Copy converted events (files given as (path, rank, idx offset)) and steps Parquet (mapped
-    to ranks by `_files`) into the store.
+def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str],
+                steps: list[str]) -> None:
+    """Copy converted events and steps into the store (paths laid out as PARTS says).
 
-    Each file is one UNION ALL branch with its rank and offset as constants, so no row is
-    joined to find its rank (a join by file name cost a fifth of the load). The statements run on
-    all threads without preserving insertion order: an order-preserving parallel insert writes
-    each thread's row groups separately and the commit rewrites them (as slow as one thread, and
-    a file twice as big), while without it each thread appends whole Parquet row groups
-    (122,880 rows of one rank, sorted by time), so rows stay clustered by (rank, time) in blocks
-    and DuckDB's zone maps stay useful for time ranges. Nothing reads events in insertion order:
-    every reader sorts.
+    The events statement runs on all threads without preserving insertion order: an
+    order-preserving parallel insert writes each thread's row groups separately and the commit
+    rewrites them (as slow as one thread, and a file twice as big), while without it each thread
+    appends whole Parquet row groups (122,880 rows of one rank, sorted by time), so rows stay
+    clustered by (rank, time) in blocks and DuckDB's zone maps stay useful for time ranges.
+    Nothing reads events in insertion order: every reader sorts.
     """
     keep = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0]
     con.execute("SET preserve_insertion_order = false")
     try:
-        for start in range(0, len(events), _FILES_PER_INSERT):
-            chunk = events[start:start + _FILES_PER_INSERT]
-            branch = """
-                SELECT ?::INTEGER, ?::INTEGER, idx + ?::BIGINT, cat, name, pid, tid, lane_label,
-                       ts_ns, dur_ns, category, on_device, stream, correlation, external_id, step,
-                       args
-                FROM read_parquet(?)"""
-            params: list[object] = []
-            for path, rank, offset in chunk:
-                params += [run_id, rank, offset, path]
-            con.execute("INSERT INTO events " + " UNION ALL ".join([branch] * len(chunk)), params)
+        con.execute(
+            f"""
+            INSERT INTO events
+            SELECT ?, rank, idx + off, cat, name, pid, tid, lane_label, ts_ns, dur_ns, category,
+                   on_device, stream, correlation, external_id, step, args
+            FROM {PARTS}
+            """,
+            [run_id, files],
+        )
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if keep else 'false'}")
     con.execute(
-        """
+        f"""
         INSERT INTO steps
-        SELECT ?, f.rank, p.step, min(p.start_ns), max(p.end_ns), max(p.device_end_ns)
-        FROM read_parquet(?, filename = true) p
-        JOIN _files f ON f.path = p.filename
-        GROUP BY f.rank, p.step
+        SELECT ?, rank, step, min(start_ns), max(end_ns), max(device_end_ns)
+        FROM {PARTS}
+        GROUP BY rank, step
         """,
         [run_id, steps],
     )
@@ -182,13 +178,11 @@ def number_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
 def load_trace_memory(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str]) -> None:
     """The trace's [memory] instants; their numeric fields were read from args at conversion."""
     con.execute(
-        """
+        f"""
         INSERT INTO memory
-        SELECT ?, f.rank, 'trace', p.ts_ns, p.step, TRY_CAST(p.device_type AS INTEGER),
-               TRY_CAST(p.device_id AS INTEGER), p.bytes,
-               p.total_allocated, p.total_reserved
-        FROM read_parquet(?, filename = true) p
-        JOIN _files f ON f.path = p.filename
+        SELECT ?, rank, 'trace', ts_ns, step, TRY_CAST(device_type AS INTEGER),
+               TRY_CAST(device_id AS INTEGER), bytes, total_allocated, total_reserved
+        FROM {PARTS}
         """,
         [run_id, files],
     )
@@ -196,11 +190,10 @@ def load_trace_memory(con: duckdb.DuckDBPyConnection, run_id: int, files: list[s
 
 def load_lanes(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str]) -> None:
     con.execute(
-        """
+        f"""
         INSERT INTO lanes
-        SELECT DISTINCT ?, f.rank, p.pid, p.tid, p.kind, p.value, p.sort_index
-        FROM read_parquet(?, filename = true) p
-        JOIN _files f ON f.path = p.filename
+        SELECT DISTINCT ?, rank, pid, tid, kind, value, sort_index
+        FROM {PARTS}
         """,
         [run_id, files],
     )

@@ -164,3 +164,24 @@ def test_preconverted_folder_of_an_older_format_is_converted_again(tmp_path: Pat
     ingest([path.parent], db=db, run="a", progress=False)
     with open_store(db) as con:
         assert con.execute("SELECT count(*) FROM events").fetchone()[0] > 0
+
+
+def test_conversion_workers_never_import_pandas(tmp_path: Path) -> None:
+    """pyarrow imports pandas (a third of a second) on its first pandas check; the pool's
+    initializer answers that check once with pandas blocked, so a worker converts without it."""
+    import subprocess
+    import sys
+
+    path = run_set(tmp_path / "t", ranks=1) / "rank-0.json"
+    code = (
+        "import sys; from tracelab.ingest import _worker_init; _worker_init(); "
+        "from tracelab.convert import convert_trace; "
+        f"convert_trace({str(path)!r}, {str(tmp_path / 'out')!r}); "
+        "print('pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+    # and without the initializer pyarrow does import it (so the check above can fail)
+    plain = code.replace("_worker_init(); ", "")
+    out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True", out.stderr
