@@ -8,7 +8,10 @@ and the collectives read from NCCL kernels, `record_param_comms` and gloo annota
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 #: Bytes per element for the dtype names traces use (record_param_comms, gloo Input type).

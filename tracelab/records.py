@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from tracelab.discover import Capture
 from tracelab.errors import InputError
+
+if TYPE_CHECKING:
+    import duckdb
 
 _COLLECTIVE_FIELDS = (
     "source", "op", "pg_name", "pg_desc", "pg_ranks", "group_size", "seq", "in_bytes",

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import duckdb
 
+from tracelab.defaults import DEFAULT_DB
 from tracelab.errors import RunNotFoundError, StoreError, StoreLockedError
 
 SCHEMA_VERSION = 1
-DEFAULT_DB = "tracelab.duckdb"
 #: DuckDB's buffer memory for a writer. DuckDB keeps written blocks cached up to its limit (80%
 #: of RAM by default), which would make an ingest's RSS grow with the run's size.
 WRITER_MEMORY_LIMIT = os.environ.get("TRACELAB_WRITER_MEMORY_LIMIT", "1GB")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tracelab.store import DEFAULT_DB
+from tracelab.defaults import DEFAULT_DB
 
 
 def add_db_option(parser: argparse.ArgumentParser) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-import duckdb
-
 from tracelab.commands._common import add_db_option
 from tracelab.errors import UsageError
 from tracelab.tables import print_table
 
 
 def run(args: argparse.Namespace) -> int:
+    import duckdb
+
     from tracelab.store import open_store
 
     with open_store(args.db) as con:
