@@ -24,23 +24,6 @@ ID_CATS = tuple(DEVICE_CATS) + ("cuda_runtime", "cuda_driver", "cpu_op")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def arrow_of(values: np.ndarray, mask: np.ndarray | None = None) -> pa.Array:
-    """A numeric numpy array as an Arrow array (NULL where `mask`), built from its buffers.
-
-    `pa.array(ndarray)` first asks whether the array is a pandas object, which imports pandas
-    (a third of a second in each conversion worker); this never does.
-    """
-    values = np.ascontiguousarray(values)
-    n = len(values)
-    nulls = int(mask.sum()) if mask is not None else 0
-    validity = pa.py_buffer(np.packbits(~mask, bitorder="little")) if nulls else None
-    if values.dtype == np.bool_:
-        data = pa.py_buffer(np.packbits(values, bitorder="little"))
-        return pa.Array.from_buffers(pa.bool_(), n, [validity, data], null_count=nulls)
-    typ = pa.from_numpy_dtype(values.dtype)
-    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(values)], null_count=nulls)
-
-
 def lane_columns(
     pid: np.ndarray, tid: np.ndarray, odd_value: Callable[[int, str], Any]
 ) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -54,8 +37,8 @@ def lane_columns(
         t = odd_value(i, "tid") if tid[i] == ABSENT else int(tid[i])
         labels[i] = f"{p}/{t}"
     return (
-        arrow_of(pid, pid == ABSENT),
-        arrow_of(tid, tid == ABSENT),
+        pa.array(pid, mask=pid == ABSENT),
+        pa.array(tid, mask=tid == ABSENT),
         pa.array(labels, pa.string()) if len(odd) else pa.nulls(len(pid), pa.string()),
     )
 
@@ -75,7 +58,7 @@ def classify_columns(cats: pa.Array, names: pa.Array) -> tuple[pa.Array, pa.Arra
         cat = cat_values[k // width]
         labels.append(classify(cat or None, name_values[k % width]).value)
         device.append(cat in DEVICE_CATS)
-    take = arrow_of(inverse.reshape(-1).astype(np.int64))
+    take = pa.array(inverse.reshape(-1))
     return (
         pa.array(labels, pa.string()).take(take),
         pa.array(device, pa.bool_()).take(take),
@@ -100,7 +83,7 @@ def id_columns(
     stream = np.where(dev, stream, -1)
 
     def col(a: np.ndarray) -> pa.Array:
-        return arrow_of(a, a < 0)
+        return pa.array(a, mask=a < 0)
 
     return col(stream), col(correlation), col(external)
 

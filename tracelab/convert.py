@@ -209,7 +209,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     xs = np.flatnonzero(d.ph == ord("X"))
     lanes = np.flatnonzero(d.ph == ord("M"))
     instants = np.flatnonzero((d.ph == ord("i")) | (d.ph == ord("I")))
-    mem = instants[pc.equal(d.name.take(columns.arrow_of(instants)), "[memory]").to_numpy(
+    mem = instants[pc.equal(d.name.take(pa.array(instants)), "[memory]").to_numpy(
         zero_copy_only=False)] if len(instants) else instants
     if not len(xs):
         raise TraceFormatError(
@@ -236,7 +236,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     # The X events in time order, gathered once; `idx` keeps each one's place in the trace.
     order = np.argsort(d.ts_ns[xs], kind="stable")
     sel = xs[order]
-    take = columns.arrow_of(sel)
+    take = pa.array(sel)
     ts_ns = d.ts_ns[sel] + base_ns
     dur_ns = d.dur_ns[sel]
     name_arr = d.name.take(take).cast(pa.string())
@@ -251,20 +251,20 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     step = columns.step_column(ts_ns, device_np, correlation, steps)
     table = pa.Table.from_arrays(
         [
-            columns.arrow_of(order.astype(np.int64)),
+            pa.array(order.astype(np.int64)),
             cat_arr,
             name_arr,
             pid_col,
             tid_col,
             label_col,
-            columns.arrow_of(ts_ns),
-            columns.arrow_of(dur_ns),
+            pa.array(ts_ns),
+            pa.array(dur_ns),
             category,
             on_device,
             stream,
             correlation,
             external_id,
-            columns.arrow_of(step.astype(np.int32), step < 0),
+            pa.array(step.astype(np.int32), mask=step < 0),
             d.args.take(take).cast(pa.string()),
         ],
         schema=EVENTS_SCHEMA,
@@ -347,18 +347,18 @@ def _write_memory(d: DecodedTrace, mem: np.ndarray, base_ns: int, steps: pa.Tabl
     ts_ns = d.ts_ns[mem] + base_ns
     step = columns.step_by_time(ts_ns, steps)
     data = {
-        "ts_ns": columns.arrow_of(ts_ns),
-        "step": columns.arrow_of(step.astype(np.int32), step < 0),
-        "args": d.args.take(columns.arrow_of(mem.astype(np.int64))).cast(pa.string()),
+        "ts_ns": pa.array(ts_ns),
+        "step": pa.array(step.astype(np.int32), mask=step < 0),
+        "args": d.args.take(pa.array(mem, pa.int64())).cast(pa.string()),
     }
     for column, key in MEMORY_FIELDS:
         values = d.ids[key][mem]
-        data[column] = columns.arrow_of(values, values == ABSENT)
+        data[column] = pa.array(values, mask=values == ABSENT)
     pq.write_table(pa.table(data), path, compression="snappy")
 
 def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path) -> None:
     rows: dict[str, list[Any]] = {"pid": [], "tid": [], "kind": [], "value": [], "sort_index": []}
-    idx = columns.arrow_of(lanes.astype(np.int64))
+    idx = pa.array(lanes, pa.int64())
     for i, kind, text in zip(lanes.tolist(), d.name.take(idx).to_pylist(),
                              d.args.take(idx).to_pylist(), strict=True):
         args = msgspec.json.decode(text) if text else {}
