@@ -283,6 +283,13 @@ static inline int bytes_eq(const char *a, const char *b, size_t n) {
 
 #define KEY_IS(key, lit) ((key).n == sizeof(lit) - 1 && bytes_eq((key).s, lit, sizeof(lit) - 1))
 
+/* A member's key and its ':': where it is in the input (`raw`) and its text (`k`). */
+static int read_key(P *p, Buf *scratch, Str *raw, Key *k) {
+    ws(p);
+    if (scan_string(p, raw) || expect(p, ':')) return DECLINE;
+    return key_text(p, raw, scratch, k);
+}
+
 /* The ID_KEYS slot of an args key, or -1. */
 static int id_slot(Key k) {
     switch (k.n) {
@@ -392,41 +399,51 @@ static int scan_literal(P *p, const char *lit) {
     return OK;
 }
 
+/* After a member or an element: 1 when ',' follows (another comes), 0 when `close` does (the
+ * container ends), DECLINE otherwise. Consumes what it read. */
+static int after_item(P *p, unsigned char close) {
+    ws(p);
+    if (p->i >= p->n) return DECLINE;
+    unsigned char c = p->s[p->i++];
+    if (c == ',') return 1;
+    return c == close ? 0 : DECLINE;
+}
+
 static int skip_value(P *p, int depth);
 static int put_string(Buf *b, const P *p, const Str *str);
 
-static int skip_object(P *p, int depth) {
-    Str k;
-    p->i++; /* '{' */
+/* Past the opening '{' or '[' at p->i: 1 when the container is empty (`close` consumed). */
+static int opens_empty(P *p, unsigned char close) {
+    p->i++;
     ws(p);
-    if (p->i < p->n && p->s[p->i] == '}') { p->i++; return OK; }
-    for (;;) {
+    if (p->i < p->n && p->s[p->i] == close) {
+        p->i++;
+        return 1;
+    }
+    return 0;
+}
+
+static int skip_object(P *p, int depth) {
+    if (opens_empty(p, '}')) return OK;
+    int more;
+    do {
+        Str k;
         ws(p);
-        if (scan_string(p, &k)) return DECLINE;
-        if (expect(p, ':')) return DECLINE;
+        if (scan_string(p, &k) || expect(p, ':')) return DECLINE;
         int rc = skip_value(p, depth + 1);
         if (rc) return rc;
-        ws(p);
-        if (p->i >= p->n) return DECLINE;
-        if (p->s[p->i] == ',') { p->i++; continue; }
-        if (p->s[p->i] == '}') { p->i++; return OK; }
-        return DECLINE;
-    }
+    } while ((more = after_item(p, '}')) > 0);
+    return more < 0 ? DECLINE : OK;
 }
 
 static int skip_array(P *p, int depth) {
-    p->i++; /* '[' */
-    ws(p);
-    if (p->i < p->n && p->s[p->i] == ']') { p->i++; return OK; }
-    for (;;) {
+    if (opens_empty(p, ']')) return OK;
+    int more;
+    do {
         int rc = skip_value(p, depth + 1);
         if (rc) return rc;
-        ws(p);
-        if (p->i >= p->n) return DECLINE;
-        if (p->s[p->i] == ',') { p->i++; continue; }
-        if (p->s[p->i] == ']') { p->i++; return OK; }
-        return DECLINE;
-    }
+    } while ((more = after_item(p, ']')) > 0);
+    return more < 0 ? DECLINE : OK;
 }
 
 static int skip_value(P *p, int depth) {
@@ -456,13 +473,10 @@ static int scan_args(P *p, int64_t ids[N_IDS], Buf *scratch) {
     ws(p);
     if (p->i < p->n && p->s[p->i] == '}') { p->i++; return OK; }
     for (;;) {
-        ws(p);
-        if (scan_string(p, &key)) return DECLINE;
-        if (expect(p, ':')) return DECLINE;
-        ws(p);
         Key kt;
-        int rc0 = key_text(p, &key, scratch, &kt);
+        int rc0 = read_key(p, scratch, &key, &kt);
         if (rc0) return rc0;
+        ws(p);
         int slot = id_slot(kt);
         if (slot >= 0 && p->i < p->n && (p->s[p->i] == '-' || (p->s[p->i] >= '0' && p->s[p->i] <= '9'))) {
             Num num;
@@ -473,11 +487,10 @@ static int scan_args(P *p, int64_t ids[N_IDS], Buf *scratch) {
             if (rc) return rc;
             if (slot >= 0) ids[slot] = ABSENT;
         }
-        ws(p);
-        if (p->i >= p->n) return DECLINE;
-        if (p->s[p->i] == ',') { p->i++; continue; }
-        if (p->s[p->i] == '}') { p->i++; return OK; }
-        return DECLINE;
+        int more = after_item(p, '}');
+        if (more < 0) return DECLINE;
+        if (more) continue;
+        return OK;
     }
 }
 
@@ -562,11 +575,8 @@ static int scan_event(P *p, Out *o) {
         p->i++;
     } else {
         for (;;) {
-            ws(p);
-            if (scan_string(p, &key)) return DECLINE;
-            if (expect(p, ':')) return DECLINE;
             Key k;
-            int rc = key_text(p, &key, &o->scratch, &k);
+            int rc = read_key(p, &o->scratch, &key, &k);
             if (rc) return rc;
             if (KEY_IS(k, "ph")) rc = scan_text(p, &ph, &has_ph, 0);
             else if (KEY_IS(k, "name")) rc = scan_text(p, &name, &has_name, 0);
@@ -583,11 +593,10 @@ static int scan_event(P *p, Out *o) {
                 has_args = 1;
             } else rc = skip_value(p, 2);
             if (rc) return rc;
-            ws(p);
-            if (p->i >= p->n) return DECLINE;
-            if (p->s[p->i] == ',') { p->i++; continue; }
-            if (p->s[p->i] == '}') { p->i++; break; }
-            return DECLINE;
+            int more = after_item(p, '}');
+            if (more < 0) return DECLINE;
+            if (more) continue;
+            break;
         }
     }
     uint8_t ph_code = 0;
@@ -628,11 +637,10 @@ static int scan_events(P *p, Out *o) {
     for (;;) {
         int rc = scan_event(p, o);
         if (rc) return rc;
-        ws(p);
-        if (p->i >= p->n) return DECLINE;
-        if (p->s[p->i] == ',') { p->i++; continue; }
-        if (p->s[p->i] == ']') { p->i++; return OK; }
-        return DECLINE;
+        int more = after_item(p, ']');
+        if (more < 0) return DECLINE;
+        if (more) continue;
+        return OK;
     }
 }
 
@@ -645,11 +653,8 @@ static int scan_top(P *p, Out *o) {
     } else {
         for (;;) {
             Str key;
-            ws(p);
-            if (scan_string(p, &key)) return DECLINE;
-            if (expect(p, ':')) return DECLINE;
             Key k;
-            int rc = key_text(p, &key, &o->scratch, &k);
+            int rc = read_key(p, &o->scratch, &key, &k);
             if (rc) return rc;
             if (KEY_IS(k, "traceEvents")) {
                 if (seen_events++) return DECLINE;
@@ -664,11 +669,10 @@ static int scan_top(P *p, Out *o) {
                     rc = NOMEM;
             }
             if (rc) return rc;
-            ws(p);
-            if (p->i >= p->n) return DECLINE;
-            if (p->s[p->i] == ',') { p->i++; continue; }
-            if (p->s[p->i] == '}') { p->i++; break; }
-            return DECLINE;
+            int more = after_item(p, '}');
+            if (more < 0) return DECLINE;
+            if (more) continue;
+            break;
         }
     }
     ws(p);
