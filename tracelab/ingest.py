@@ -384,16 +384,16 @@ def _insert_run(
 
 
 def _parts(staging: Path, by_rank: dict[int, ConvertedRank]) -> dict[str, list[str]]:
-    """Each converted file linked as `parts/rank=R/off=K/KIND.parquet` (load_sql.PARTS), so
-    that the load reads a file's rank and idx offset from its path: kind -> paths."""
+    """Each converted file linked as `parts/rR-oK.KIND.parquet` (load_sql.PARTS), so that the
+    load reads a file's rank and idx offset from its name: kind -> paths."""
     out: dict[str, list[str]] = {kind: [] for kind in _KINDS}
+    parts = staging / "parts"
+    parts.mkdir()
     for rank, cr in sorted(by_rank.items()):
         offset = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
-            part = staging / "parts" / f"rank={rank}" / f"off={offset}"
-            part.mkdir(parents=True)
             for kind in _KINDS:
-                link = part / f"{kind}.parquet"
+                link = parts / f"r{rank}-o{offset}.{kind}.parquet"
                 try:
                     link.symlink_to((folder / f"{kind}.parquet").resolve())
                 except OSError:  # no symlinks here: copy
@@ -412,6 +412,11 @@ def _load(
 ) -> None:
     parts = _parts(staging, by_rank)
     load_sql.load_events(con, rid, parts["events"], parts["steps"])
+    loaded = dict(con.execute("SELECT rank, count(*) FROM events WHERE run_id = ? GROUP BY rank",
+                              [rid]).fetchall())
+    expected = {rank: sum(i.event_count for i in cr.infos) for rank, cr in by_rank.items()}
+    if loaded != expected:  # a bug, never an input error: the transaction rolls back
+        raise RuntimeError(f"events landed on the wrong ranks: {loaded} != {expected}")
     load_sql.load_trace_memory(con, rid, parts["memory"])
     load_sql.load_lanes(con, rid, parts["lanes"])
     load_sql.load_trace_collectives(con, rid)

@@ -57,15 +57,19 @@ def dtype_bytes_sql(expr: str) -> tuple[str, list[object]]:
     return f"(CASE lower({expr}) {' '.join(parts)} ELSE NULL END)", params
 
 
-#: How the load reads a kind of converted file: each path holds `rank=R/off=K/` (the rank and
-#: its offset of `idx`), which DuckDB turns into two constant columns, `rank` and `off`, without
-#: touching a row. Binds the list of paths.
-PARTS = "read_parquet(?, hive_partitioning = true, hive_types = {'rank': INTEGER, 'off': BIGINT})"
+#: How the load reads a kind of converted file: each is linked as `parts/rR-oK.KIND.parquet`
+#: (its rank R and its offset K of `idx`), and both are read from the file's own name, which
+#: DuckDB hands over as one constant per block of rows, so no row is joined or parsed. Only the
+#: name counts: the user's folders above it never do (hive partitioning is off). Binds the paths.
+PARTS = r"""(SELECT *,
+    CAST(regexp_extract(filename, '[/\\]r(\d+)-o\d+\.\w+\.parquet$', 1) AS INTEGER) AS rank,
+    CAST(regexp_extract(filename, '[/\\]r\d+-o(\d+)\.\w+\.parquet$', 1) AS BIGINT) AS off
+    FROM read_parquet(?, filename = true, hive_partitioning = false))"""
 
 
 def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str],
                 steps: list[str]) -> None:
-    """Copy converted events and steps into the store (paths laid out as PARTS says).
+    """Copy converted events and steps into the store (files named as PARTS says).
 
     The events statement runs on all threads without preserving insertion order: an
     order-preserving parallel insert writes each thread's row groups separately and the commit

@@ -185,3 +185,15 @@ def test_conversion_workers_never_import_pandas(tmp_path: Path) -> None:
     plain = code.replace("_worker_init(); ", "")
     out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True", out.stderr
+
+
+def test_store_under_a_folder_named_like_a_partition(tmp_path: Path) -> None:
+    """The load reads each file's rank from the file's own name; a user's folder such as
+    `rank=0` above the store, which DuckDB can take for a hive partition, changes no rank."""
+    for parent in ("rank=0", "tracelab_rank=0"):
+        folder = run_set(tmp_path / parent / "t", ranks=2)
+        db = tmp_path / parent / "s.duckdb"
+        ingest([folder], db=db, run="a", progress=False, workers=2)
+        with open_store(db) as con:
+            got = con.execute("SELECT rank, count(*) FROM events GROUP BY rank ORDER BY rank")
+            assert [r for r, _ in got.fetchall()] == [0, 1]
