@@ -103,7 +103,8 @@ EVENTS_SCHEMA = pa.schema(
 CONVERTED_SUFFIX = ".tracelab"
 #: Rows per Parquet row group: several per rank, so DuckDB reads one file with several threads.
 _ROW_GROUP = 122_880
-_PARQUET_FILES = ("events.parquet", "steps.parquet", "memory.parquet", "lanes.parquet")
+#: The Parquet files of a converted trace, by kind (`events` -> events.parquet).
+PARQUET_KINDS = ("events", "steps", "memory", "lanes")
 
 
 def converted_dir(trace_path: str | os.PathLike[str]) -> Path:
@@ -122,7 +123,8 @@ def load_converted(trace_path: str | os.PathLike[str]) -> TraceInfo | None:
     path = Path(trace_path)
     folder = converted_dir(path)
     meta = folder / "trace.json"
-    if not meta.is_file() or not all((folder / f).is_file() for f in _PARQUET_FILES):
+    files = [folder / f"{kind}.parquet" for kind in PARQUET_KINDS]
+    if not meta.is_file() or not all(f.is_file() for f in files):
         return None
     try:
         info = TraceInfo.from_json(meta.read_text())

@@ -141,20 +141,10 @@ class _ExactTimes(msgspec.Struct, gc=False):
     dur: Any = None
 
 
-class _Ids(msgspec.Struct, gc=False, rename=dict(zip(
-        ("correlation", "external_id", "stream", "device_type", "device_id", "nbytes",
-         "total_allocated", "total_reserved"), ID_KEYS, strict=True))):
-    correlation: Any = None
-    external_id: Any = None
-    stream: Any = None
-    device_type: Any = None
-    device_id: Any = None
-    nbytes: Any = None
-    total_allocated: Any = None
-    total_reserved: Any = None
-
-
-_ID_FIELDS = _Ids.__struct_fields__
+#: ID_KEYS as struct fields k0, k1, ... (the keys themselves hold spaces).
+_ID_FIELDS = tuple(f"k{i}" for i in range(len(ID_KEYS)))
+_Ids = msgspec.defstruct("_Ids", [(f, Any, None) for f in _ID_FIELDS], gc=False,
+                         rename=dict(zip(_ID_FIELDS, ID_KEYS, strict=True)))
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _EXACT_DECODER = msgspec.json.Decoder(list[_ExactTimes], float_hook=str)
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])

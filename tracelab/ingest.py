@@ -21,11 +21,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tracelab import __version__, load_sql
-from tracelab.convert import TraceInfo, convert_trace, converted_dir, load_converted
+from tracelab.convert import (
+    PARQUET_KINDS,
+    TraceInfo,
+    convert_trace,
+    converted_dir,
+    load_converted,
+)
 from tracelab.discover import Capture, Discovery, TraceFile, discover
 from tracelab.errors import InputError, RankConflictError, TracelabError, UsageError
-from tracelab.records import load_capture_records
 from tracelab.defaults import DEFAULT_DB
+from tracelab.records import load_capture_records
 
 if TYPE_CHECKING:
     import duckdb
@@ -33,8 +39,6 @@ if TYPE_CHECKING:
 IfExists = Literal["refuse", "replace"]
 #: Below this much input, files are converted in-process rather than in a pool.
 _POOL_MIN_BYTES = 8 << 20
-#: The Parquet files of a converted trace.
-_KINDS = ("events", "steps", "memory", "lanes")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -386,13 +390,13 @@ def _insert_run(
 def _parts(staging: Path, by_rank: dict[int, ConvertedRank]) -> dict[str, list[str]]:
     """Each converted file linked as `parts/rR-oK.KIND.parquet` (load_sql.PARTS), so that the
     load reads a file's rank and idx offset from its name: kind -> paths."""
-    out: dict[str, list[str]] = {kind: [] for kind in _KINDS}
+    out: dict[str, list[str]] = {kind: [] for kind in PARQUET_KINDS}
     parts = staging / "parts"
     parts.mkdir()
     for rank, cr in sorted(by_rank.items()):
         offset = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
-            for kind in _KINDS:
+            for kind in PARQUET_KINDS:
                 link = parts / f"r{rank}-o{offset}.{kind}.parquet"
                 try:
                     link.symlink_to((folder / f"{kind}.parquet").resolve())
