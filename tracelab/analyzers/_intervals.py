@@ -47,7 +47,8 @@ def union_sql(src: str, keys: str) -> str:
 #: single running sum gives all three: every partial sum is an integer below 2^53, exact in a
 #: double, as long as fewer than 2^17 intervals of one class overlap. One window aggregate
 #: instead of three halves the sweep's cost in DuckDB.
-_PACK = {"compute": 2.0**34, "comm": 2.0**17, "memcpy": 1.0}
+_SHIFT = {"compute": 34, "comm": 17, "memcpy": 0}
+_PACK = {k: float(1 << v) for k, v in _SHIFT.items()}
 
 
 def segments_sql(src: str, keys: str) -> str:
@@ -108,7 +109,6 @@ MEASURES = {
 
 
 #: The same packing in integers for the numpy sweep: 17 bits a counter, exact in an int64.
-_SHIFT = {"compute": 34, "comm": 17, "memcpy": 0}
 _BITS = {k: 1 << v for k, v in _SHIFT.items()}
 _FIELD = (1 << 17) - 1
 
