@@ -29,7 +29,7 @@ SAMPLES_PER_EXCHANGE = 8
 
 
 def control_group(timeout_s: float) -> Any:
-    """tracelab's private gloo group over all ranks (clock exchanges, the manifest gather).
+    """tracelab's private gloo group over all ranks (clock exchanges).
 
     Collective: every rank of the default group must call it at the same point. None when the
     job is not distributed or has a single rank.

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerAction, ProfilerActivity
 from tracelab.collectors import flight_recorder as fr
 from tracelab.collectors import manifest as mf
+from tracelab.collectors import store_gather
 from tracelab.collectors.background import BackgroundConverter
 from tracelab.collectors.clocks import ClockSync, control_group
 from tracelab.collectors.comm_timing import CommTimer
@@ -62,6 +63,7 @@ class Profile:
         self._memory: MemoryTracker | None = None
         self._clock: ClockSync | None = None
         self._group: Any = None
+        self._meta_key = ""
         self._fr_on = False
         self._windows: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the window being recorded
@@ -138,6 +140,7 @@ class Profile:
         if cfg.convert:
             self._converter = BackgroundConverter()
         self._group = control_group(cfg.control_timeout_s) if distributed else None
+        self._meta_key = store_gather.next_key()
         if cfg.clock_sync and distributed:
             self._clock = ClockSync(group=self._group, rank=self.rank, world_size=self.world_size)
         if cfg.comm_timing and distributed:
@@ -359,10 +362,12 @@ class Profile:
         entry = self._rank_entry()
         mf.write_json(self.rank_dir / mf.RANK_FILE, entry)
         gathered: list[Any] | None = None
-        if clean and self._group is not None:
+        store = store_gather.default_store() if self._group is not None else None
+        if clean and store is not None:
             try:
-                gathered = [None] * self.world_size if self.rank == 0 else None
-                dist.gather_object(entry, gathered, dst=0, group=self._group)
+                gathered = store_gather.gather_json(
+                    store, self._meta_key, entry, rank=self.rank, world_size=self.world_size,
+                    timeout_s=self.config.control_timeout_s)
             except Exception as exc:
                 log.warning("tracelab: rank %d could not gather the ranks' metadata (%s); rank 0 "
                             "builds the manifest from the rank.json files it can see.",

@@ -138,3 +138,30 @@ def test_record_line_has_exactly_the_documented_fields() -> None:
     assert set(data) == {"op", "source", "pg_name", "pg_desc", "pg_ranks", "group_size", "seq",
                          "in_bytes", "out_bytes", "dtype", "peer", "enqueue_ns", "start_ns",
                          "end_ns", "step", "window"}
+
+
+def test_store_gather_returns_every_rank_in_order_and_cleans_up() -> None:
+    import torch.distributed as dist
+    from tracelab.collectors import store_gather
+
+    store = dist.HashStore()
+    key = store_gather.next_key()
+    assert store_gather.next_key() != key  # a second profile in the process gets its own keys
+    for rank in (2, 1):  # the other ranks, in any order, before rank 0 collects
+        assert store_gather.gather_json(store, key, {"rank": rank, "x": [rank] * 3}, rank=rank,
+                                        world_size=3, timeout_s=5) is None
+    got = store_gather.gather_json(store, key, {"rank": 0, "x": []}, rank=0, world_size=3,
+                                   timeout_s=5)
+    assert got == [{"rank": 0, "x": []}, {"rank": 1, "x": [1, 1, 1]}, {"rank": 2, "x": [2, 2, 2]}]
+    assert store.num_keys() == 0
+
+
+def test_store_gather_times_out_on_a_missing_rank() -> None:
+    import torch.distributed as dist
+    from tracelab.collectors import store_gather
+
+    store = dist.HashStore()
+    key = store_gather.next_key()
+    store_gather.gather_json(store, key, {"rank": 1}, rank=1, world_size=3, timeout_s=5)
+    with pytest.raises(Exception, match="(?i)timeout|wait"):
+        store_gather.gather_json(store, key, {"rank": 0}, rank=0, world_size=3, timeout_s=0.2)
