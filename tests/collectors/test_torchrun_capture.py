@@ -69,7 +69,10 @@ def _by_key(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, An
 
 def test_ddp_capture(tmp_path: Path, torchrun: Any, capture_reader: Any) -> None:
     out = tmp_path / "ddp"
-    torchrun(EXAMPLES / "ddp.py", "--out", str(out), "--steps", "6", "--record", "2:5", nproc=2)
+    proc = torchrun(EXAMPLES / "ddp.py", "--out", str(out), "--steps", "6", "--record", "2:5",
+                    nproc=2)
+    # rank 0 got every rank's metadata through the store, not from the rank.json fallback
+    assert "could not gather" not in proc.stderr + proc.stdout
     cap = capture_reader(out)
     _check_common(cap, 2, [2, 3, 4])
     assert cap.manifest["run_name"] == "ddp"
