@@ -30,7 +30,7 @@ if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
                 allow_module_level=True)
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -58,6 +58,12 @@ def driver() -> Iterator[webdriver.Chrome]:
     shutil.rmtree(profile, ignore_errors=True)
 
 
+def wait(drv: webdriver.Chrome) -> WebDriverWait:
+    """A wait that polls again when Dash re-renders the element a condition was reading
+    (a stale element means "not ready yet", not a failure)."""
+    return WebDriverWait(drv, TIMEOUT_S, ignored_exceptions=(StaleElementReferenceException,))
+
+
 def shot(drv: webdriver.Chrome, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     height = drv.execute_script("return document.body.scrollHeight") or 1000
@@ -81,7 +87,7 @@ def open_page(drv: webdriver.Chrome, url: str, heading: str, graphs: int = 0) ->
             return False
         return len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")) >= graphs
 
-    WebDriverWait(drv, TIMEOUT_S).until(ready)
+    wait(drv).until(ready)
 
 
 def graph_range(drv: webdriver.Chrome, graph_id: str) -> list[float]:
@@ -117,7 +123,7 @@ def test_each_view_loads(server: str, driver: webdriver.Chrome, name: str, path:
     body = driver.find_element(By.TAG_NAME, "body").text
     assert "Something went wrong" not in body and "Traceback" not in body
     if name == "runs":
-        WebDriverWait(driver, TIMEOUT_S).until(
+        wait(driver).until(
             lambda d: "STRAGGLER_COMPUTE" in d.find_element(By.ID, "runs-table").text)
     shot(driver, f"view-{name}")
     assert console_errors(driver) == []
@@ -154,7 +160,7 @@ def test_timeline_zooms_from_aggregates_to_events(server: str, driver: webdriver
         "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
         "Plotly.relayout(gd, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
         mid, mid + 0.4)
-    WebDriverWait(driver, TIMEOUT_S).until(
+    wait(driver).until(
         lambda d: d.find_element(By.ID, "timeline-status").text.startswith("Showing all"))
     elapsed = time.perf_counter() - started
     assert graph_range(driver, "timeline-graph") == pytest.approx([mid, mid + 0.4], rel=1e-6)
@@ -165,7 +171,7 @@ def test_timeline_zooms_from_aggregates_to_events(server: str, driver: webdriver
     assert elapsed < 10, f"zoom took {elapsed:.1f} s"
     # The shared URL reproduces the zoomed view.
     driver.get(driver.current_url)
-    WebDriverWait(driver, TIMEOUT_S).until(
+    wait(driver).until(
         lambda d: d.find_elements(By.ID, "timeline-status")
         and d.find_element(By.ID, "timeline-status").text.startswith("Showing all"))
     assert graph_range(driver, "timeline-graph") == pytest.approx([mid, mid + 0.4], rel=1e-4)
@@ -177,8 +183,8 @@ def test_finding_link_opens_its_evidence(server: str, driver: webdriver.Chrome) 
                    if "STRAGGLER_COMPUTE" in li.text)
     link = finding.find_element(By.LINK_TEXT, "Show in timeline")
     link.click()
-    WebDriverWait(driver, TIMEOUT_S).until(lambda d: "/timeline" in d.current_url)
-    open_wait = WebDriverWait(driver, TIMEOUT_S)
+    wait(driver).until(lambda d: "/timeline" in d.current_url)
+    open_wait = wait(driver)
     open_wait.until(lambda d: d.find_elements(By.ID, "timeline-status")
                     and "Showing" in d.find_element(By.ID, "timeline-status").text)
     query = parse_qs(urlparse(driver.current_url).query)
@@ -211,7 +217,7 @@ def test_xss_probe_renders_as_text(server: str, driver: webdriver.Chrome) -> Non
         "const i = gd.data.findIndex(t => t.name === 'compute');"
         "gd.emit('plotly_click', {points: [{curveNumber: i, pointNumber: 0,"
         " customdata: gd.data[i].customdata[0]}]});")
-    WebDriverWait(driver, TIMEOUT_S).until(
+    wait(driver).until(
         lambda d: PROBE in d.find_element(By.ID, "timeline-detail").text)
     assert driver.execute_script("return document.querySelectorAll('img[src=\"x\"]').length") == 0
     assert no_alert(driver)
@@ -224,7 +230,7 @@ def test_many_ranks_open_on_a_rank_summary(server: str, driver: webdriver.Chrome
     assert "40 ranks are too many" in status and "rank 33" in status
     shot(driver, "timeline-rank-summary")
     driver.find_element(By.ID, "timeline-rank-summary").click()
-    WebDriverWait(driver, TIMEOUT_S).until(
+    wait(driver).until(
         lambda d: d.find_elements(By.ID, "timeline-status")
         and d.find_element(By.ID, "timeline-status").text.startswith("Showing"))
     ticks = driver.execute_script(
@@ -243,7 +249,7 @@ def test_many_ranks_open_on_a_rank_summary(server: str, driver: webdriver.Chrome
 def test_bad_urls_show_a_friendly_page(server: str, driver: webdriver.Chrome, path: str,
                                        message: str) -> None:
     driver.get(server + path)
-    WebDriverWait(driver, TIMEOUT_S).until(
+    wait(driver).until(
         lambda d: message in d.find_element(By.TAG_NAME, "body").text)
     assert "Traceback" not in driver.find_element(By.TAG_NAME, "body").text
     shot(driver, "friendly-" + path.strip("/").split("?")[0].replace("/", "-") or "root")
