@@ -139,7 +139,10 @@ class Profile:
         self._pipeline, self._rank_stages = mf.pipeline_info(cfg.pipeline)
         if cfg.convert:
             self._converter = BackgroundConverter()
-        self._group = control_group(cfg.control_timeout_s) if distributed else None
+        # tracelab's own gloo group carries only the clock exchanges (the metadata gather goes
+        # through the store), so a job without clock sync does not create one.
+        self._group = (control_group(cfg.control_timeout_s) if distributed and cfg.clock_sync
+                       else None)
         self._meta_key = store_gather.next_key()
         if cfg.clock_sync and distributed:
             self._clock = ClockSync(group=self._group, rank=self.rank, world_size=self.world_size)
@@ -362,7 +365,7 @@ class Profile:
         entry = self._rank_entry()
         mf.write_json(self.rank_dir / mf.RANK_FILE, entry)
         gathered: list[Any] | None = None
-        store = store_gather.default_store() if self._group is not None else None
+        store = store_gather.default_store() if self.world_size > 1 else None
         if clean and store is not None:
             try:
                 gathered = store_gather.gather_json(

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 from datetime import timedelta
 from typing import Any
-
-log = logging.getLogger("tracelab.collectors")
 
 PREFIX = "tracelab/rank-meta"
 _sequence = itertools.count()
