@@ -49,7 +49,7 @@ def classify_columns(cats: pa.Array, names: pa.Array) -> tuple[pa.Array, pa.Arra
     dn = pc.dictionary_encode(names)
     width = max(len(dn.dictionary), 1)
     key = dc.indices.to_numpy().astype(np.int64) * width + dn.indices.to_numpy()
-    uniq, inverse = np.unique(key, return_inverse=True)
+    uniq, inverse = _unique_small(key, len(dc.dictionary) * width)
     cat_values = dc.dictionary.to_pylist()
     name_values = dn.dictionary.to_pylist()
     labels = []
@@ -58,11 +58,24 @@ def classify_columns(cats: pa.Array, names: pa.Array) -> tuple[pa.Array, pa.Arra
         cat = cat_values[k // width]
         labels.append(classify(cat or None, name_values[k % width]).value)
         device.append(cat in DEVICE_CATS)
-    take = pa.array(inverse.reshape(-1))
+    take = pa.array(inverse)
     return (
         pa.array(labels, pa.string()).take(take),
         pa.array(device, pa.bool_()).take(take),
     )
+
+
+def _unique_small(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(key, return_inverse=True) for keys in [0, bound): a table lookup, O(n + bound),
+    where the key space is small enough (cat x name pairs of a trace); a sort otherwise."""
+    if bound > max(4 * len(key), 1 << 20):
+        uniq, inverse = np.unique(key, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    seen = np.zeros(bound, dtype=bool)
+    seen[key] = True
+    uniq = np.flatnonzero(seen)
+    slot = np.cumsum(seen, dtype=np.int64) - 1
+    return uniq, slot[key]
 
 
 def id_columns(

@@ -148,6 +148,28 @@ def test_never_accepts_what_the_reference_rejects(buf: bytes) -> None:
     assert dec._kineto.scan(buf) is None
 
 
+#: What the scanner's string and UTF-8 loops stop at: a quote (escaped), a backslash escape,
+#: a raw control character (invalid), a multi-byte character, a bad UTF-8 byte (invalid).
+STOPS = ('\\"', "\\n", "\x01", "\u00e9", "\udcff")
+
+
+@pytest.mark.parametrize("stop", STOPS, ids=["quote", "escape", "control", "utf8", "bad-utf8"])
+def test_every_offset_of_a_stop_byte(stop: str) -> None:
+    """The scanner reads strings 16 bytes and UTF-8 64 bytes at a time, then byte by byte: a
+    stop byte at each offset of those blocks, and past them, decodes as the reference does."""
+    for offset in range(0, 140):
+        name = "n" * offset + stop + "t" * (offset % 23)
+        text = '{"traceEvents": [{"ph": "X", "name": "%s", "ts": 1, "dur": 2}]}' % name
+        buf = text.encode("utf-8", "surrogateescape" if stop == "\udcff" else "strict")
+        fast, ref = decode_both(buf)
+        if isinstance(ref, Exception):
+            assert fast is None, (offset, ref)
+        else:
+            assert fast is not None, offset
+            assert_same(fast, ref)
+            assert fast.name[0].as_py() == json.loads(text)["traceEvents"][0]["name"]
+
+
 def test_damaged_traces_agree_with_the_reference(hta_traces: Path) -> None:
     """Truncations and byte flips of a real trace: the scanner accepts exactly what the reference
     accepts (then with identical columns), or declines."""
