@@ -30,9 +30,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 #if defined(__SSE2__)
 #include <emmintrin.h> /* x86-64 always has SSE2; elsewhere the portable loops run alone */
 #endif
@@ -56,23 +53,6 @@ typedef struct {
     size_t len, cap;
 } Buf;
 
-/* Ask for transparent huge pages on a large buffer (Linux, where THP is in `madvise` mode, the
- * common default). Every page of the column buffers is written once, so their cost is faulting
- * them in: on the 2-core VM we measure on, 54 MiB took 42-49 ms in 4 KiB pages and 8 ms in
- * 2 MiB pages, and scanning a 54 MB trace took 9,300 page faults before this and 1,800 after.
- * Best effort: any failure leaves 4 KiB pages. */
-static void advise_huge(char *p, size_t len) {
-#if defined(MADV_HUGEPAGE)
-    if (len < ((size_t)4 << 20)) return;
-    uintptr_t page = 4096, lo = ((uintptr_t)p + page - 1) & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)p + len) & ~(page - 1);
-    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)len;
-#endif
-}
-
 static int buf_reserve(Buf *b, size_t extra) {
     if (b->len + extra <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 4096;
@@ -86,7 +66,6 @@ static int buf_reserve(Buf *b, size_t extra) {
     }
     b->p = PyBytes_AS_STRING(b->obj);
     b->cap = cap;
-    advise_huge(b->p, cap);
     return 0;
 }
 
