@@ -25,6 +25,7 @@ import hashlib
 import json
 import mmap
 import os
+import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -161,6 +162,19 @@ def _mapped(path: Path) -> Iterator[mmap.mmap]:
             view.close()
 
 
+class _HashInBackground:
+    """SHA-256 of a buffer, computed on a thread; result() waits for it."""
+
+    def __init__(self, data: bytes | mmap.mmap) -> None:
+        self._hash = hashlib.sha256()
+        self._thread = threading.Thread(target=self._hash.update, args=(data,), daemon=True)
+        self._thread.start()
+
+    def result(self) -> str:
+        self._thread.join()
+        return self._hash.hexdigest()
+
+
 def _decompress(raw: bytes | mmap.mmap, path: Path) -> bytes | mmap.mmap:
     if raw[:2] != _GZIP_MAGIC:
         return raw
@@ -206,10 +220,15 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     path = Path(path)
     out = Path(out_dir)
     with _mapped(path) as raw:
-        file_sha256 = hashlib.sha256(raw).hexdigest()
-        buf = _decompress(raw, path)
-        d = decode(buf, path)
-        del buf
+        # hashlib releases the GIL on large inputs: the hash runs on another core while the
+        # scanner reads the same pages (a core is often idle: one file, or a pool's last files).
+        digest = _HashInBackground(raw)
+        try:
+            buf = _decompress(raw, path)
+            d = decode(buf, path)
+            del buf
+        finally:
+            file_sha256 = digest.result()
     top = d.top
     xs = np.flatnonzero(d.ph == ord("X"))
     lanes = np.flatnonzero(d.ph == ord("M"))
