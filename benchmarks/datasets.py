@@ -25,9 +25,9 @@ def single_rank() -> Path:
     return rank_set(1)
 
 
-def rank_set(n: int) -> Path:
-    """A folder of n rank files (built once, then reused)."""
-    folder = DATA / f"df_index_resolver_text_x{n}"
+def rank_set(n: int, *, gz: bool = False) -> Path:
+    """A folder of n rank files (built once, then reused); gzipped (level 6) when `gz`."""
+    folder = DATA / f"df_index_resolver_{'gz' if gz else 'text'}_x{n}"
     done = folder / ".complete"
     if done.exists():
         return folder
@@ -40,7 +40,10 @@ def rank_set(n: int) -> Path:
     for rank in range(n):
         info.update(rank=rank, world_size=max(n, 2))
         new = json.dumps(info).encode()
-        (folder / f"rank-{rank}.json").write_bytes(
-            text[: found.start(1)] + new + text[found.end(1):])
+        body = text[: found.start(1)] + new + text[found.end(1):]
+        if gz:
+            (folder / f"rank-{rank}.json.gz").write_bytes(gzip.compress(body, 6, mtime=0))
+        else:
+            (folder / f"rank-{rank}.json").write_bytes(body)
     done.touch()
     return folder

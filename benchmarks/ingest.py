@@ -3,7 +3,8 @@
     python benchmarks/ingest.py [--reps 3] [--scaling 8,64]
 
 Cases: (a) the single 54 MB `df_index_resolver` trace, (b) 8 copies of it with the rank rewritten
-(benchmarks/datasets.py). Each repetition runs each tool as a fresh process, interleaved, so
+(benchmarks/datasets.py), (c) the same 8 files gzipped, the form the collector and
+torch.profiler write. Each repetition runs each tool as a fresh process, interleaved, so
 both see the same machine load; we report medians, events/s, the peak RSS of each tool's whole
 process tree, and the ratio. `--scaling` measures tracelab's peak RSS as ranks grow.
 """
@@ -31,7 +32,7 @@ def warm(folder: Path) -> None:
     """Read the input into the page cache before a timed run. Both tools are measured parsing
     cached files: on the VMs we use, the page cache is dropped from outside every few minutes,
     and a cold read of the 8-rank set took 1.7 s, which would land on whichever tool ran next."""
-    for path in sorted(folder.glob("*.json")):
+    for path in sorted(folder.glob("*.json*")):
         with path.open("rb") as fh:
             while fh.read(1 << 24):
                 pass
@@ -67,7 +68,7 @@ def bench_case(name: str, folder: Path, ranks: int, reps: int, work: Path) -> di
     return {
         "case": name,
         "ranks": ranks,
-        "bytes": sum(p.stat().st_size for p in folder.glob("*.json")),
+        "bytes": sum(p.stat().st_size for p in folder.glob("*.json*")),
         "events": EVENTS_PER_RANK * ranks,
         "x_events": x_events,
         "tracelab_s": tl_s,
@@ -121,6 +122,7 @@ def main() -> None:
         rows = [
             bench_case("(a) df_index_resolver", rank_set(1), 1, args.reps, work),
             bench_case("(b) 8-rank set", rank_set(8), 8, args.reps, work),
+            bench_case("(c) 8-rank set, gzipped", rank_set(8, gz=True), 8, args.reps, work),
         ]
         scale = scaling([int(n) for n in args.scaling.split(",") if n], args.reps, work)
     finally:

@@ -20,13 +20,11 @@ plain columnar copy.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import json
 import mmap
 import os
 import threading
-import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,11 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracelab import columns
+from tracelab import columns, gunzip
 from tracelab.decode import ABSENT, DecodedTrace, decode
 from tracelab.errors import TraceFormatError
 
-_GZIP_MAGIC = b"\x1f\x8b"
 #: Version of the converted form (the Parquet files' columns). A folder of another version,
 #: e.g. left by an older collector, is converted again rather than registered.
 CONVERTED_FORMAT = 2
@@ -176,11 +173,11 @@ class _HashInBackground:
 
 
 def _decompress(raw: bytes | mmap.mmap, path: Path) -> bytes | mmap.mmap:
-    if raw[:2] != _GZIP_MAGIC:
+    if not gunzip.is_gzip(raw):
         return raw
     try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
+        return gunzip.gunzip(raw)
+    except gunzip.GzipError as exc:
         raise TraceFormatError(
             f"corrupt or truncated gzip data ({exc}). The file was probably cut off while "
             "copying or writing; copy it again from the training host.",
