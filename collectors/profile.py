@@ -73,25 +73,32 @@ class Profile:
         self._n_records = 0
         self._in_torch = False
         self._converter: BackgroundConverter | None = None
+        self._exchanged: list[str] = []  # clock exchanges done in the current step() call
 
     # -- public API ----------------------------------------------------------------------------
 
     def __enter__(self) -> Profile:
         if self.enabled:
+            self._exchanged = []
             try:
                 self._start()
             except Exception as exc:
                 self._fail(exc)
+            if not self._live and self.config.action(0) in ACTIVE:
+                self._answer_clock("window_start")
         return self
 
     def step(self) -> None:
         """Mark the end of one training step (like torch.profiler.profile.step)."""
         current = self.step_num
+        self._exchanged = []
         if self._live:
             try:
                 self._step(current)
             except Exception as exc:
                 self._fail(exc)
+        if not self._live:
+            self._answer_clock(_exchange_at(self.config, current))
         self.step_num = current + 1
 
     def __exit__(
@@ -101,11 +108,14 @@ class Profile:
         if not self._started:
             return
         clean = exc_type is None
+        self._exchanged = []
         try:
             if self._live:
                 self._stop(clean)
         except Exception as err:
             self._fail(err)
+        if not self._live and clean and self.config.action(self.step_num) in RECORDING:
+            self._answer_clock("window_end")  # the others close their open window with one
         try:
             self._write_metadata(clean)
         except Exception as err:
@@ -325,7 +335,21 @@ class Profile:
 
     def _exchange_clocks(self, when: str) -> None:
         if self._clock is not None:
+            self._exchanged.append(when)
             self._clock.exchange(when, len(self._windows) - (when == "window_end"))
+
+    def _answer_clock(self, when: str | None) -> None:
+        """On a rank whose collector failed: still take part in the clock exchange that the
+        live ranks run at this point, unless this step already did. The exchanges are
+        collective; a rank that skipped one would leave rank 0 waiting out the control timeout
+        (training stalls that long), and gloo's pair to it after a timed-out receive, which
+        once aborted the failed rank at exit."""
+        if when is None or when in self._exchanged or self._clock is None or self._clock.failed:
+            return
+        try:
+            self._exchange_clocks(when)
+        except Exception:  # ClockSync logs and disables itself; nothing else may escape here
+            pass
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -415,6 +439,18 @@ class Profile:
                 prof.__exit__(None, None, None)
             except Exception:
                 pass
+
+
+def _exchange_at(cfg: ProfileConfig, step: int) -> str | None:
+    """The clock exchange the live path runs in `step()` at the end of `step`: "window_end"
+    when that step saves a window, "window_start" when the next step opens one after idle
+    steps (see Profile._step), else None."""
+    cur, nxt = cfg.action(step), cfg.action(step + 1)
+    if cur == "record_and_save":
+        return "window_end"
+    if cur == "none" and nxt != "none":
+        return "window_start"
+    return None
 
 
 def _device(requested: Any) -> torch.device:

@@ -7,6 +7,7 @@ unchanged after a flush, internal errors stay inside, and torch.compile still tr
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from pathlib import Path
@@ -188,3 +189,54 @@ def test_convert_in_a_child_process(world1: Any, tmp_path: Path) -> None:
     assert (converted_dir(trace) / "events.parquet").is_file()
     info = load_converted(trace)  # what `tracelab ingest` registers instead of parsing
     assert info is not None and info.rank == 0 and info.event_count > 0
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"wait": 1, "warmup": 1, "active": 2, "repeat": 3},
+    {"wait": 0, "warmup": 0, "active": 1, "repeat": 4},
+    {"steps": range(2, 6)},
+])
+def test_a_failed_rank_keeps_answering_the_clock_exchanges(
+    world1: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any]
+) -> None:
+    """The exchanges are collective: a rank whose collector failed must still take part in
+    each one the live ranks run, at the same point, or rank 0 waits out the timeout for it."""
+    profile_mod = importlib.import_module("tracelab.collectors.profile")
+    calls: list[tuple[Any, str]] = []
+    phase: list[Any] = ["enter"]
+    real = profile_mod.Profile._exchange_clocks
+
+    def spy(self: Any, when: str) -> None:
+        calls.append((phase[0], when))
+        real(self, when)
+
+    monkeypatch.setattr(profile_mod.Profile, "_exchange_clocks", spy)
+
+    configs: list[Any] = []
+
+    def run(out: Path, steps: int) -> list[tuple[Any, str]]:
+        calls.clear()
+        phase[0] = "enter"
+        with tracelab.profile(out, **kwargs) as prof:
+            for i in range(steps):
+                phase[0] = i
+                dist.all_reduce(torch.ones(1))
+                prof.step()
+            phase[0] = "exit"
+        configs.append(prof.config)
+        return list(calls)
+
+    steps = 10  # the first schedule ends inside a window: the exit exchange is checked too
+    live = run(tmp_path / "live", steps)
+    cfg = configs[0]
+    expected = [("enter", "window_start")] if cfg.action(0) in ("warmup", "record", "record_and_save") else []
+    expected += [(i, w) for i in range(steps) if (w := profile_mod._exchange_at(cfg, i))]
+    if cfg.action(steps) in ("record", "record_and_save"):
+        expected.append(("exit", "window_end"))
+    assert live == expected
+
+    failed = tmp_path / "failed"
+    (failed / "rank-0" / "window-0.pt.trace.json.gz").mkdir(parents=True)  # the first export fails
+    assert run(failed, steps) == live
+    rank = json.loads((failed / "rank-0" / "rank.json").read_text())
+    assert "IsADirectoryError" in rank["collector_error"]

@@ -187,6 +187,8 @@ def test_internal_fault_never_reaches_the_loop(
     assert "rank 0 finished: total=10 error=None" in proc.stdout, output
     assert "rank 1 finished: total=10 error=\"IsADirectoryError" in proc.stdout, output
     assert proc.stderr.count("tracelab: internal error on rank 1") == 1, output
+    # The failed rank still answers the clock exchanges: rank 0 never waits out the timeout.
+    assert "clock exchange failed" not in proc.stderr, output
     cap = capture_reader(out)
     assert sorted(cap.ranks) == [0, 1]
     assert cap.ranks[0]["collector_error"] is None and len(cap.ranks[0]["traces"]) == 1
