@@ -343,13 +343,10 @@ class Profile:
         live ranks run at this point, unless this step already did. The exchanges are
         collective; a rank that skipped one would leave rank 0 waiting out the control timeout
         (training stalls that long), and gloo's pair to it after a timed-out receive, which
-        once aborted the failed rank at exit."""
-        if when is None or when in self._exchanged or self._clock is None or self._clock.failed:
-            return
-        try:
+        once aborted the failed rank at exit. ClockSync.exchange never raises: a failed
+        exchange is logged and switches clock sync off."""
+        if when is not None and when not in self._exchanged:
             self._exchange_clocks(when)
-        except Exception:  # ClockSync logs and disables itself; nothing else may escape here
-            pass
 
     # -- metadata ------------------------------------------------------------------------------
 

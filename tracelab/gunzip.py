@@ -54,5 +54,5 @@ def gunzip(data: Data) -> bytes:
         rest = inflater.unused_data
         if not rest:
             return parts[0] if len(parts) == 1 else b"".join(parts)
-        if rest[:2] != GZIP_MAGIC:
+        if not is_gzip(rest):
             raise GzipError(f"{len(rest)} bytes after the last gzip member are not gzip data")
