@@ -60,6 +60,9 @@ class IngestReport:
     skipped: list[dict[str, str]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     unchanged: bool = False
+    #: Derived components that failed on the run (component -> reason): its other numbers
+    #: are there, these are not.
+    derived_errors: dict[str, str] = field(default_factory=dict)
 
 
 def _convert_one(path: str, out_dir: str) -> TraceInfo:
@@ -309,28 +312,41 @@ def _write(
         events=sum(i.event_count for cr in by_rank.values() for i in cr.infos),
         skipped=skipped, ignored=[str(p) for p in found.ignored],
     )
+    from tracelab.derived import ComponentFailed
+
+    # A derived component that fails inside DuckDB aborts the transaction: the whole write is
+    # tried again without it (its failure recorded in derived_errors), so the run still lands.
+    skip: dict[str, str] = {}
     with open_store(db_path, read_only=False) as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchone()
-            if row is not None:
-                if _identical(con, int(row[0]), by_rank) and not skipped:
-                    con.execute("ROLLBACK")
-                    report.run_id, report.unchanged = int(row[0]), True
-                    return report
-                if if_exists == "refuse":
-                    raise UsageError(
-                        f"a run named {name!r} already exists with different content. Use "
-                        "--replace to overwrite it, or --run NEW_NAME to keep both."
-                    )
-                delete_run(con, int(row[0]))
-            rid = int(con.execute("SELECT nextval('run_id_seq')").fetchone()[0])
-            _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
-            _load(con, rid, staging, by_rank, capture)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        while True:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchone()
+                if row is not None:
+                    if _identical(con, int(row[0]), by_rank) and not skipped:
+                        con.execute("ROLLBACK")
+                        report.run_id, report.unchanged = int(row[0]), True
+                        return report
+                    if if_exists == "refuse":
+                        raise UsageError(
+                            f"a run named {name!r} already exists with different content. "
+                            "Use --replace to overwrite it, or --run NEW_NAME to keep both."
+                        )
+                    delete_run(con, int(row[0]))
+                rid = int(con.execute("SELECT nextval('run_id_seq')").fetchone()[0])
+                _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
+                _load(con, rid, staging, by_rank, capture, skip)
+                report.derived_errors = dict(con.execute(
+                    "SELECT component, message FROM derived_errors WHERE run_id = ?",
+                    [rid]).fetchall())
+                con.execute("COMMIT")
+                break
+            except ComponentFailed as exc:
+                con.execute("ROLLBACK")
+                skip[exc.component] = exc.reason
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
     report.run_id = rid
     return report
 
@@ -392,6 +408,7 @@ def _parts(staging: Path, by_rank: dict[int, ConvertedRank]) -> dict[str, list[s
     load reads a file's rank and idx offset from its name: kind -> paths."""
     out: dict[str, list[str]] = {kind: [] for kind in PARQUET_KINDS}
     parts = staging / "parts"
+    shutil.rmtree(parts, ignore_errors=True)  # a retried write links them again
     parts.mkdir()
     for rank, cr in sorted(by_rank.items()):
         offset = 0
@@ -413,6 +430,7 @@ def _load(
     staging: Path,
     by_rank: dict[int, ConvertedRank],
     capture: Capture | None,
+    skip: dict[str, str],
 ) -> None:
     parts = _parts(staging, by_rank)
     load_sql.load_events(con, rid, parts["events"], parts["steps"])
@@ -427,3 +445,6 @@ def _load(
     if capture is not None:
         load_capture_records(con, rid, capture, set(by_rank))
     load_sql.number_collectives(con, rid)
+    from tracelab.derived import derive
+
+    derive(con, rid, skip)

@@ -1,7 +1,13 @@
 """What analyzers return: metrics, findings, and the evidence behind each finding.
 
-The CLI, the reports and the app all read these objects; `to_dict()` gives the stable JSON
-schema documented in docs/json-schema.md (`schema: "tracelab.analysis/1"`).
+Results carry raw values: times in integer nanoseconds (`*_ns`), sizes in bytes, shares as
+fractions 0..1; only renderers round or convert. `to_dict()` gives the stable JSON schema
+documented in docs/json-schema.md (`schema: "tracelab.analysis/2"`).
+
+A finding that costs time says which parts of the lost-time model (tracelab.derived.parts) it
+may claim, and how much at most (`Claim`); the runner (tracelab.analyzers.run) hands each lost
+nanosecond to one finding, root cause first, so the findings' impacts never add up to more than
+the step (docs/metrics.md, "Findings").
 """
 
 from __future__ import annotations
@@ -27,11 +33,24 @@ class Evidence:
     """Where a finding shows: the ranks and steps involved, time ranges, and the numbers."""
 
     ranks: tuple[int, ...] = ()
+    #: Ranks affected by the cause (e.g. those that waited for a straggler), for the views.
+    affected_ranks: tuple[int, ...] = ()
     steps: tuple[int, ...] = ()
-    #: (start_ns, end_ns) ranges on the aligned clock, for the timeline to jump to.
+    #: (start_ns, end_ns) ranges on the reference clock, for the timeline to jump to.
     time_ranges_ns: tuple[tuple[int, int], ...] = ()
-    #: The figures the finding rests on, with units in their names (e.g. "wait_ms").
+    #: The figures the finding rests on, raw, with units in their names (`wait_ns`,
+    #: `message_bytes`, `overlap_share`); text values are plain sentences.
     numbers: dict[str, float | int | str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """What a finding may take from the lost-time budget per steady step: up to `parts[p]` ns
+    of each part p (in order), and at most `cap_ns` in all (its own estimate, e.g. a
+    straggler's what-if saving)."""
+
+    parts: tuple[tuple[str, int], ...]
+    cap_ns: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,13 +60,17 @@ class Finding:
     #: Stable machine-readable code, e.g. "PIPELINE_BUBBLE"; never renamed once released.
     code: str
     severity: Severity
+    #: One line. "{impact_ms}" and "{impact_pct}" are replaced by the allocated impact.
     title: str
     evidence: Evidence
-    #: Time lost per step in ms (None when it cannot be estimated honestly).
-    impact_ms_per_step: float | None
-    #: The same as a share of the step time, 0..1.
-    impact_share: float | None
     suggestion: str
+    #: Time lost per steady step (ns), allocated by the runner; None for findings that are no
+    #: time cost (memory, clocks) or before allocation.
+    impact_ns_per_step: int | None = None
+    #: The same as a share of the mean steady step, 0..1.
+    impact_share: float | None = None
+    #: What the finding may claim (None: it costs no time).
+    claim: Claim | None = None
     #: The analyzer that produced it (its registry name), and the app view that shows it.
     analyzer: str = ""
     view: str = ""
@@ -57,7 +80,10 @@ class Finding:
         out["severity"] = str(self.severity)
         out["evidence"]["time_ranges_ns"] = [list(r) for r in self.evidence.time_ranges_ns]
         out["evidence"]["ranks"] = list(self.evidence.ranks)
+        out["evidence"]["affected_ranks"] = list(self.evidence.affected_ranks)
         out["evidence"]["steps"] = list(self.evidence.steps)
+        out["claim"] = None if self.claim is None else {
+            "parts": dict(self.claim.parts), "cap_ns": self.claim.cap_ns}
         return out
 
 
@@ -68,7 +94,7 @@ class Result:
     analyzer: str
     run: str
     params: dict[str, Any]
-    #: Flat, named metrics (units in names); a value that would mislead is None,
+    #: Flat, named metrics (units in names, raw values); a value that would mislead is None,
     #: with the reason in `notes`.
     metrics: dict[str, Any]
     #: Tabular detail (per rank, per step, ...) as lists of row dicts.

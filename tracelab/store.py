@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -23,7 +24,13 @@ import duckdb
 from tracelab.defaults import DEFAULT_DB
 from tracelab.errors import RunNotFoundError, StoreError, StoreLockedError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The schema's files, in the order they are executed: the base tables, then the derived layer.
+SCHEMA_FILES = ("tables.sql", "derived.sql")
+#: Version of what tracelab.derived computes into the derived tables. Bumped whenever a
+#: definition changes, so that a store derived by an older tracelab is re-derived
+#: (`tracelab rederive`) rather than shown with numbers that no longer mean the same.
+DERIVED_VERSION = 1
 #: DuckDB's buffer memory for a writer. DuckDB keeps written blocks cached up to its limit (80%
 #: of RAM by default), which would make an ingest's RSS grow with the run's size.
 WRITER_MEMORY_LIMIT = os.environ.get("TRACELAB_WRITER_MEMORY_LIMIT", "1GB")
@@ -32,8 +39,54 @@ DEFAULT_LOCK_TIMEOUT_S = float(os.environ.get("TRACELAB_LOCK_TIMEOUT_S", "60"))
 
 
 def schema_sql() -> str:
-    """The DDL of the current schema version (documented column by column in the file)."""
-    return resources.files("tracelab").joinpath(f"schema/v{SCHEMA_VERSION}.sql").read_text()
+    """The DDL of the current schema version (documented column by column in the files)."""
+    return "\n".join(resources.files("tracelab").joinpath(f"schema/{name}").read_text()
+                     for name in SCHEMA_FILES)
+
+
+_CREATE = re.compile(r"^CREATE (?:TABLE IF NOT EXISTS|OR REPLACE VIEW) (\w+)")
+_COLUMN = re.compile(r"^\s+(\w+) [A-Z]")
+_VIEW_COLUMN = re.compile(r"^-- @column (\w+): (.*)$")
+
+
+def schema_comments(sql: str) -> list[tuple[str, str, str | None, str]]:
+    """(kind, table, column, text) for every documented table, view and column of `sql`: the
+    `-- ` lines right above a CREATE or a column definition, and a view's `-- @column name:
+    text` lines after it. The schema files are the one place the columns are described; this
+    copies that text into DuckDB's catalog, where DESCRIBE and duckdb_columns() show it."""
+    out: list[tuple[str, str, str | None, str]] = []
+    pending: list[str] = []
+    table: str | None = None
+    for line in sql.splitlines():
+        stripped = line.strip()
+        view_col = _VIEW_COLUMN.match(stripped)
+        if view_col and table:
+            out.append(("column", table, view_col.group(1), view_col.group(2)))
+            continue
+        if stripped.startswith("--"):
+            pending.append(stripped[2:].strip())
+            continue
+        created = _CREATE.match(stripped)
+        column = _COLUMN.match(line)
+        if created:
+            table = created.group(1)
+            if pending:
+                out.append(("table", table, None, " ".join(pending)))
+        elif column and table and pending and column.group(1).upper() != "PRIMARY":
+            out.append(("column", table, column.group(1), " ".join(pending)))
+        pending = []
+    return out
+
+
+def _apply_comments(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    for kind, table, column, text in schema_comments(sql):
+        quoted = "'" + text.replace("'", "''") + "'"
+        if kind == "table":
+            is_view = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?",
+                                  [table]).fetchall()[0][0]
+            con.execute(f"COMMENT ON {'VIEW' if is_view else 'TABLE'} {table} IS {quoted}")
+        else:
+            con.execute(f"COMMENT ON COLUMN {table}.{column} IS {quoted}")
 
 
 def _is_lock_conflict(exc: Exception) -> bool:
@@ -59,11 +112,16 @@ def _connect_with_retry(path: str, read_only: bool, timeout_s: float) -> duckdb.
             delay = min(delay * 2, 0.5)
 
 
-def _check_version(con: duckdb.DuckDBPyConnection, path: str) -> None:
+def _one(cur: duckdb.DuckDBPyConnection) -> tuple | None:
+    """The first row of a result, read through: DuckDB 2 refuses the connection's next
+    relational query while a result is unread (fetchone leaves it so)."""
+    rows = cur.fetchall()
+    return rows[0] if rows else None
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: str, check_derived: bool = True) -> None:
     try:
-        row = con.execute(
-            "SELECT value FROM tracelab_meta WHERE key = 'schema_version'"
-        ).fetchone()
+        row = _one(con.execute("SELECT value FROM tracelab_meta WHERE key = 'schema_version'"))
     except duckdb.CatalogException as exc:
         raise StoreError(
             f"{path}: this DuckDB file is not a tracelab store (no tracelab_meta table). "
@@ -75,6 +133,20 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: str) -> None:
             f"{path}: store schema version {found} but this tracelab reads version "
             f"{SCHEMA_VERSION}. Re-ingest the traces into a new store (--db NEW.duckdb)."
         )
+    if check_derived:
+        derived = stored_derived_version(con)
+        if derived != DERIVED_VERSION:
+            raise StoreError(
+                f"{path}: the store's derived tables were computed by another tracelab "
+                f"(derived version {derived}; this one computes version {DERIVED_VERSION}). "
+                f"Recompute them, keeping every event: tracelab rederive --db {path}"
+            )
+
+
+def stored_derived_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The derived version the store's derived tables were computed with."""
+    row = _one(con.execute("SELECT value FROM tracelab_meta WHERE key = 'derived_version'"))
+    return int(row[0]) if row else None
 
 
 @contextlib.contextmanager
@@ -83,8 +155,12 @@ def open_store(
     *,
     read_only: bool = True,
     timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    stale_derived_ok: bool = False,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open the store for the duration of a `with` block, creating it when writing.
+
+    A store whose derived tables another tracelab version computed is refused (StoreError
+    naming `tracelab rederive`) unless `stale_derived_ok`: that command's own open.
 
     Read-only opens of a missing file fail with a message that says how to create one.
     """
@@ -96,42 +172,46 @@ def open_store(
     con = _connect_with_retry(path, read_only, timeout_s)
     try:
         if read_only:
-            _check_version(con, path)
+            _check_version(con, path, check_derived=not stale_derived_ok)
         else:
             con.execute("SET memory_limit = ?", [WRITER_MEMORY_LIMIT])
             # DuckDB draws its own bar on long statements; ingest shows one for the whole job.
             con.execute("SET enable_progress_bar = false")
-            ensure_schema(con, path)
+            ensure_schema(con, path, check_derived=not stale_derived_ok)
         yield con
     finally:
         con.close()
 
 
-def ensure_schema(con: duckdb.DuckDBPyConnection, path: str = "<store>") -> None:
+def ensure_schema(con: duckdb.DuckDBPyConnection, path: str = "<store>", *,
+                  check_derived: bool = True) -> None:
     """Create the schema in an empty database, or check the version of an existing one."""
     has_meta = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tracelab_meta'"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if has_meta:
-        _check_version(con, path)
+        _check_version(con, path, check_derived)
         return
-    others = con.execute("SELECT count(*) FROM information_schema.tables").fetchone()[0]
+    others = con.execute("SELECT count(*) FROM information_schema.tables").fetchall()[0][0]
     if others:
         raise StoreError(
             f"{path}: this DuckDB file holds other tables and is not a tracelab store. "
             "Use a new file for --db."
         )
     con.execute("BEGIN")
-    con.execute(schema_sql())
+    sql = schema_sql()
+    con.execute(sql)
+    _apply_comments(con, sql)
     con.execute(
-        "INSERT INTO tracelab_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+        "INSERT INTO tracelab_meta VALUES ('schema_version', ?), ('derived_version', ?)",
+        [str(SCHEMA_VERSION), str(DERIVED_VERSION)],
     )
     con.execute("COMMIT")
 
 
 def run_id(con: duckdb.DuckDBPyConnection, name: str) -> int:
     """The id of the run called `name`; a clear error listing the runs that exist otherwise."""
-    row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchone()
+    row = _one(con.execute("SELECT run_id FROM runs WHERE name = ?", [name]))
     if row is None:
         names = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY run_id").fetchall()]
         known = ", ".join(names[:20]) or "none: ingest some traces first"
@@ -143,14 +223,17 @@ def resolve_run(con: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, 
     """(run_id, name) for `name`, or for the newest run when `name` is None."""
     if name is not None:
         return run_id(con, name), name
-    row = con.execute("SELECT run_id, name FROM runs ORDER BY run_id DESC LIMIT 1").fetchone()
+    row = _one(con.execute("SELECT run_id, name FROM runs ORDER BY run_id DESC LIMIT 1"))
     if row is None:
         raise RunNotFoundError("the store holds no runs yet. Ingest traces with `tracelab ingest`.")
     return int(row[0]), str(row[1])
 
 
-#: Tables holding per-run rows, deleted together with the run.
-RUN_TABLES = ("events", "steps", "lanes", "collectives", "memory", "ranks", "runs")
+#: Tables holding per-run rows, deleted together with the run (derived ones first).
+RUN_TABLES = ("step_spans", "clock_offsets", "matched_collectives", "p2p_ops", "time_parts",
+              "step_parts", "comm_attribution", "pipeline_actions", "pipeline_runs",
+              "pipeline_ranks", "derived_errors",
+              "events", "steps", "lanes", "collectives", "memory", "ranks", "runs")
 
 
 def delete_run(con: duckdb.DuckDBPyConnection, rid: int) -> None:

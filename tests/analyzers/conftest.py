@@ -25,6 +25,7 @@ Analyzed = tuple[SynthRun, dict[str, Result]]
 @pytest.fixture(scope="session")
 def analyzed(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Analyzed]:
     cache: dict[str, Analyzed] = {}
+    dbs: dict[str, Path] = {}
 
     def make(scenario: str, analyzer_params: dict[str, dict[str, Any]] | None = None,
              **params: Any) -> Analyzed:
@@ -38,8 +39,18 @@ def analyzed(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Analyzed
                 rid, _ = resolve_run(con, run.name)
                 results = run_all(con, rid, params=analyzer_params)
             cache[key] = (run, {r.analyzer: r for r in results})
+            dbs[run.name] = db
         return cache[key]
 
+    def query(run: SynthRun, sql: str, params: Any = None) -> list[dict[str, Any]]:
+        """Rows (as dicts) of a query on the run's store; $run is bound to the run's id."""
+        with open_store(dbs[run.name], read_only=True) as con:
+            rid, _ = resolve_run(con, run.name)
+            cur = con.execute(sql, {"run": rid, **(params or {})})
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+    make.query = query  # type: ignore[attr-defined]
     return make
 
 

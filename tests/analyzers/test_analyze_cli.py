@@ -29,17 +29,24 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_json_document(store, capsys):
     assert main(["analyze", "--db", str(store), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == SCHEMA == "tracelab.analysis/1"
+    assert doc["schema"] == SCHEMA == "tracelab.analysis/2"
     assert doc["run"]["ranks"] == 4
     assert list(doc["analyzers"]) == list(REGISTRY)
-    impacts = [f["impact_ms_per_step"] for f in doc["findings"]]
+    assert doc["errors"] == {}
+    impacts = [f["impact_ns_per_step"] for f in doc["findings"]]
     known = [i for i in impacts if i is not None]
     assert known == sorted(known, reverse=True)
     assert impacts[: len(known)] == known  # findings without a time cost come last
+    lost = doc["lost_time"]
+    assert sum(lost["parts_ns"].values()) == pytest.approx(lost["step_ns"])
+    assert sum(known) <= lost["step_ns"]
+    assert doc["analyzers"]["steps"]["metrics"]["step_ns"] == pytest.approx(lost["step_ns"])
     for f in doc["findings"]:
-        assert set(f) == {"code", "severity", "title", "evidence", "impact_ms_per_step",
-                          "impact_share", "suggestion", "analyzer", "view"}
-        assert set(f["evidence"]) == {"ranks", "steps", "time_ranges_ns", "numbers"}
+        assert set(f) == {"code", "severity", "title", "evidence", "impact_ns_per_step",
+                          "impact_share", "claim", "suggestion", "analyzer", "view"}
+        assert set(f["evidence"]) == {"ranks", "affected_ranks", "steps", "time_ranges_ns",
+                                      "numbers"}
+        assert "{impact" not in f["title"] + f["suggestion"]
         assert f["severity"] in ("info", "warning", "critical")
         assert f["view"] in ("overview", "timeline", "pipeline", "stragglers", "memory")
         assert f["suggestion"]

@@ -1,29 +1,38 @@
-"""The analyzer registry: one module per analysis, one pure function per module.
+"""The analyzers and the one runner that every surface uses.
 
-Each analyzer is `analyze(con, run_id, params) -> Result`: it reads the store for one run (never
-raw JSON), writes nothing, and returns its metrics, tables and findings, plus the parameters it
-used. The CLI (`tracelab analyze`), the reports and the app all iterate `REGISTRY` or call
-`run_all`, so they show the same numbers.
+Each analyzer is one module with one pure function `analyze(con, ctx, params) -> Result` over
+the derived layer (tracelab.derived; it never reads raw JSON, writes nothing and imports no
+other analyzer). `run()` runs them on one run with a failure policy, hands each lost nanosecond
+to one finding (tracelab.analyzers._budget) and orders the findings once; the CLI (`tracelab
+analyze`), the reports and the app all call it, so they show the same numbers.
 
-    from tracelab.analyzers import REGISTRY, run_all
+    from tracelab.analyzers import run
     with open_store("x.duckdb") as con:
-        results = run_all(con, run_id)               # every analyzer, registry order
-        results = run_all(con, run_id, only=["stragglers"], params={"stragglers": {...}})
+        analysis = run(con, run_id)                     # every analyzer, failures isolated
+        analysis.findings                               # worst first, impacts allocated
+        analysis.get("stragglers").metrics
+        run(con, run_id, only=["steps"], on_error="raise", params={"steps": {...}})
 """
 
 from __future__ import annotations
 
 import importlib
+import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import duckdb
 
+from tracelab.analyzers._budget import Budget, allocate, budget, ordered
+from tracelab.analyzers._common import RunContext, run_context
+from tracelab.defaults import WARMUP_STEPS
 from tracelab.errors import UsageError
 from tracelab.results import Finding, Result
 
-AnalyzeFn = Callable[[duckdb.DuckDBPyConnection, int, Mapping[str, Any]], Result]
+AnalyzeFn = Callable[[duckdb.DuckDBPyConnection, RunContext, Mapping[str, Any]], Result]
+OnError = Literal["isolate", "raise"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,74 +57,131 @@ MODULES = (
     "tracelab.analyzers.memory",
 )
 
-
-def _load() -> dict[str, Analyzer]:
-    out: dict[str, Analyzer] = {}
-    for modname in MODULES:
-        mod = importlib.import_module(modname)
-        out[mod.NAME] = Analyzer(name=mod.NAME, title=mod.TITLE, view=mod.VIEW,
-                                 defaults=dict(mod.DEFAULTS), analyze=mod.analyze)
-    return out
-
-
 _REGISTRY: dict[str, Analyzer] = {}
 
 
 def registry() -> dict[str, Analyzer]:
     """name -> Analyzer, in run order (modules are imported on first use)."""
     if not _REGISTRY:
-        _REGISTRY.update(_load())
+        for modname in MODULES:
+            mod = importlib.import_module(modname)
+            _REGISTRY[mod.NAME] = Analyzer(name=mod.NAME, title=mod.TITLE, view=mod.VIEW,
+                                           defaults=dict(mod.DEFAULTS), analyze=mod.analyze)
     return _REGISTRY
 
 
 def __getattr__(name: str) -> Any:
-    # `REGISTRY` is built lazily so that importing a helper module (e.g. _schedules from
-    # tracelab.testing) does not import every analyzer.
     if name == "REGISTRY":
         return registry()
     raise AttributeError(f"module 'tracelab.analyzers' has no attribute {name!r}")
 
 
-def run_all(
+@dataclass(frozen=True, kw_only=True)
+class Analysis:
+    """Every analyzer's result for one run, the analyzers that failed, and the findings with
+    their allocated impacts, worst first."""
+
+    context: RunContext
+    results: tuple[Result, ...] = ()
+    #: Analyzer (or derived component) name -> one-line reason it failed.
+    errors: dict[str, str] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+    budget: Budget | None = None
+    elapsed_s: float = 0.0
+
+    def get(self, name: str) -> Result | None:
+        return next((r for r in self.results if r.analyzer == name), None)
+
+    def table(self, analyzer: str, name: str) -> list[dict[str, Any]]:
+        result = self.get(analyzer)
+        return list(result.tables.get(name, [])) if result else []
+
+    def metric(self, analyzer: str, name: str) -> Any:
+        result = self.get(analyzer)
+        return result.metrics.get(name) if result else None
+
+
+def _reason(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:]
+    where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}{where}"[:500]
+
+
+def run(
     con: duckdb.DuckDBPyConnection,
     run_id: int,
     *,
     only: Iterable[str] | None = None,
     params: Mapping[str, Mapping[str, Any]] | None = None,
-) -> list[Result]:
-    """Run the named analyzers (default: all) on one run; `params` maps analyzer name to overrides."""
+    warmup_steps: int = WARMUP_STEPS,
+    on_error: OnError = "isolate",
+) -> Analysis:
+    """Run the named analyzers (default: all) on one run. `params` maps analyzer name to
+    overrides (unknown names or keys are usage errors). on_error='isolate' keeps a failing
+    analyzer's one-line reason in `errors` and runs the others; 'raise' re-raises it."""
+    start = time.perf_counter()
     reg = registry()
     names = list(only) if only is not None else list(reg)
-    unknown = [n for n in names if n not in reg]
+    unknown = [n for n in names if n not in reg] + [n for n in (params or {}) if n not in reg]
     if unknown:
         raise UsageError(f"unknown analyzer(s) {', '.join(unknown)}; known: {', '.join(reg)}.")
-    params = params or {}
-    return [reg[n].analyze(con, run_id, params.get(n, {})) for n in names]
+    if warmup_steps < 0:
+        raise UsageError(f"warm-up steps must be 0 or more, not {warmup_steps}.")
+    ctx = run_context(con, run_id, warmup_steps)
+    results: list[Result] = []
+    errors = {f"derived {k}": v for k, v in ctx.derived_errors.items()}
+    for name in names:
+        analyzer = reg[name]
+        given = dict((params or {}).get(name, {}))
+        cur = con.cursor()
+        try:
+            results.append(analyzer.analyze(cur, ctx, given))
+        except UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the failure policy: isolate, name, go on
+            if on_error == "raise":
+                raise
+            errors[name] = _reason(exc)
+        finally:
+            cur.close()
+    bud = budget(con, ctx)
+    found = allocate((f for r in results for f in r.findings), bud)
+    by_analyzer: dict[str, list[Finding]] = {}
+    for f in found:
+        by_analyzer.setdefault(f.analyzer, []).append(f)
+    results = [Result(analyzer=r.analyzer, run=r.run, params=r.params, metrics=r.metrics,
+                      tables=r.tables, findings=tuple(ordered(by_analyzer.get(r.analyzer, []))),
+                      notes=r.notes) for r in results]
+    return Analysis(context=ctx, results=tuple(results), errors=errors, findings=tuple(found),
+                    budget=bud, elapsed_s=time.perf_counter() - start)
 
 
-def all_findings(results: Iterable[Result]) -> list[Finding]:
-    """Every finding of `results`, worst impact first (then severity, then code)."""
-    found = [f for r in results for f in r.findings]
-    return sorted(
-        found,
-        key=lambda f: (-(f.impact_ms_per_step or 0.0), -int(f.severity), f.code),
-    )
+def run_all(con: duckdb.DuckDBPyConnection, run_id: int, *, only: Iterable[str] | None = None,
+            params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Result]:
+    """The results of run(), failures raised: for tests and scripts."""
+    return list(run(con, run_id, only=only, params=params, on_error="raise").results)
 
 
 #: Version tag of the JSON document below (docs/json-schema.md). Bumped on breaking change.
-SCHEMA = "tracelab.analysis/1"
+SCHEMA = "tracelab.analysis/2"
 
 
-def analysis_document(run: Mapping[str, Any], results: Iterable[Result]) -> dict[str, Any]:
-    """The stable JSON document of an analysis (docs/json-schema.md): the run, every finding
-    worst first, and each analyzer's full result."""
+def analysis_document(run_info: Mapping[str, Any], analysis: Analysis) -> dict[str, Any]:
+    """The stable JSON document of an analysis (docs/json-schema.md): the run, the budget,
+    every finding worst first, each analyzer's full result, and the analyzers that failed."""
     from tracelab import __version__
 
-    results = list(results)
+    bud = analysis.budget
     return {
         "schema": SCHEMA,
         "tracelab_version": __version__,
-        "run": dict(run),
-        "findings": [f.to_dict() for f in all_findings(results)],
-        "analyzers": {res.analyzer: res.to_dict() for res in results},
+        "run": dict(run_info),
+        "settings": {"warmup_steps": analysis.context.warmup_steps},
+        "lost_time": None if bud is None else {
+            "step_ns": bud.step_ns, "parts_ns": bud.parts, "steps": bud.steps,
+            "ranks": bud.ranks},
+        "findings": [f.to_dict() for f in analysis.findings],
+        "analyzers": {res.analyzer: res.to_dict() for res in analysis.results},
+        "errors": dict(analysis.errors),
     }

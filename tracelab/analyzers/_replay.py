@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tracelab.analyzers._common import ms, r
 
 
 def columns(data: pa.Table) -> dict[str, np.ndarray]:
@@ -98,10 +97,9 @@ def whatif(per_match: list[dict[str, Any]], cols: Mapping[str, Any]
         for i, rk in enumerate(ranks):
             savings.setdefault(rk, []).append(actual - float(total[2 + i]))
         measured = int(step_end.max()) - base
-        out.append({"step": step, "step_ms": ms(measured), "replayed_step_ms": ms(actual),
-                    "ideal_step_ms": ms(ideal),
-                    "slowdown": r(actual / ideal) if ideal else None,
-                    "saved_ms": ms(actual - ideal)})
+        out.append({"step": step, "step_ns": measured, "replayed_step_ns": actual,
+                    "ideal_step_ns": ideal, "slowdown": actual / ideal if ideal else None,
+                    "saved_ns": actual - ideal})
     return sorted(out, key=lambda s: s["step"]), savings
 
 

@@ -16,8 +16,10 @@ from typing import Any
 
 import duckdb
 
-from tracelab.analyzers._common import merge_params, r, ranks_str, rows, run_info
-from tracelab.analyzers.pipeline import TORCH_SCHEDULES
+from tracelab.derived.sqlrows import first
+
+from tracelab.analyzers._common import RunContext, merge_params, ranks_str, rows, size_str
+from tracelab.derived.pipeline import declared_pipeline, schedule_name
 from tracelab.results import Evidence, Finding, Result, Severity
 
 NAME = "memory"
@@ -29,7 +31,6 @@ DEFAULTS: dict[str, Any] = {
     # Report MEMORY_HEADROOM above this peak / capacity.
     "headroom_threshold": 0.8,
 }
-GIB = float(1 << 30)
 
 
 def expected_microbatches(schedule: str | None, p: int, m: int) -> list[int] | None:
@@ -70,59 +71,62 @@ def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[
     return "rss", rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak'"), [run_id])
 
 
-def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
+def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
-    info = run_info(con, run_id)
-    source, peaks = _peaks(con, run_id)
+    source, peaks = _peaks(con, ctx.run_id)
     if not peaks:
-        return Result(analyzer=NAME, run=info["name"], params=p, metrics={"source": None},
+        return Result(analyzer=NAME, run=ctx.name, params=p, metrics={"source": None},
                       notes=("no memory data: profile with profile_memory=True, or capture with "
                              "tracelab.profile, which records per-step peaks.",))
-    pipe = (info["metadata"] or {}).get("pipeline") or {}
-    schedule = TORCH_SCHEDULES.get(str(pipe.get("schedule") or "").lower())
-    is_pipe = bool(pipe) or any(x["pp_stage"] is not None for x in peaks)
+    pipe = declared_pipeline(ctx.metadata) or {}
+    schedule = schedule_name(pipe)
+    has_pipeline = first(con.execute("SELECT count(*) FROM pipeline_runs WHERE run_id = ?",
+                               [ctx.run_id]))[0] > 0
+    is_pipe = bool(pipe) or has_pipeline or any(x["pp_stage"] is not None for x in peaks)
     rank_tbl = []
     for x in peaks:
         cap = x["capacity_bytes"]
         rank_tbl.append({
             "rank": x["rank"], "stage": x["pp_stage"] if x["pp_stage"] is not None else
             (x["rank"] if is_pipe else None),
-            "peak_gib": r(x["peak_bytes"] / GIB), "reserved_gib": r((x["reserved_bytes"] or 0) / GIB),
-            "capacity_gib": r(cap / GIB) if cap else None,
-            "headroom_used": r(x["peak_bytes"] / cap) if cap else None,
+            "peak_bytes": x["peak_bytes"], "reserved_bytes": x["reserved_bytes"],
+            "capacity_bytes": cap, "headroom_used": x["peak_bytes"] / cap if cap else None,
             "lower_bound": source == "trace"})
     stage_tbl: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {"source": source, "peak_is_lower_bound": source == "trace",
-                               "peak_gib_max": max(x["peak_gib"] for x in rank_tbl),
+                               "peak_bytes_max": max(x["peak_bytes"] for x in rank_tbl),
+                               "capacity_bytes": max((x["capacity_bytes"] or 0
+                                                      for x in rank_tbl), default=0) or None,
                                "pipeline": is_pipe}
     if is_pipe:
-        by: dict[int, list[float]] = {}
+        by: dict[int, list[int]] = {}
         for x in rank_tbl:
-            by.setdefault(x["stage"], []).append(x["peak_gib"])
+            by.setdefault(x["stage"], []).append(x["peak_bytes"])
         stages = sorted(by)
         peak = {s: max(by[s]) for s in stages}
         mean = statistics.mean(peak.values())
-        exp = expected_microbatches(schedule, len(stages), int(pipe.get("microbatches") or 0)) \
-            if pipe.get("microbatches") else None
+        m = pipe.get("microbatches")
+        m = m if isinstance(m, int) and not isinstance(m, bool) and m > 0 else None
+        exp = expected_microbatches(schedule, len(stages), m) if m else None
         exp_mean = statistics.mean(exp) if exp else 1.0
         for i, s in enumerate(stages):
             stage_tbl.append({
-                "stage": s, "peak_gib": peak[s], "over_mean": r(peak[s] / mean) if mean else None,
+                "stage": s, "peak_bytes": peak[s], "over_mean": peak[s] / mean if mean else None,
                 "expected_microbatches": exp[i] if exp and i < len(exp) else None,
-                "expected_over_mean": r(exp[i] / exp_mean) if exp and i < len(exp) else None})
+                "expected_over_mean": exp[i] / exp_mean if exp and i < len(exp) else None})
         lo = min(peak.values())
         metrics.update({
             "schedule": schedule, "stages": len(stages),
-            "max_over_mean": r(max(peak.values()) / mean) if mean else None,
-            "max_over_min": r(max(peak.values()) / lo) if lo else None,
-            "expected_max_over_mean": r(max(exp) / exp_mean) if exp else None})
+            "max_over_mean": max(peak.values()) / mean if mean else None,
+            "max_over_min": max(peak.values()) / lo if lo else None,
+            "expected_max_over_mean": max(exp) / exp_mean if exp else None})
     findings = _findings(p, metrics, stage_tbl, rank_tbl, source)
     notes = {"trace": ["peaks from the trace's [memory] events: allocations made before "
                        "profiling started are missing, so these are lower bounds."],
              "rss": ["peaks are process RSS from the collector (no device allocator, no "
                      "[memory] events): they include the interpreter's baseline, which "
                      "dilutes imbalance ratios."]}.get(source, [])
-    return Result(analyzer=NAME, run=info["name"], params=p, metrics=metrics,
+    return Result(analyzer=NAME, run=ctx.name, params=p, metrics=metrics,
                   tables={"ranks": rank_tbl, "stages": stage_tbl}, findings=tuple(findings),
                   notes=tuple(notes))
 
@@ -132,24 +136,24 @@ def _findings(p: Mapping[str, Any], metrics: dict[str, Any], stage_tbl: list[dic
     out = []
     mom = metrics.get("max_over_mean")
     if mom is not None and mom > p["imbalance_threshold"]:
-        heavy = max(stage_tbl, key=lambda s: s["peak_gib"])
-        light = min(stage_tbl, key=lambda s: s["peak_gib"])
+        heavy = max(stage_tbl, key=lambda s: s["peak_bytes"])
+        light = min(stage_tbl, key=lambda s: s["peak_bytes"])
         exp = metrics.get("expected_max_over_mean")
         beyond = exp is None or mom > 1.1 * exp
-        expl = (f"the {metrics['schedule']} schedule alone predicts {exp}" if exp is not None
+        expl = (f"the {metrics['schedule']} schedule alone predicts {exp:.2f}x" if exp is not None
                 else "no schedule to compare with")
         out.append(Finding(
             code="STAGE_MEMORY_IMBALANCE",
             severity=Severity.WARNING if beyond else Severity.INFO,
-            title=f"Stage memory imbalance: stage {heavy['stage']} peaks at {heavy['peak_gib']} GiB, "
-                  f"{mom}x the mean ({expl})",
+            title=f"Stage memory imbalance: stage {heavy['stage']} peaks at "
+                  f"{size_str(heavy['peak_bytes'])}, {mom:.2f}x the mean ({expl})",
             evidence=Evidence(
                 ranks=tuple(x["rank"] for x in rank_tbl if x["stage"] == heavy["stage"]),
                 numbers={"max_over_mean": mom, "max_over_min": metrics.get("max_over_min"),
                          "expected_max_over_mean": exp, "heaviest_stage": heavy["stage"],
-                         "heaviest_peak_gib": heavy["peak_gib"], "lightest_stage": light["stage"],
-                         "lightest_peak_gib": light["peak_gib"], "source": source}),
-            impact_ms_per_step=None, impact_share=None,
+                         "heaviest_peak_bytes": heavy["peak_bytes"],
+                         "lightest_stage": light["stage"],
+                         "lightest_peak_bytes": light["peak_bytes"], "source": source}),
             suggestion=(f"Move layers from stage {heavy['stage']} toward stage {light['stage']}, "
                         "or recompute activations (activation checkpointing) on the early "
                         "stages, which hold the most microbatches under 1F1B; a V-shaped "
@@ -168,9 +172,8 @@ def _findings(p: Mapping[str, Any], metrics: dict[str, Any], stage_tbl: list[dic
                   f"{100 * worst['headroom_used']:.0f}% of device memory"
                   + (" (a lower bound)" if source == "trace" else ""),
             evidence=Evidence(ranks=tuple(x["rank"] for x in hot), numbers={
-                "peak_gib": worst["peak_gib"], "capacity_gib": worst["capacity_gib"],
+                "peak_bytes": worst["peak_bytes"], "capacity_bytes": worst["capacity_bytes"],
                 "headroom_used": worst["headroom_used"]}),
-            impact_ms_per_step=None, impact_share=None,
             suggestion="Above 80% of capacity, fragmentation and spikes risk out-of-memory: "
                        "reduce the microbatch size, checkpoint activations, or shard optimizer "
                        "state (FSDP/ZeRO) on these ranks.",

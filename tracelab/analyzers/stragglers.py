@@ -1,265 +1,266 @@
 """Stragglers: who makes the others wait at collectives, why, and what it costs per step.
 
-Collectives are matched across ranks (tracelab.analyzers._collectives) on the aligned clock. For
-each match: arrival a_r, last arrival A, wait_r = A - a_r, transfer = the shortest duration (no
-clock needed), and the last arriver's lateness = A - the second-latest arrival. A rank is blamed
-when it is the last arriver, later than the clock uncertainty allows, in at least `min_share` of
-the matches. It is a *compute* straggler when the compute it did since its previous collective
-exceeds its peers' median by at least half its lateness, else a *communication* straggler (late
-without more compute: its previous communication, a launch delay or host work held it back).
+Collectives are the derived layer's matched ones (matched_collectives, aligned clocks). A rank
+is blamed by its what-if saving (Lin et al., OSDI 2025; tracelab.analyzers._replay): per step,
+each rank's time before each collective (its "gap") is replayed through the step's matched
+collectives, and the saving of a rank is how much shorter the step would be had that rank alone
+run at the median speed. A rank is a straggler when its saving (median over the steady steps)
+is at least `min_saving_share` of the mean steady step and it arrived last, later than the
+clocks' uncertainty allows, at one or more steady collectives. Its kind is the part of its own
+step (compute, host, or communication transfer) that exceeds its peers' median the most:
+compute-bound (slower device, more work), host-bound (sleep, data loading, GC) or
+communication-bound (a slower link).
 
-What-if (Lin et al., OSDI 2025): per step, each rank's time before each collective (its "gap")
-and after the last one is replayed through the matched collectives; with a rank's gaps set to the
-median across ranks, the replay gives the step time had it run at the median speed.
+Its claim on the lost-time budget: the waiting it causes (the other ranks' wait attributed to
+it, comm_attribution) plus its own excess in that part, capped by its saving. Waiting that no
+straggler explains (a different rank last each time: jitter, uneven inputs) is SYNC_WAIT's.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from typing import Any
 
 import duckdb
-import numpy as np
+
+from tracelab.derived.sqlrows import first
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracelab.analyzers import _intervals as iv
-from tracelab.analyzers._collectives import cached_matched, offsets_relation
-from tracelab.analyzers._common import NS_PER_MS, merge_params, ms, r, run_info
+from tracelab.analyzers._common import (
+    RunContext,
+    merge_params,
+    ms,
+    pct,
+    ranks_str,
+    rows,
+)
+from tracelab.analyzers._host import host_activity, host_total
 from tracelab.analyzers._replay import columns as replay_columns
 from tracelab.analyzers._replay import whatif
-from tracelab.analyzers.breakdown import cached_intervals
-from tracelab.results import Evidence, Finding, Result, Severity
+from tracelab.results import Claim, Evidence, Finding, Result, Severity
 
 NAME = "stragglers"
 TITLE = "Stragglers at collectives"
 VIEW = "stragglers"
 DEFAULTS: dict[str, Any] = {
-    # Blame a rank that is the (blameable) last arriver in at least this share of matches.
-    "min_share": 0.5,
-    # ...and whose what-if saving is at least this share of the step.
-    "min_saving_share": 0.01,
+    # Blame a rank whose what-if saving is at least this share of the mean steady step.
+    "min_saving_share": 0.05,
+    # Report SYNC_WAIT when waiting no straggler explains exceeds this share of the step.
+    "sync_wait_threshold": 0.10,
 }
+#: Kind of straggler by the part of its step that exceeds its peers' the most.
+KINDS = {"compute": ("STRAGGLER_COMPUTE", ("compute",)),
+         "host": ("STRAGGLER_HOST", ("host",)),
+         "communication": ("STRAGGLER_COMM", ("transfer", "memcpy"))}
+
+_GAPS_SQL = """
+WITH st AS (SELECT rank, step, start_ns AS s0, end_ns AS s1 FROM step_spans WHERE run_id = $run),
+g AS (
+    SELECT m.rank, m.match_key AS key, m.op, m.step, m.start_ns AS a_ns, m.end_ns AS e_ns,
+           m.ranks AS n, m.last_arrival_ns, m.last_rank, m.transfer_ns, m.wait_ns,
+           m.lateness_ns, st.s0, st.s1,
+           coalesce(lag(m.end_ns) OVER (PARTITION BY m.rank, m.step ORDER BY m.start_ns),
+                    least(st.s0, m.start_ns)) AS prev_ns
+    FROM matched_collectives m LEFT JOIN st ON st.rank = m.rank AND st.step = m.step
+    WHERE m.run_id = $run
+)
+SELECT *, greatest(a_ns - prev_ns, 0) AS gap_ns FROM g ORDER BY step, last_arrival_ns, rank
+"""
+
+#: Per rank, mean per steady step of each part, and of the wait it caused in others.
+_RANK_PARTS_SQL = """
+WITH p AS (SELECT * FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal),
+n AS (SELECT count(*) AS rs FROM p),
+caused AS (
+    SELECT culprit_rank AS rank, sum(exposed_ns) AS caused_ns FROM comm_attribution
+    WHERE run_id = $run AND part = 'wait' AND step IN (SELECT DISTINCT step FROM p)
+    GROUP BY culprit_rank
+)
+SELECT p.rank, avg(compute_ns) AS compute_ns, avg(host_ns) AS host_ns,
+       avg(transfer_ns) AS transfer_ns, avg(memcpy_ns) AS memcpy_ns, avg(wait_ns) AS wait_ns,
+       coalesce(any_value(caused.caused_ns), 0) / any_value(n.rs) AS caused_ns
+FROM p CROSS JOIN n LEFT JOIN caused USING (rank) GROUP BY p.rank ORDER BY p.rank
+"""
 
 
-def _gaps(con: duckdb.DuckDBPyConnection, run_id: int, matched: str,
-          offsets: dict[int, int]) -> pa.Table:
-    """Matched rows plus each rank's gap since its previous collective (or its step start)
-    and the compute inside that gap, all aligned, ordered by step, last arrival and rank.
-    The joins are SQL; the per-rank walk, the compute lookups and the per-match peers are numpy
-    over the 16k-row table (DuckDB's windows cost about a microsecond a row here)."""
-    rel, rel_params = offsets_relation(offsets)
-    _, seg = cached_intervals(con, run_id)
-    t = con.sql(f"""
-        WITH off AS {rel},
-        st AS (SELECT s.rank, s.step, s.start_ns - coalesce(o.off_ns, 0) AS s0,
-                      greatest(s.end_ns, coalesce(s.device_end_ns, s.end_ns))
-                        - coalesce(o.off_ns, 0) AS s1
-               FROM steps s LEFT JOIN off o USING (rank) WHERE s.run_id = ?)
-        SELECT mt.rank, key, op, mt.step, start_ns, a_ns, e_ns, n, last_arrival_ns, last_rank,
-               transfer_ns, wait_ns, st.s0, st.s1
-        FROM {matched} mt LEFT JOIN st ON st.rank = mt.rank AND st.step = mt.step
-        ORDER BY mt.rank, mt.step, a_ns""", params=[*rel_params, run_id]).to_arrow_table()
-    col = {k: t.column(k).fill_null(0).to_numpy().astype(np.int64, copy=False)
-           for k in ("rank", "step", "start_ns", "a_ns", "e_ns", "last_rank", "s0", "wait_ns")}
-    has_step = t.column("step").is_valid().to_numpy(zero_copy_only=False)
-    has_s0 = t.column("s0").is_valid().to_numpy(zero_copy_only=False)
-    rank, a_ns = col["rank"], col["a_ns"]
-    # The previous collective's end on the same rank in the same step, else the step's start.
-    same = np.zeros(len(rank), dtype=bool)
-    same[1:] = ((rank[1:] == rank[:-1]) & (has_step[1:] == has_step[:-1])
-                & (col["step"][1:] == col["step"][:-1]))
-    prev = np.where(has_s0, np.minimum(col["s0"], a_ns), a_ns)
-    prev[1:] = np.where(same[1:], col["e_ns"][:-1], prev[1:])
-    gap = np.maximum(a_ns - prev, 0)
-    # The gap on the rank's own clock (raw), where its compute intervals live.
-    start = col["start_ns"]
-    compute = np.maximum(iv.covered(con, seg, "compute", rank, prev + (start - a_ns), start), 0)
-    # The last arriver's lateness over the next-latest, and its peers' compute.
-    enc = t.column("key").combine_chunks().dictionary_encode()
-    code = enc.indices.to_numpy().astype(np.int64, copy=False)
-    nkeys = len(enc.dictionary)
-    peer = np.flatnonzero(rank != col["last_rank"])
-    second = np.full(nkeys, np.iinfo(np.int64).min)
-    np.maximum.at(second, code[peer], a_ns[peer])
-    peer = peer[np.lexsort((compute[peer], code[peer]))]
-    cnt = np.bincount(code[peer], minlength=nkeys)
-    none = cnt[code] == 0
-    vals = np.append(compute[peer], 0)  # a 0 for keys without peers (masked below)
-    first = np.cumsum(cnt) - cnt
-    lo = vals[np.where(cnt > 0, first + (cnt - 1) // 2, len(peer))]
-    hi = vals[np.where(cnt > 0, first + cnt // 2, len(peer))]
-    # DuckDB's median of integers: the lower middle plus half the distance to the upper.
-    med = lo + (hi - lo) * 0.5
-    out = t.drop_columns(["start_ns"])
-    for name, values in (("prev_ns", prev), ("gap_ns", gap), ("compute_ns", compute)):
-        out = out.append_column(name, pa.array(values))
-    out = out.append_column("second_ns", pa.array(second[code], mask=none))
-    out = out.append_column("peer_compute_ns", pa.array(med[code], mask=none))
-    # Rounded and ordered by DuckDB, so the milliseconds are SQL's round() digit for digit.
-    con.register("_tl_gaps", out)
-    try:
-        return con.sql("""SELECT *, round(wait_ns / 1e6, 4) AS wait_ms,
-                                 round(gap_ns / 1e6, 4) AS gap_ms,
-                                 round(compute_ns / 1e6, 4) AS compute_ms
-                          FROM _tl_gaps ORDER BY step, last_arrival_ns, rank""").to_arrow_table()
-    finally:
-        con.unregister("_tl_gaps")
+def _median(xs: list[float]) -> float:
+    """Median of a short Python list (per-rank figures already aggregated in SQL)."""
+    s = sorted(xs)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
 
 
-def analyze(con: duckdb.DuckDBPyConnection, run_id: int, params: Mapping[str, Any]) -> Result:
+def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
-    info = run_info(con, run_id)
-    matched, clocks = cached_matched(con, run_id)
-    source = clocks.source
-    data = _gaps(con, run_id, matched, clocks.offsets_ns) if matched else None
-    if data is None or not data.num_rows:
-        return Result(analyzer=NAME, run=info["name"], params=p, metrics={"matched": 0},
-                      notes=("no collective is matched across two or more ranks: nothing to "
-                             "compare (single-rank trace, or no timed collectives).",))
-    unc = clocks.uncertainty_ns
-    # Plain Python only for what is read row by row; the 16k-row table stays in Arrow/numpy.
-    col = {k: data.column(k).to_pylist() for k in ("rank", "key", "step", "compute_ns", "wait_ns")}
-    ranks_of: dict[str, list[int]] = {}
-    for key, rk in zip(col["key"], col["rank"], strict=True):
-        ranks_of.setdefault(key, []).append(rk)
-    # Never blame lateness within the clocks' uncertainty: the last rank's plus its peers'.
-    margin_of = {rk: u + max((v for o, v in unc.items() if o != rk), default=0)
-                 for rk, u in unc.items()}
-    per_match = []
-    for x in data.filter(pc.equal(data.column("rank"), data.column("last_rank"))).to_pylist():
-        late = x["a_ns"] - x["second_ns"]
-        margin = margin_of.get(x["rank"], 0)
-        per_match.append({
-            "key": x["key"], "op": x["op"], "step": x["step"], "last_rank": x["rank"],
-            "lateness_ns": late, "blameable": late > margin, "margin_ns": margin,
-            "transfer": x["transfer_ns"], "A": x["last_arrival_ns"],
-            "ranks": sorted(ranks_of[x["key"]]),
-            "extra_compute_ns": x["compute_ns"] - x["peer_compute_ns"]})
-    per_match.sort(key=lambda m: (m["step"] if m["step"] is not None else -1, m["A"]))
+    data = con.sql(_GAPS_SQL, params={"run": ctx.run_id}).to_arrow_table()
+    if not data.num_rows:
+        why = ctx.derived_errors.get("collectives", "no collective is matched across two or "
+                                     "more ranks (single-rank trace, or no timed collectives)")
+        return Result(analyzer=NAME, run=ctx.name, params=p, metrics={"matched": 0},
+                      notes=(f"nothing to compare: {why}.",))
+    unc = dict(con.execute("SELECT rank, coalesce(uncertainty_ns, 0) FROM clock_offsets "
+                           "WHERE run_id = ?", [ctx.run_id]).fetchall())
+    steady = {int(s) for (s,) in con.execute(
+        "SELECT DISTINCT step FROM step_spans WHERE run_id = $run AND ordinal >= $min_ordinal",
+        ctx.params).fetchall()}
+    per_match = _matches(data, unc)
     steps_out, savings = whatif(per_match, replay_columns(data))
-    waits_by: dict[int, int] = {}
-    for rk, w in zip(col["rank"], col["wait_ns"], strict=True):
-        waits_by[rk] = waits_by.get(rk, 0) + w
-    rank_rows, blamed = _rank_table(p, per_match, waits_by, savings, steps_out)
-    findings = _findings(blamed, rank_rows, per_match, steps_out)
-    slow = [s["slowdown"] for s in steps_out if s["slowdown"] is not None]
+    step_ns = _mean_step(con, ctx)
+    parts = {x["rank"]: x for x in rows(con, _RANK_PARTS_SQL, ctx.params)}
+    rank_rows = _rank_table(per_match, savings, parts, steady, steps_out)
+    blamed = [x for x in rank_rows if x["saving_ns_per_step"] is not None and step_ns
+              and x["saving_ns_per_step"] >= p["min_saving_share"] * step_ns
+              and x["times_last_steady"] > 0]
+    findings = [_straggler(con, ctx, x, per_match, rank_rows, step_ns) for x in blamed]
+    total_wait = sum(x["wait_ns"] for x in parts.values()) / max(len(parts), 1)
+    explained = sum(x["caused_wait_ns_per_step"] for x in blamed)
+    if step_ns and total_wait - explained > p["sync_wait_threshold"] * step_ns:
+        findings.append(_sync_wait(total_wait, parts, per_match, steady))
+    slow = [s["slowdown"] for s in steps_out if s["slowdown"] is not None
+            and s["step"] in steady]
     metrics = {
-        "source": source, "matched": len(per_match), "ranks": len(waits_by),
-        "clock_uncertainty_ms_max": ms(max(unc.values(), default=0)),
-        "blameable_share": r(sum(m["blameable"] for m in per_match) / len(per_match)),
-        "transfer_ms_median": ms(statistics.median(m["transfer"] for m in per_match)),
-        "step_ms_median": r(statistics.median([s["step_ms"] for s in steps_out])) if steps_out else None,
-        "ideal_step_ms_median": r(statistics.median([s["ideal_step_ms"] for s in steps_out]))
-        if steps_out else None,
-        "slowdown_median": r(statistics.median(slow)) if slow else None,
-        "stragglers": sorted(blamed),
+        "matched": len(per_match), "ranks": len(rank_rows),
+        "clock_uncertainty_ns_max": max(unc.values(), default=0),
+        "blameable_share": sum(m["blameable"] for m in per_match) / len(per_match),
+        "transfer_ns_median": _median([m["transfer"] for m in per_match]),
+        "slowdown_median": _median(slow) if slow else None,
+        "stragglers": [x["rank"] for x in blamed],
+        "wait_share": total_wait / step_ns if step_ns else None,
     }
-    step_ranks = _step_ranks(per_match, col)
-    last_of: dict[Any, tuple[int, int | None]] = {}
-    for x in step_ranks:
-        if x["times_last"] and x["times_last"] >= last_of.get(x["step"], (0, None))[0]:
-            last_of[x["step"]] = (x["times_last"], x["rank"])
-    for s in steps_out:
-        s["last_arriver"] = last_of.get(s["step"], (0, None))[1]
     coll_rows = [{"key": m["key"], "op": m["op"], "step": m["step"], "last_rank": m["last_rank"],
-                  "lateness_ms": ms(m["lateness_ns"]), "transfer_ms": ms(m["transfer"]),
+                  "lateness_ns": m["lateness_ns"], "transfer_ns": m["transfer"],
                   "blameable": m["blameable"], "last_arrival_ns": m["A"]} for m in per_match]
-    waits = data.select(["key", "rank", "step", "wait_ms", "a_ns", "e_ns", "gap_ms", "compute_ms"]
-                        ).rename_columns(["key", "rank", "step", "wait_ms", "arrival_ns", "end_ns",
-                                          "gap_ms", "compute_ms"]).to_pylist()
-    return Result(analyzer=NAME, run=info["name"], params=p, metrics=metrics,
-                  tables={"ranks": rank_rows, "steps": steps_out, "step_ranks": step_ranks,
-                          "collectives": coll_rows,
-                          "waits": waits}, findings=tuple(findings),
-                  notes=(f"collectives from source '{source}', clocks aligned by "
-                         f"{', '.join(sorted(set(clocks.method.values())))}; lateness within "
-                         "the clock uncertainty is never blamed.",))
+    return Result(analyzer=NAME, run=ctx.name, params=p, metrics=metrics,
+                  tables={"ranks": rank_rows, "steps": steps_out, "collectives": coll_rows},
+                  findings=tuple(findings),
+                  notes=("lateness within the clocks' uncertainty is never blamed; a rank is "
+                         "blamed by how much shorter the step would be had it run at the median "
+                         "speed (what-if replay).",))
 
 
-def _step_ranks(per_match: list[dict[str, Any]],
-                col: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
-    """Per step and rank: compute before its collectives, time waiting in them, and how often
-    it was the (blameable) last to arrive."""
-    out: dict[tuple[Any, int], dict[str, Any]] = {}
-    for step, rk, comp, wait in zip(col["step"], col["rank"], col["compute_ns"], col["wait_ns"],
-                                    strict=True):
-        row = out.get((step, rk))
-        if row is None:
-            row = out[(step, rk)] = {"step": step, "rank": rk, "compute_ns": 0, "wait_ns": 0,
-                                     "times_last": 0}
-        row["compute_ns"] += comp
-        row["wait_ns"] += wait
-    for m in per_match:
-        if m["blameable"] and (m["step"], m["last_rank"]) in out:
-            out[(m["step"], m["last_rank"])]["times_last"] += 1
-    return [{"step": v["step"], "rank": v["rank"], "compute_ms": ms(v["compute_ns"]),
-             "wait_ms": ms(v["wait_ns"]), "times_last": v["times_last"]}
-            for _, v in sorted(out.items(), key=lambda kv: (kv[0][0] is None, kv[0]))]
+def _mean_step(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:
+    row = first(con.execute("SELECT avg(step_ns) FROM step_parts WHERE run_id = $run AND "
+                      "ordinal >= $min_ordinal", ctx.params))
+    return float(row[0]) if row and row[0] is not None else 0.0
 
 
-def _rank_table(p: Mapping[str, Any], per_match: list[dict[str, Any]], waits_by: dict[int, int],
-                savings: dict[int, list[float]],
-                steps_out: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str]]:
-    ranks = sorted(waits_by)
-    step_ms = statistics.median([s["step_ms"] for s in steps_out]) if steps_out else None
-    out, blamed = [], {}
-    for rk in ranks:
+def _matches(data: pa.Table, unc: dict[int, int]) -> list[dict[str, Any]]:
+    """One dict per match (its last arriver's row), in step and arrival order."""
+    ranks_of: dict[str, list[int]] = {}
+    for key, rk in zip(data.column("key").to_pylist(), data.column("rank").to_pylist(),
+                       strict=True):
+        ranks_of.setdefault(key, []).append(rk)
+    out = []
+    last = data.filter(pc.equal(data.column("rank"), data.column("last_rank")))
+    for x in last.to_pylist():
+        margin = unc.get(x["rank"], 0) + max((v for o, v in unc.items() if o != x["rank"]),
+                                             default=0)
+        out.append({"key": x["key"], "op": x["op"], "step": x["step"], "last_rank": x["rank"],
+                    "lateness_ns": x["lateness_ns"], "blameable": x["lateness_ns"] > margin,
+                    "transfer": x["transfer_ns"], "A": x["last_arrival_ns"],
+                    "ranks": sorted(ranks_of[x["key"]])})
+    out.sort(key=lambda m: (m["step"] if m["step"] is not None else -1, m["A"]))
+    return out
+
+
+def _rank_table(per_match: list[dict[str, Any]], savings: dict[int, list[float]],
+                parts: dict[int, dict[str, Any]], steady: set[int],
+                steps_out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    steady_steps = [s["step"] for s in steps_out if s["step"] in steady]
+    peer_med = {k: {rk: _median([parts[o][k] for o in parts if o != rk]) if len(parts) > 1
+                    else 0.0 for rk in parts}
+                for k in ("compute_ns", "host_ns", "transfer_ns", "memcpy_ns")}
+    out = []
+    for rk in sorted({r for m in per_match for r in m["ranks"]}):
         mine = [m for m in per_match if rk in m["ranks"]]
         last = [m for m in mine if m["last_rank"] == rk and m["blameable"]]
-        save = statistics.median(savings[rk]) / NS_PER_MS if savings.get(rk) else None
-        share = len(last) / len(mine) if mine else 0.0
-        extra = statistics.median([m["extra_compute_ns"] for m in last]) if last else None
-        late = statistics.median([m["lateness_ns"] for m in last]) if last else None
-        kind = None
-        if last and late is not None:
-            kind = "compute" if extra is not None and extra >= 0.5 * late else "communication"
-        row = {"rank": rk, "matches": len(mine), "times_last": len(last),
-               "share_last": r(share), "lateness_ms_median": ms(late),
-               "extra_compute_ms_median": ms(extra),
-               "wait_ms_total": ms(waits_by[rk]),
-               "saving_ms_per_step": r(save), "kind": kind}
-        out.append(row)
-        if (last and share >= p["min_share"] and save is not None and step_ms
-                and save >= p["min_saving_share"] * step_ms):
-            blamed[rk] = kind or "communication"
-    return out, blamed
-
-
-def _findings(blamed: dict[int, str], rank_rows: list[dict[str, Any]],
-              per_match: list[dict[str, Any]], steps_out: list[dict[str, Any]]) -> list[Finding]:
-    out = []
-    step_ms = statistics.median([s["step_ms"] for s in steps_out]) if steps_out else None
-    for rk, kind in sorted(blamed.items()):
-        row = next(x for x in rank_rows if x["rank"] == rk)
-        late = sorted((m for m in per_match if m["last_rank"] == rk and m["blameable"]),
-                      key=lambda m: -m["lateness_ns"])
-        save = row["saving_ms_per_step"]
-        code = "STRAGGLER_COMPUTE" if kind == "compute" else "STRAGGLER_COMM"
-        why = (f"it computes {row['extra_compute_ms_median']:.2f} ms more than its peers' median "
-               "before the collective" if kind == "compute" else
-               "it arrives late without computing more than its peers (its previous "
-               "communication, kernel launches or host work hold it back)")
-        out.append(Finding(
-            code=code, severity=Severity.CRITICAL if step_ms and save and save > 0.1 * step_ms
-            else Severity.WARNING,
-            title=f"Rank {rk} is a {kind} straggler: last to arrive at {row['times_last']} of "
-                  f"{row['matches']} collectives, {row['lateness_ms_median']:.2f} ms late (median)",
-            evidence=Evidence(
-                ranks=(rk,), steps=tuple(sorted({m["step"] for m in late if m["step"] is not None})),
-                time_ranges_ns=tuple((m["A"] - m["lateness_ns"], m["A"]) for m in late[:5]),
-                numbers={"times_last": row["times_last"], "matches": row["matches"],
-                         "lateness_ms_median": row["lateness_ms_median"],
-                         "extra_compute_ms_median": row["extra_compute_ms_median"],
-                         "saving_ms_per_step": save, "step_ms": r(step_ms)}),
-            impact_ms_per_step=save, impact_share=r(save / step_ms) if save and step_ms else None,
-            suggestion=(f"Rank {rk}: {why}. " + (
-                "Check its device (clocks, thermals, ECC, a slower GPU), uneven work (data "
-                "sharding, sequence lengths, an extra layer), or background processes on its "
-                "host." if kind == "compute" else
-                "Look at its timeline before the late collectives: host-side stalls (data "
-                "loading, GC, logging on that rank), CPU launch overhead, or a slower link.")
-                + f" At the median speed the step would be {save:.2f} ms shorter."),
-            analyzer=NAME, view="stragglers"))
+        by_step = dict(zip([s["step"] for s in steps_out], savings.get(rk, []), strict=False))
+        save = [by_step[s] for s in steady_steps if s in by_step]
+        x = parts.get(rk, {})
+        excess = {kind: sum(x.get(f"{part}_ns", 0.0) - peer_med[f"{part}_ns"].get(rk, 0.0)
+                            for part in kinds) for kind, (_, kinds) in KINDS.items()}
+        kind = max(excess, key=lambda k: excess[k])
+        out.append({
+            "rank": rk, "matches": len(mine), "times_last": len(last),
+            "times_last_steady": sum(1 for m in last if m["step"] in steady),
+            "share_last": len(last) / len(mine) if mine else 0.0,
+            "lateness_ns_median": _median([m["lateness_ns"] for m in last]) if last else None,
+            "saving_ns_per_step": _median(save) if save else None,
+            "wait_ns_per_step": x.get("wait_ns"), "caused_wait_ns_per_step": x.get("caused_ns", 0.0),
+            "excess_compute_ns": excess["compute"], "excess_host_ns": excess["host"],
+            "excess_transfer_ns": excess["communication"], "kind": kind,
+        })
     return out
+
+
+def _straggler(con: duckdb.DuckDBPyConnection, ctx: RunContext, row: dict[str, Any],
+               per_match: list[dict[str, Any]], rank_rows: list[dict[str, Any]],
+               step_ns: float) -> Finding:
+    rk, kind = row["rank"], row["kind"]
+    code, kind_parts = KINDS[kind]
+    excess = row[f"excess_{'transfer' if kind == 'communication' else kind}_ns"]
+    n = max(len(rank_rows), 1)
+    late = sorted((m for m in per_match if m["last_rank"] == rk and m["blameable"]),
+                  key=lambda m: -m["lateness_ns"])
+    victims = tuple(sorted({r for m in late for r in m["ranks"] if r != rk}))
+    numbers: dict[str, float | int | str | None] = {
+        "saving_ns_per_step": row["saving_ns_per_step"], "step_ns": step_ns,
+        "caused_wait_ns_per_step": row["caused_wait_ns_per_step"],
+        f"excess_{kind}_ns_per_step": excess,
+        "times_last": row["times_last"], "matches": row["matches"],
+        "lateness_ns_median": row["lateness_ns_median"]}
+    why = {"compute": f"it computes {ms(excess)} more per step than its peers' median",
+           "host": f"it spends {ms(excess)} more per step than its peers on the host "
+                   "(outside operators and communication)",
+           "communication": f"its own transfers take {ms(excess)} more per step than its "
+                            "peers'"}[kind]
+    if kind == "host":
+        total = host_total(con, ctx, rk) or 1
+        for i, x in enumerate(host_activity(con, ctx, rk, top=3), 1):
+            numbers[f"host_span_{i}"] = (f"{x['name']}: overlaps {100 * x['ns'] / total:.0f}% "
+                                         f"of rank {rk}'s host time")
+    fix = {"compute": "Check its device (clocks, thermals, a slower or shared GPU) and its "
+                      "share of the work (data sharding, sequence lengths, an extra layer).",
+           "host": "Look at its host timeline in the late steps: data loading, logging or "
+                   "checkpointing on that rank only, garbage collection, a sleep, CPU "
+                   "contention from other processes on its host.",
+           "communication": "Check its links (a slower NIC or PCIe path, a congested switch "
+                            "port) and NCCL's topology detection on its host."}[kind]
+    claim_parts = [("wait", round(row["caused_wait_ns_per_step"]))]
+    claim_parts += [(part, round(max(excess, 0.0) / n)) for part in kind_parts]
+    return Finding(
+        code=code, severity=Severity.WARNING,
+        title=f"Rank {rk} is a {kind}-bound straggler: the others wait for it, costing "
+              "{impact_ms} per step ({impact_pct})",
+        evidence=Evidence(
+            ranks=(rk,), affected_ranks=victims,
+            steps=tuple(sorted({m["step"] for m in late if m["step"] is not None})),
+            time_ranges_ns=tuple((m["A"] - m["lateness_ns"], m["A"]) for m in late[:5]),
+            numbers=numbers),
+        claim=Claim(parts=tuple(claim_parts), cap_ns=round(row["saving_ns_per_step"])),
+        suggestion=f"Rank {rk}: {why}; at the median speed the step would be "
+                   f"{ms(row['saving_ns_per_step'])} shorter. {fix}",
+        analyzer=NAME, view="stragglers")
+
+
+def _sync_wait(total_wait: float, parts: dict[int, dict[str, Any]],
+               per_match: list[dict[str, Any]], steady: set[int]) -> Finding:
+    lasts: dict[int, int] = {}
+    for m in per_match:
+        if m["step"] in steady:
+            lasts[m["last_rank"]] = lasts.get(m["last_rank"], 0) + 1
+    n = sum(lasts.values()) or 1
+    top = sorted(lasts.items(), key=lambda kv: -kv[1])[:3]
+    return Finding(
+        code="SYNC_WAIT", severity=Severity.WARNING,
+        title="Ranks wait {impact_pct} of the step at collectives for whichever rank arrives "
+              "last (no single straggler)",
+        evidence=Evidence(ranks=tuple(sorted(parts)), numbers={
+            "wait_ns_per_step": total_wait,
+            "last_arrivers": ", ".join(f"rank {r} {pct(c / n)}" for r, c in top)}),
+        claim=Claim(parts=(("wait", round(total_wait)),)),
+        suggestion="The last rank changes from collective to collective: uneven work per step "
+                   "(variable sequence lengths, data-dependent compute), or noise (other "
+                   "processes, CPU frequency). Balance the work per rank (pack sequences, bucket "
+                   f"by length) across {ranks_str(sorted(parts))}.",
+        analyzer=NAME, view="stragglers")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-FORMATS = ("markdown", "html", "json", "junit")
+from tracelab.render import formats
+
+FORMATS = formats("report")
 
 
 def run(args: argparse.Namespace) -> int:

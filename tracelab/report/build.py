@@ -13,14 +13,13 @@ import hashlib
 import json
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 
 from tracelab.errors import InputError, UsageError
-from tracelab.report import render_html, render_json, render_junit, render_markdown
+from tracelab.render import renderer
 from tracelab.report.compare import Report, compare
 from tracelab.report.metrics import extract
 from tracelab.report.thresholds import ReportSettings
@@ -28,21 +27,6 @@ from tracelab.store import DEFAULT_DB, open_store
 
 #: Inputs below this size are converted in-process (no worker pool start-up).
 SMALL_INPUT_BYTES = 64 << 20
-
-
-@dataclass(frozen=True, kw_only=True)
-class Renderer:
-    render: Callable[[Report], str]
-    #: File name used when several formats go to one --out folder.
-    filename: str
-
-
-RENDERERS: dict[str, Renderer] = {
-    "markdown": Renderer(render=render_markdown.render, filename="tracelab-report.md"),
-    "html": Renderer(render=render_html.render, filename="tracelab-report.html"),
-    "json": Renderer(render=render_json.render, filename="tracelab-report.json"),
-    "junit": Renderer(render=render_junit.render, filename="tracelab-report.junit.xml"),
-}
 
 
 def _log(msg: str) -> None:
@@ -152,15 +136,13 @@ def write_outputs(report: Report, formats: list[str], out: str | None) -> list[s
 
     Returns the paths written ("-" for stdout).
     """
-    unknown = [f for f in formats if f not in RENDERERS]
-    if unknown:
-        raise UsageError(f"unknown --format {unknown[0]!r}; choose from {', '.join(RENDERERS)}")
-    formats = list(dict.fromkeys(formats))
+    renderers = {f: renderer("report", f) for f in dict.fromkeys(formats)}
+    formats = list(renderers)
     if len(formats) > 1 and out is None:
         raise UsageError("several --format values need --out FOLDER to write them into")
     written = []
     for fmt in formats:
-        text = RENDERERS[fmt].render(report)
+        text = renderers[fmt].render(report)
         if out is None or out == "-":
             sys.stdout.write(text)
             written.append("-")
@@ -168,7 +150,7 @@ def write_outputs(report: Report, formats: list[str], out: str | None) -> list[s
         target = Path(out)
         if len(formats) > 1 or target.is_dir() or out.endswith(("/", "\\")):
             target.mkdir(parents=True, exist_ok=True)
-            target = target / RENDERERS[fmt].filename
+            target = target / renderers[fmt].filename
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")

@@ -6,9 +6,8 @@ renders inline HTML) and Markdown's table and emphasis characters are backslash-
 
 from __future__ import annotations
 
-import html
-import re
 
+from tracelab.render.text import md, md_code
 from tracelab.report import _format as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics, Verdict
 from tracelab.results import Finding
@@ -20,30 +19,16 @@ _ICON = {
     Verdict.PASS: "✅",
     Verdict.INFO: "ℹ️",
 }
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
-
-
-def esc(text: object) -> str:
-    """Untrusted text, safe inside Markdown (and a table cell)."""
-    flat = " ".join(str(text).split())
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
-
-
-def code(text: object) -> str:
-    """Untrusted text as an inline code span (shown literally: no escapes apply inside)."""
-    return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
-
-
 def _run_line(role: str, m: RunMetrics) -> str:
     r = m.run
     world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
-    return (f"**{role}** _{esc(r.name)}_: {r.ranks} rank(s){world}, {r.steps_used} step(s) "
+    return (f"**{role}** _{md(r.name)}_: {r.ranks} rank(s){world}, {r.steps_used} step(s) "
             f"compared ({r.steps_dropped} warm-up dropped)")
 
 
 def verdict_line(report: Report) -> str:
     icon, headline, detail = fmt.verdict_summary(report)
-    return f"{icon} **{headline}** {esc(detail)}"
+    return f"{icon} **{headline}** {md(detail)}"
 
 
 def _table(rows: list[Comparison]) -> list[str]:
@@ -51,9 +36,9 @@ def _table(rows: list[Comparison]) -> list[str]:
            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         out.append(
-            f"| {esc(r.label)} | {fmt.value(r.baseline, r.unit)} | "
+            f"| {md(r.label)} | {fmt.value(r.baseline, r.unit)} | "
             f"{fmt.value(r.candidate, r.unit)} | {fmt.delta(r.delta, r.delta_kind)} | "
-            f"{fmt.ci(r)} | {fmt.p_shown(r)} | {fmt.samples(r)} | {esc(r.threshold)} | "
+            f"{fmt.ci(r)} | {fmt.p_shown(r)} | {fmt.samples(r)} | {md(r.threshold)} | "
             f"{_ICON[r.verdict]} {fmt.VERDICT_WORDS[r.verdict]} |"
         )
     return out
@@ -72,8 +57,8 @@ def _finding(f: Finding) -> str:
             impact += f" ({f.impact_share * 100:.1f}% of the step)"
         impact += "."
     place = f" ({'; '.join(where)})" if where else ""
-    return (f"- **{str(f.severity).upper()}** {code(f.code)}: {esc(f.title)}{place}.{impact} "
-            f"_Fix:_ {esc(f.suggestion)}")
+    return (f"- **{str(f.severity).upper()}** {md_code(f.code)}: {md(f.title)}{place}.{impact} "
+            f"_Fix:_ {md(f.suggestion)}")
 
 
 def render(report: Report) -> str:
@@ -97,9 +82,9 @@ def render(report: Report) -> str:
         lines += ["", "</details>"]
     if report.warnings:
         lines += ["", "### Warnings", ""]
-        lines += [f"- {esc(w)}" for w in report.warnings]
+        lines += [f"- {md(w)}" for w in report.warnings]
     s = report.settings
-    cfg = f", thresholds from {esc(s.config_file)}" if s.config_file else ""
+    cfg = f", thresholds from {md(s.config_file)}" if s.config_file else ""
     lines += ["", f"<sub>Regression = beyond threshold in the bad direction and, for per-step "
               f"metrics, one-sided Mann–Whitney U p &lt; {s.alpha} (p Holm-adjusted over the "
               "gated per-step metrics) with a CI that excludes no change. CI: bootstrap "

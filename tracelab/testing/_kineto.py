@@ -158,7 +158,7 @@ class RankTrace:
         if launch_ns is not None:
             return launch_ns
         for _, s0, s1 in self.steps:
-            if s0 <= start_ns <= s1:
+            if s0 <= start_ns < s1:
                 return max(s0, start_ns - 2 * US)
         return start_ns - 2 * US
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracelab.analyzers._schedules import Action, Replay, make_order, replay
+from tracelab.derived.schedules import Action, Replay, make_order, replay
 from tracelab.testing._kineto import MS, RankTrace
 
 #: Kernel and host-op names per action kind.

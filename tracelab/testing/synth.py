@@ -156,7 +156,7 @@ def overlap(folder: Path, *, backend: str = "nccl", second_comm_stream: bool = F
     traces = _ranks(ranks, backend)
     for t in traces:
         for k in range(steps):
-            o = ms(40 * k)
+            o = ms(30 * k)
             t.step(k + 1, o, o + ms(30))
             _compute(t, o, o + ms(10))
             _compute(t, o + ms(20), o + ms(30))

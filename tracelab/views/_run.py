@@ -29,8 +29,6 @@ class RunContext:
     origin_ns: int = 0
     end_ns: int = 0
     event_count: int = 0
-    #: Longest event of the run: lets time-window queries prune on ts_ns alone.
-    max_dur_ns: int = 0
 
     @property
     def span_ms(self) -> float:
@@ -57,27 +55,21 @@ class RunContext:
 
 
 def _offsets(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[dict[int, int], str]:
-    """Per-rank clock offsets as the analyzers use them (so findings' time ranges line up), and
-    how they were obtained: 'measured' (collector), 'estimated' (matched collectives),
-    'same_host' (one host, one clock) or 'none'."""
-    try:
-        from tracelab.analyzers._collectives import estimate_clocks
-    except ImportError:  # analyzers unavailable: fall back to what ingest stored
-        rows = con.execute(
-            "SELECT rank, clock_offset_ns FROM ranks WHERE run_id = ? AND clock_offset_ns "
-            "IS NOT NULL", [run_id]).fetchall()
-        return {int(r): int(o) for r, o in rows}, "measured" if rows else "none"
-    est = estimate_clocks(con, run_id)
-    methods = set(est.method.values())
+    """Per-rank clock offsets from the derived layer (clock_offsets, docs/metrics.md "Clocks"),
+    so findings' time ranges line up, and how they were obtained: 'measured' (collector),
+    'estimated' (matched collectives), 'same_host' (one host, one clock) or 'none'."""
+    rows = con.execute("SELECT rank, offset_ns, method FROM clock_offsets WHERE run_id = ?",
+                       [run_id]).fetchall()
+    methods = {str(m) for _, _, m in rows} - {"reference"}
     if "collectives" in methods:
         source = "estimated"
-    elif methods and methods <= {"collector"}:
+    elif "collector" in methods:
         source = "measured"
-    elif "same_host" in methods:
+    elif "same_host" in methods or (rows and not methods):
         source = "same_host"
     else:
-        source = "none" if len(est.offsets_ns) > 1 else "same_host"
-    return {int(r): int(o) for r, o in est.offsets_ns.items()}, source
+        source = "none"
+    return {int(r): int(o) for r, o, _ in rows}, source
 
 
 def run_context(con: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
@@ -100,14 +92,13 @@ def run_context(con: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
     span = query(
         con,
         f"""
-        SELECT min(e.ts_ns - o.off_ns), max(e.ts_ns + e.dur_ns - o.off_ns), count(*),
-               max(e.dur_ns)
+        SELECT min(e.ts_ns - o.off_ns), max(e.ts_ns + e.dur_ns - o.off_ns), count(*)
         FROM events e JOIN {OFFSETS} o USING (rank)
         WHERE e.run_id = $run
         """,
         params,
     )[0]
-    origin, end, count, max_dur = span if span[0] is not None else (0, 0, 0, 0)
+    origin, end, count = span if span[0] is not None else (0, 0, 0)
     return RunContext(
         run_id=run_id,
         name=str(row[0]),
@@ -119,7 +110,6 @@ def run_context(con: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
         origin_ns=int(origin),
         end_ns=int(end),
         event_count=int(count),
-        max_dur_ns=int(max_dur),
     )
 
 

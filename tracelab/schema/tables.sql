@@ -1,9 +1,10 @@
--- tracelab store schema, version 1.
+-- tracelab store schema: the base tables (version 2 with derived.sql; tracelab.store.SCHEMA_VERSION).
 --
 -- Conventions: every time is an integer number of nanoseconds since the Unix epoch (`*_ns`),
 -- every duration an integer number of nanoseconds (`dur_ns`), every size a number of bytes
 -- (`*_bytes`). Rows of one run share its `run_id`; deleting a run deletes every row carrying it.
--- The version of this file is stored in `tracelab_meta` under `schema_version`.
+-- The schema version is stored in `tracelab_meta` under `schema_version`. The `-- ` lines above a
+-- table or column become its DuckDB comment.
 
 -- Key/value facts about the store itself.
 CREATE TABLE IF NOT EXISTS tracelab_meta (

@@ -19,9 +19,11 @@ from typing import Any
 
 import duckdb
 
-from tracelab.analyzers import _intervals as iv
-from tracelab.analyzers._common import rows
-from tracelab.analyzers.breakdown import HOST_OPS_SQL
+from tracelab.derived.sqlrows import first
+
+from tracelab.derived import intervals as iv
+from tracelab.derived.intervals import HOST_OPS_SQL
+from tracelab.derived.sqlrows import rows
 
 PP_RE = r"^PP:(\d+)(F|I|B|W)(\d+)$"
 GPIPE_RE = r"^(Forward|Backward) (\d+)$"
@@ -121,9 +123,9 @@ def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
 
 
 def _has_p2p(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
-    row = con.execute(
+    row = first(con.execute(
         "SELECT count(DISTINCT rank) FROM collectives WHERE run_id = ? "
-        "AND op IN ('send', 'recv', 'send_recv')", [run_id]).fetchone()
+        "AND op IN ('send', 'recv', 'send_recv')", [run_id]))
     return bool(row and row[0] >= 2)
 
 

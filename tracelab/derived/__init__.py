@@ -1,0 +1,156 @@
+"""The derived layer: one definition for every number, computed once per run, stored, read by all.
+
+`derive(con, run_id)` fills the derived tables of tracelab/schema/derived.sql (step spans, clock
+offsets, matched collectives, p2p ops, pipeline actions, the lost-time parts and the
+attribution of exposed communication) from the base tables, inside the ingest's transaction;
+`tracelab rederive` runs it again on stored runs. Every analyzer, the reports and the app read
+these tables (through `tracelab sql` too) and never recompute what they hold. docs/metrics.md
+defines each number.
+
+Components run in dependency order, each isolated: one that fails on a run is recorded in
+`derived_errors` (component and reason), its tables stay empty for that run, and the rest is
+derived without it (clock offsets fall back to 0, the parts to no matched collectives or no
+pipeline), so one odd trace never blocks an ingest or hides the other results. A failure inside
+DuckDB aborts the caller's transaction, so it is raised as ComponentFailed: the caller rolls
+back and derives again with that component in `skip` (tracelab.ingest does).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+
+#: Derived tables per component, in the order derive() fills them.
+COMPONENT_TABLES: dict[str, tuple[str, ...]] = {
+    "clocks": ("clock_offsets",),
+    "steps": ("step_spans",),
+    "collectives": ("matched_collectives", "p2p_ops"),
+    "pipeline": ("pipeline_actions", "pipeline_runs", "pipeline_ranks"),
+    "parts": ("time_parts", "step_parts", "comm_attribution"),
+}
+#: Every derived table (their rows are per run; see tracelab.store.RUN_TABLES).
+TABLES = tuple(t for ts in COMPONENT_TABLES.values() for t in ts) + ("derived_errors",)
+
+
+class ComponentFailed(Exception):
+    """A component failed inside DuckDB, which aborted the transaction: roll back and call
+    derive() again with `skip={component: reason}` added."""
+
+    def __init__(self, component: str, reason: str) -> None:
+        super().__init__(f"derived component {component!r} failed: {reason}")
+        self.component = component
+        self.reason = reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeriveReport:
+    """What derive() did: the components that failed on the run (component -> reason)."""
+
+    errors: dict[str, str]
+
+
+def _clocks(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    from tracelab.derived import clocks, collectives
+
+    clocks.derive(con, run_id, collectives.choose_source(con, run_id))
+
+
+def _clocks_fallback(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """Offsets of 0 for every rank (method 'none'), so that the rest can still be derived."""
+    con.execute("""INSERT INTO clock_offsets
+                   SELECT run_id, rank, 0, NULL, 'none', min(rank) OVER (), host, 0, 0
+                   FROM ranks WHERE run_id = ?""", [run_id])
+
+
+def _steps(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    from tracelab.derived import steps
+
+    steps.derive(con, run_id)
+
+
+def _collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    from tracelab.derived import collectives
+
+    collectives.derive_matched(con, run_id, collectives.choose_source(con, run_id))
+    collectives.derive_p2p(con, run_id)
+    collectives.count_violations(con, run_id)
+
+
+def _pipeline(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    from tracelab.derived import pipeline
+
+    pipeline.derive(con, run_id)
+
+
+def _parts(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    from tracelab.derived import parts
+
+    parts.derive(con, run_id)
+
+
+_STEPS: tuple[tuple[str, Callable[[duckdb.DuckDBPyConnection, int], None],
+                    tuple[str, ...]], ...] = (
+    ("clocks", _clocks, ()),
+    ("steps", _steps, ("clocks",)),
+    ("collectives", _collectives, ("clocks",)),
+    ("pipeline", _pipeline, ("clocks",)),
+    ("parts", _parts, ("clocks", "steps")),
+)
+
+
+def _reason(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:]
+    where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}{where}"[:500]
+
+
+def derive(con: duckdb.DuckDBPyConnection, run_id: int,
+           skip: dict[str, str] | None = None) -> DeriveReport:
+    """Compute every derived table of one run (whose base rows are in place), replacing what
+    was derived for it before. Call inside the caller's transaction. Components in `skip`
+    (name -> reason) are recorded as failed without running."""
+    clear(con, run_id)
+    errors: dict[str, str] = {}
+    for name, fn, needs in _STEPS:
+        missing = [n for n in needs if n in errors and n != "clocks"]
+        if missing:
+            errors[name] = f"not derived: needs {', '.join(missing)}, which failed"
+            continue
+        try:
+            if skip and name in skip:
+                raise _Skipped(skip[name])
+            fn(con, run_id)
+        except ComponentFailed:
+            raise
+        except duckdb.Error as exc:
+            raise ComponentFailed(name, _reason(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - the failure policy: isolate, name, go on
+            for table in COMPONENT_TABLES[name]:
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            errors[name] = str(exc) if isinstance(exc, _Skipped) else _reason(exc)
+            if name == "clocks":
+                _clocks_fallback(con, run_id)
+    if errors:
+        con.executemany("INSERT INTO derived_errors VALUES (?, ?, ?)",
+                        [[run_id, k, v] for k, v in errors.items()])
+    return DeriveReport(errors=errors)
+
+
+class _Skipped(Exception):
+    """A component the caller asked to skip (it failed in an earlier attempt)."""
+
+
+def clear(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """Delete every derived row of one run."""
+    for table in TABLES:
+        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
+
+def errors(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, str]:
+    """The derived components that failed on the run: component -> reason."""
+    return dict(con.execute("SELECT component, message FROM derived_errors WHERE run_id = ?",
+                            [run_id]).fetchall())

@@ -1,0 +1,215 @@
+"""Matched collectives and point-to-point operations: who took part, who waited, how long the
+data movement itself took (docs/metrics.md, "Collectives").
+
+Matching key (FACTS.md section 1): (process group, seq) when every row of the chosen source has
+a sequence number; else (process group, op, step, occurrence within that step), which stays
+right when ranks' profiling windows start at different collectives. One source per run: the one
+with the most timed group collectives on the most ranks, the most precise on a tie. Times are
+aligned with the run's clock offsets (tracelab.derived.clocks), computed before this.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from tracelab.load_sql import DTYPE_BYTES
+
+#: Sources in order of preference on a tie.
+SOURCES = ("collector", "kernel", "host", "flight_recorder")
+#: Ops that pair two ranks rather than a group.
+P2P_OPS = ("send", "recv", "send_recv")
+#: busbw / algbw per op (nccl-tests' PERFORMANCE.md); n = ranks in the group.
+BUS_FACTOR_SQL = """CASE op WHEN 'all_reduce' THEN 2.0 * (n - 1) / n
+    WHEN 'all_gather' THEN (n - 1) * 1.0 / n WHEN 'reduce_scatter' THEN (n - 1) * 1.0 / n
+    WHEN 'all_to_all' THEN (n - 1) * 1.0 / n ELSE 1.0 END"""
+#: Message size as nccl-tests counts it, from a collectives row's in/out bytes and the group
+#: size `n`: the whole buffer, i.e. the gathered output of an all-gather and the whole input of
+#: a reduce-scatter (never one rank's shard).
+NCCL_TESTS_BYTES_SQL = """CASE op
+    WHEN 'all_gather' THEN coalesce(out_bytes, in_bytes * n)
+    WHEN 'reduce_scatter' THEN coalesce(in_bytes, out_bytes * n)
+    ELSE coalesce(in_bytes, out_bytes) END"""
+#: Bytes per element of the `Input type` names host ops write (PyTorch's C++ type names, as
+#: the TensorBoard plugin reads them: 'float', 'long int', 'c10::Half', ...), lower-cased with
+#: any `c10::` prefix removed; on top of tracelab.load_sql.DTYPE_BYTES.
+HOST_DTYPE_BYTES = {**DTYPE_BYTES, "long int": 8, "unsigned char": 1, "signed char": 1,
+                    "short int": 2, "unsigned short": 2, "unsigned int": 4,
+                    "unsigned long": 8, "complex<float>": 8, "complex<double>": 16,
+                    "complex<c10::half>": 4}
+
+
+def _host_dtype_case(expr: str) -> str:
+    """SQL CASE: bytes per element of an Input type name; NULL when unknown. The names are
+    constants of this module, inlined as literals."""
+    norm = f"regexp_replace(lower({expr}), '^c10::', '')"
+    whens = " ".join(f"WHEN '{k}' THEN {v}" for k, v in HOST_DTYPE_BYTES.items()
+                     if "'" not in k)
+    return f"(CASE {norm} {whens} ELSE NULL END)"
+
+
+def host_op_bytes_sql(args: str) -> str:
+    """SQL: the bytes of every tensor a host op (`nccl:*`, `gloo:*`) took, from its args'
+    `Input Dims` and `Input type` (sum over the inputs of the product of the dims times the
+    element size, as the TensorBoard plugin's communication view counts them); NULL when a
+    dims entry or a type is missing or unknown."""
+    dims = f"TRY_CAST(json_extract({args}, '$.\"Input Dims\"') AS BIGINT[][])"
+    types = f"TRY_CAST(json_extract({args}, '$.\"Input type\"') AS VARCHAR[])"
+    per = (f"list_transform(range(1, len(_d) + 1), "
+           f"lambda _i: CASE WHEN len(_d[_i]) = 0 THEN NULL "
+           f"ELSE list_product(_d[_i])::BIGINT * {_host_dtype_case('_t[_i]')} END)")
+    return f"""(SELECT CASE WHEN len(_d) > 0 AND len(_t) >= len(_d)
+                          AND list_count({per}) = len(_d)
+                     THEN list_sum({per})::BIGINT END
+               FROM (SELECT {dims} AS _d, {types} AS _t))"""
+
+
+#: Message sizes of kernel collectives whose trace has no `record_param_comms` (the NCCL
+#: kernel's args, e.g. in PyTorch 1.8-2.0 traces, carry no size): the `nccl:*`/`gloo:*` host op
+#: with the kernel's External id. Its inputs are what this rank sends: an all-gather's shard, a
+#: reduce-scatter's whole input, so they fill in_bytes. Binds nothing: rows are joined on the
+#: run of the collectives rows `c0` (columns run_id, rank, event_idx).
+HOST_OP_IN_BYTES_SQL = f"""
+    SELECT c0.rank, c0.event_idx, max({host_op_bytes_sql('h.args')}) AS host_in_bytes
+    FROM c0
+    JOIN events d ON d.run_id = c0.run_id AND d.rank = c0.rank AND d.idx = c0.event_idx
+    JOIN events h ON h.run_id = d.run_id AND h.rank = d.rank AND h.external_id = d.external_id
+     AND NOT h.on_device AND (h.name LIKE 'nccl:%' OR h.name LIKE 'gloo:%')
+    WHERE c0.source = 'kernel' AND c0.in_bytes IS NULL AND c0.out_bytes IS NULL
+      AND c0.event_idx IS NOT NULL AND d.external_id IS NOT NULL
+    GROUP BY ALL
+"""
+
+
+def choose_source(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
+    """The collective source to match on: the one with the most timed group collectives on
+    the ranks that have any (sources often describe the same operations: gloo annotations, the
+    collector's records of Python-issued calls, Flight Recorder's of every call), the most
+    precise one on a tie. None when the run has no timed group collectives."""
+    rows = con.execute(
+        """
+        SELECT source, count(DISTINCT rank) AS ranks, count(*) AS n FROM collectives
+        WHERE run_id = ? AND start_ns IS NOT NULL AND end_ns IS NOT NULL
+          AND op NOT IN ('send', 'recv', 'send_recv')
+        GROUP BY source
+        """,
+        [run_id],
+    ).fetchall()
+    if not rows:
+        return None
+    pref = {src: i for i, src in enumerate(SOURCES)}
+    return str(max(rows, key=lambda x: (x[1], x[2], -pref.get(x[0], 99)))[0])
+
+
+def keyed_sql() -> str:
+    """Matched group collectives on the ranks' own clocks, one row per (match, rank). Binds:
+    run_id, source. Columns: rank, key, op, pg_name, step (the match's), start_ns, end_ns,
+    bytes (nccl-tests size; for kernels without record_param_comms, from the host op's
+    inputs, HOST_OP_IN_BYTES_SQL), group_size (the trace's, else the ranks matched), matched
+    (ranks matched), transfer_ns (shortest duration), event_idx.
+    Per-match values are a GROUP BY joined back, not windows over the key: DuckDB's
+    partitioned windows cost about a microsecond a row, its hash aggregate a fraction."""
+    return f"""
+    WITH c0 AS (
+        SELECT * FROM collectives
+        WHERE run_id = ? AND source = ? AND start_ns IS NOT NULL AND end_ns IS NOT NULL
+          AND op NOT IN ('send', 'recv', 'send_recv')
+    ),
+    hb AS ({HOST_OP_IN_BYTES_SQL}),
+    c AS (
+        SELECT c0.rank, op, pg_name, step, start_ns, end_ns, seq, c0.event_idx,
+               coalesce(in_bytes, hb.host_in_bytes) AS in_bytes,
+               out_bytes, group_size,
+               row_number() OVER (PARTITION BY c0.rank, coalesce(pg_name, ''), op, step
+                                  ORDER BY start_ns, seq) - 1 AS occ
+        FROM c0 LEFT JOIN hb ON hb.rank = c0.rank AND hb.event_idx = c0.event_idx
+    ),
+    k AS (
+        SELECT c.*,
+               CASE WHEN (SELECT bool_and(seq IS NOT NULL) FROM c)
+                    THEN concat_ws(':', coalesce(pg_name, ''), seq::VARCHAR)
+                    ELSE concat_ws(':', coalesce(pg_name, ''), op, coalesce(step, -1)::VARCHAR,
+                                   occ::VARCHAR) END AS key
+        FROM c
+    ),
+    g AS (SELECT key, count(*) AS n, min(end_ns - start_ns) AS transfer_ns,
+                 min(step) AS match_step
+          FROM k GROUP BY key HAVING count(*) >= 2 AND count(DISTINCT rank) = count(*))
+    SELECT rank, key, op, pg_name, step, start_ns, end_ns, {NCCL_TESTS_BYTES_SQL} AS bytes,
+           n AS group_size, matched, transfer_ns, event_idx
+    FROM (SELECT k.rank, key, k.op, k.pg_name, g.match_step AS step, k.start_ns, k.end_ns,
+                 k.in_bytes, k.out_bytes, coalesce(k.group_size, g.n) AS n, g.n AS matched,
+                 g.transfer_ns, k.event_idx
+          FROM k JOIN g USING (key))
+    """
+
+
+def derive_matched(con: duckdb.DuckDBPyConnection, run_id: int, source: str | None) -> None:
+    """Fill matched_collectives for the run (aligned with clock_offsets)."""
+    if source is None:
+        return
+    con.execute(
+        f"""
+        INSERT INTO matched_collectives
+        WITH x AS ({keyed_sql()}),
+        m AS (SELECT x.*, x.start_ns - o.offset_ns AS a_ns, x.end_ns - o.offset_ns AS e_ns
+              FROM x JOIN clock_offsets o ON o.run_id = ? AND o.rank = x.rank),
+        l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, a_ns) AS last_rank
+              FROM m GROUP BY key),
+        s AS (SELECT m.key, max(m.a_ns) AS second_ns
+              FROM m JOIN l USING (key) WHERE m.rank <> l.last_rank GROUP BY m.key)
+        SELECT ?, m.key, m.rank, ?, m.op, m.pg_name, m.step, m.a_ns, m.e_ns,
+               m.end_ns - m.start_ns, m.bytes, m.group_size, m.matched, m.transfer_ns,
+               (m.end_ns - m.start_ns) - m.transfer_ns, l.last_rank, l.last_arrival_ns,
+               CASE WHEN m.rank = l.last_rank THEN l.last_arrival_ns - s.second_ns ELSE 0 END,
+               m.event_idx
+        FROM m JOIN l USING (key) LEFT JOIN s USING (key)
+        """,
+        [run_id, source, run_id, run_id, source],
+    )
+
+
+def derive_p2p(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """Fill p2p_ops: send/recv from device kernels where a rank has them, else from host
+    annotations; transfer = the shortest op of the same kind and size in the run."""
+    con.execute(
+        """
+        INSERT INTO p2p_ops
+        WITH p AS (
+            SELECT c.rank, c.op, c.peer, coalesce(c.in_bytes, c.out_bytes) AS bytes, c.step,
+                   c.start_ns - o.offset_ns AS s, c.end_ns - o.offset_ns AS e, c.event_idx,
+                   c.source
+            FROM collectives c JOIN clock_offsets o ON o.run_id = c.run_id AND o.rank = c.rank
+            WHERE c.run_id = ? AND c.op IN ('send', 'recv', 'send_recv')
+              AND c.start_ns IS NOT NULL AND c.end_ns IS NOT NULL
+              AND c.source IN ('kernel', 'host')
+        ),
+        best AS (SELECT rank, min(CASE source WHEN 'kernel' THEN 0 ELSE 1 END) AS pick
+                 FROM p GROUP BY rank),
+        q AS (SELECT p.* FROM p JOIN best USING (rank)
+              WHERE CASE p.source WHEN 'kernel' THEN 0 ELSE 1 END = best.pick),
+        t AS (SELECT op, coalesce(bytes, -1) AS b, min(e - s) AS transfer_ns FROM q GROUP BY ALL)
+        SELECT ?, q.rank, q.op, q.peer, q.bytes, q.step, q.s, q.e, t.transfer_ns,
+               (q.e - q.s) - t.transfer_ns, q.event_idx
+        FROM q JOIN t ON t.op = q.op AND t.b = coalesce(q.bytes, -1)
+        """,
+        [run_id, run_id],
+    )
+
+
+def count_violations(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """clock_offsets.causality_violations: matches that, aligned, end on the rank before the
+    last rank arrived by more than both ranks' uncertainties."""
+    con.execute(
+        """
+        UPDATE clock_offsets SET causality_violations = v.n
+        FROM (SELECT m.rank, count(*) FILTER (
+                  WHERE m.end_ns < m.last_arrival_ns - coalesce(o.uncertainty_ns, 0)
+                                   - coalesce(lo.uncertainty_ns, 0)) AS n
+              FROM matched_collectives m
+              JOIN clock_offsets o ON o.run_id = m.run_id AND o.rank = m.rank
+              JOIN clock_offsets lo ON lo.run_id = m.run_id AND lo.rank = m.last_rank
+              WHERE m.run_id = ? GROUP BY m.rank) v
+        WHERE clock_offsets.run_id = ? AND clock_offsets.rank = v.rank
+        """,
+        [run_id, run_id],
+    )

@@ -1,0 +1,282 @@
+"""The lost-time model: every rank's steps cut into disjoint, labelled parts (docs/metrics.md).
+
+Each rank's intervals are put in classes, each class is merged into a union
+(tracelab.derived.intervals.union), and one sweep over all the unions' boundaries and the step
+boundaries gives elementary segments with the set of classes covering each. A segment's part is
+the first that applies:
+
+    compute    a compute interval covers it (device kernels; host-only ranks: cpu_ops minus the
+               thread's own communication ops)
+    transfer   the data-movement portion of a communication op (its last transfer_ns)
+    memcpy     a device memcpy/memset
+    wait       the waiting portion of a matched group collective (its first wait_ns)
+    pipeline   the waiting portion of a send/recv; and the rest of it inside the pipeline's
+               window on a pipeline rank (stage-to-stage latency is part of the pipeline's idle
+               time, as in the textbook bubble and the schedule replay)
+    transfer   the data-movement portion of a send/recv outside a pipeline window; a
+               communication op matched to nothing (no peer timing: all of it is counted as
+               data movement)
+    pipeline   nothing above, inside the pipeline's window, on a pipeline rank
+    idle       nothing above, on a device rank whose host is blocked in a synchronization
+    host       anything else: the device (or, on host-only ranks, the loop) waits on the host
+
+The segments tile each step exactly, so the parts add up to the step by construction. Step
+parts split `pipeline` into bubble (up to the rank's inherent idle) and stall (the rest), and
+comm_attribution shares the exposed communication among the operations behind it.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, union
+from tracelab.load_sql import op_sql
+
+#: Interval classes of the sweep, one bit each.
+C, T, Y, W, P, U, PW, S, PT = range(9)
+_CLASS_NAMES = ("compute", "transfer", "memcpy", "wait", "p2p_wait", "unmatched_comm",
+                "pipeline_window", "sync", "p2p_transfer")
+#: Part labels of segments, in time_parts.part and step_parts' columns.
+PARTS = ("compute", "transfer", "memcpy", "wait", "pipeline", "host", "idle")
+#: The communication classes and the part their exposed time is attributed under.
+COMM_PART = {T: ("transfer",), U: ("transfer",), W: ("wait",), P: ("pipeline",),
+             PT: ("pipeline", "transfer")}
+
+
+def _device_ranks_sql() -> str:
+    return ("SELECT DISTINCT rank FROM events WHERE run_id = $run AND on_device "
+            "AND category IN ('compute', 'communication')")
+
+
+#: Every interval of the run on the reference clock, classed and keyed: rank, t0, t1, cls,
+#: op, pg_name, bytes, culprit. Named parameters: $run.
+INTERVALS_SQL = f"""
+WITH dev AS ({_device_ranks_sql()}),
+off AS (SELECT rank, offset_ns AS o FROM clock_offsets WHERE run_id = $run),
+hs AS ({HOST_OPS_SQL.replace('?', '$run')} AND rank NOT IN (FROM dev)),
+comm AS (
+    SELECT e.rank, e.idx, e.name, e.ts_ns - off.o AS a, e.ts_ns + e.dur_ns - off.o AS b
+    FROM events e JOIN off USING (rank)
+    WHERE e.run_id = $run AND e.category = 'communication'
+      AND e.on_device = (e.rank IN (FROM dev))
+)
+SELECT e.rank, e.ts_ns - off.o AS t0, e.ts_ns + e.dur_ns - off.o AS t1,
+       CASE e.category WHEN 'compute' THEN {C} ELSE {Y} END AS cls,
+       NULL::VARCHAR AS op, NULL::VARCHAR AS pg_name, NULL::BIGINT AS bytes,
+       NULL::INTEGER AS culprit
+FROM events e JOIN off USING (rank)
+WHERE e.run_id = $run AND e.on_device AND e.category IN ('compute', 'memcpy', 'memset')
+UNION ALL
+SELECT h.rank, h.t0 - off.o, h.t1 - off.o, {C}, NULL, NULL, NULL, NULL
+FROM ({host_compute_sql('SELECT * FROM hs', 'rank, step, tid')}) h JOIN off USING (rank)
+UNION ALL
+SELECT e.rank, e.ts_ns - off.o, e.ts_ns + e.dur_ns - off.o, {S}, NULL, NULL, NULL, NULL
+FROM events e JOIN off USING (rank)
+WHERE e.run_id = $run AND NOT e.on_device AND e.category = 'sync' AND e.rank IN (FROM dev)
+UNION ALL
+-- Matched group collectives (from events or the collector's records): wait, then transfer.
+SELECT rank, start_ns, start_ns + wait_ns, {W}, op, pg_name, bytes, last_rank
+FROM matched_collectives WHERE run_id = $run AND wait_ns > 0
+UNION ALL
+SELECT rank, start_ns + wait_ns, end_ns, {T}, op, pg_name, bytes, NULL
+FROM matched_collectives WHERE run_id = $run
+UNION ALL
+SELECT rank, start_ns, start_ns + wait_ns, {P}, op, NULL, bytes, peer
+FROM p2p_ops WHERE run_id = $run AND wait_ns > 0
+UNION ALL
+SELECT rank, start_ns + wait_ns, end_ns, {PT}, op, NULL, bytes, peer
+FROM p2p_ops WHERE run_id = $run
+UNION ALL
+-- Communication events that neither table explains.
+SELECT c.rank, c.a, c.b, {U}, {{op_case}}, NULL, NULL, NULL
+FROM comm c
+WHERE NOT EXISTS (SELECT 1 FROM matched_collectives m WHERE m.run_id = $run
+                  AND m.rank = c.rank AND m.event_idx = c.idx)
+  AND NOT EXISTS (SELECT 1 FROM p2p_ops p WHERE p.run_id = $run AND p.rank = c.rank
+                  AND p.event_idx = c.idx)
+UNION ALL
+SELECT rank, window_start_ns, window_end_ns, {PW}, NULL, NULL, NULL, NULL
+FROM pipeline_ranks WHERE run_id = $run
+"""
+
+
+def intervals(con: duckdb.DuckDBPyConnection, run_id: int) -> pa.Table:
+    """INTERVALS_SQL's rows for the run, as Arrow."""
+    op_case, op_params = op_sql("c.name")
+    # op_sql binds positionally; inline its (constant, trusted) patterns as named parameters.
+    named = {"run": run_id}
+    for i, value in enumerate(op_params):
+        op_case = op_case.replace("?", f"$op{i}", 1)
+        named[f"op{i}"] = value
+    sql = INTERVALS_SQL.replace("{op_case}", op_case)
+    return con.sql(sql, params=named).to_arrow_table()
+
+
+def _i64(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy().astype(np.int64, copy=False)
+
+
+def sweep(iv: pa.Table, spans: pa.Table, device_ranks: set[int]
+          ) -> dict[str, np.ndarray]:
+    """The labelled segments of every step: arrays rank, step, t0, t1, part (index into
+    PARTS), comm (covered by communication), overlapped (communication under compute).
+    `spans`: step_spans' rank, step, start_ns, end_ns."""
+    rank, t0, t1 = _i64(iv, "rank"), _i64(iv, "t0"), _i64(iv, "t1")
+    cls = _i64(iv, "cls")
+    k, a, b = union(rank * 16 + cls, t0, t1)
+    ur, bit = k // 16, np.left_shift(1, k % 16)
+    srank, sstep = _i64(spans, "rank"), _i64(spans, "step")
+    s0, s1 = _i64(spans, "start_ns"), _i64(spans, "end_ns")
+    br = np.concatenate([ur, ur, srank, srank])
+    bt = np.concatenate([a, b, s0, s1])
+    bd = np.concatenate([bit, -bit, np.zeros(2 * len(srank), dtype=np.int64)])
+    order = np.lexsort((bt, br))
+    br, bt = br[order], bt[order]
+    # Each rank's deltas sum to zero, so one running sum over all ranks is each rank's own.
+    state = np.cumsum(bd[order])
+    last = np.ones(len(bt), dtype=bool)
+    last[:-1] = (bt[1:] != bt[:-1]) | (br[1:] != br[:-1])
+    br, bt, state = br[last], bt[last], state[last]
+    same = br[1:] == br[:-1]
+    seg_r, seg_a, seg_b, mask = br[:-1][same], bt[:-1][same], bt[1:][same], state[:-1][same]
+    step_of = _step_index(seg_r, seg_a, srank, s0, s1)
+    inside = step_of >= 0
+    seg_r, seg_a, seg_b, mask, step_of = (x[inside] for x in (seg_r, seg_a, seg_b, mask, step_of))
+
+    def has(c: int) -> np.ndarray:
+        return (mask & (1 << c)) != 0
+
+    dev = np.isin(seg_r, np.fromiter(device_ranks, dtype=np.int64, count=len(device_ranks)))
+    part = np.select(
+        [has(C), has(T), has(Y), has(W), has(P), has(PT) & has(PW), has(PT), has(U), has(PW),
+         has(S) & dev],
+        [PARTS.index(x) for x in ("compute", "transfer", "memcpy", "wait", "pipeline",
+                                  "pipeline", "transfer", "transfer", "pipeline", "idle")],
+        default=PARTS.index("host"))
+    comm = has(T) | has(W) | has(P) | has(U) | has(PT)
+    return {"rank": seg_r, "step": sstep[step_of], "t0": seg_a, "t1": seg_b, "part": part,
+            "comm": comm, "overlapped": comm & has(C)}
+
+
+def _step_index(seg_r: np.ndarray, seg_a: np.ndarray, srank: np.ndarray, s0: np.ndarray,
+                s1: np.ndarray) -> np.ndarray:
+    """For each segment (rank, start), the index of the step span holding it, or -1. Steps of
+    one rank do not overlap (they tile), and segments were split at every step boundary."""
+    out = np.full(len(seg_r), -1, dtype=np.int64)
+    order = np.lexsort((s0, srank))
+    for rk in np.unique(srank):
+        mine = order[srank[order] == rk]
+        seg = np.flatnonzero(seg_r == rk)
+        j = np.searchsorted(s0[mine], seg_a[seg], side="right") - 1
+        ok = j >= 0
+        jj = mine[np.where(ok, j, 0)]
+        ok &= seg_a[seg] < s1[jj]
+        out[seg[ok]] = jj[ok]
+    return out
+
+
+def _merged(seg: dict[str, np.ndarray]) -> pa.Table:
+    """time_parts rows: consecutive segments of one rank, step and part merged."""
+    r, st, a, b, p = seg["rank"], seg["step"], seg["t0"], seg["t1"], seg["part"]
+    new = np.ones(len(r), dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (st[1:] != st[:-1]) | (p[1:] != p[:-1]) | (a[1:] != b[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.concatenate([starts[1:], [len(r)]]) - 1
+    names = np.array(PARTS, dtype=object)
+    return pa.table({"rank": pa.array(r[starts].astype(np.int32)),
+                     "step": pa.array(st[starts].astype(np.int32)),
+                     "start_ns": pa.array(a[starts]), "end_ns": pa.array(b[ends]),
+                     "part": pa.array(names[p[starts]].tolist(), pa.string())})
+
+
+def _measures(seg: dict[str, np.ndarray]) -> pa.Table:
+    """Per (rank, step): comm_ns and overlapped_comm_ns."""
+    length = seg["t1"] - seg["t0"]
+    keys = np.stack([seg["rank"], seg["step"]], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    comm = np.bincount(inv, weights=length * seg["comm"], minlength=len(uniq))
+    over = np.bincount(inv, weights=length * seg["overlapped"], minlength=len(uniq))
+    return pa.table({"rank": pa.array(uniq[:, 0].astype(np.int32)) if len(uniq) else
+                     pa.array([], pa.int32()),
+                     "step": pa.array(uniq[:, 1].astype(np.int32)) if len(uniq) else
+                     pa.array([], pa.int32()),
+                     "comm_ns": pa.array(np.rint(comm).astype(np.int64)),
+                     "overlapped_comm_ns": pa.array(np.rint(over).astype(np.int64))})
+
+
+_STEP_PARTS_SQL = f"""
+INSERT INTO step_parts
+WITH p AS (
+    SELECT rank, step,
+           {', '.join(f"coalesce(sum(end_ns - start_ns) FILTER (WHERE part = '{x}'), 0) AS {x}"
+                      for x in PARTS)}
+    FROM time_parts WHERE run_id = $run GROUP BY rank, step
+),
+pr AS (SELECT rank, step, inherent_idle_ns FROM pipeline_ranks WHERE run_id = $run),
+q AS (
+    SELECT s.rank, s.step, s.ordinal, s.steady, s.dur_ns,
+           coalesce(p.compute, 0) AS compute, coalesce(p.transfer, 0) AS transfer,
+           coalesce(p.memcpy, 0) AS memcpy, coalesce(p.wait, 0) AS wait,
+           coalesce(p.pipeline, 0) AS pipeline, coalesce(p.host, 0) AS host,
+           coalesce(p.idle, 0) AS idle, pr.inherent_idle_ns AS inherent,
+           coalesce(m.comm_ns, 0) AS comm_ns, coalesce(m.overlapped_comm_ns, 0) AS over_ns
+    FROM step_spans s LEFT JOIN p USING (rank, step) LEFT JOIN pr USING (rank, step)
+    LEFT JOIN _tl_measures m USING (rank, step)
+    WHERE s.run_id = $run
+)
+SELECT $run, rank, step, ordinal, steady, dur_ns, compute, transfer, memcpy, wait,
+       least(pipeline, coalesce(inherent, pipeline)), pipeline - least(pipeline,
+       coalesce(inherent, pipeline)), host, idle, comm_ns, over_ns
+FROM q
+"""
+
+_ATTRIBUTION_SQL = """
+INSERT INTO comm_attribution
+WITH seg AS (
+    SELECT rank, step, start_ns, end_ns, part FROM time_parts
+    WHERE run_id = $run AND part IN ('transfer', 'wait', 'pipeline')
+),
+ov AS (
+    SELECT seg.rank, seg.step, seg.part, seg.start_ns, seg.end_ns - seg.start_ns AS len,
+           coalesce(iv.op, 'unknown') AS op, iv.pg_name, iv.bytes, iv.culprit,
+           least(seg.end_ns, iv.t1) - greatest(seg.start_ns, iv.t0) AS ov
+    FROM seg JOIN _tl_comm iv ON iv.rank = seg.rank AND iv.part = seg.part
+         AND iv.t0 < seg.end_ns AND iv.t1 > seg.start_ns
+),
+tot AS (SELECT rank, start_ns, sum(ov) AS s FROM ov GROUP BY rank, start_ns)
+SELECT $run, ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.bytes, ov.culprit,
+       round(sum(ov.len * ov.ov / tot.s))::BIGINT
+FROM ov JOIN tot USING (rank, start_ns)
+GROUP BY ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.bytes, ov.culprit
+"""
+
+
+def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """Fill time_parts, step_parts and comm_attribution for the run."""
+    iv = intervals(con, run_id)
+    spans = con.sql("SELECT rank, step, start_ns, end_ns FROM step_spans WHERE run_id = ? "
+                    "ORDER BY rank, start_ns", params=[run_id]).to_arrow_table()
+    device = {int(r) for (r,) in con.execute(_device_ranks_sql(), {"run": run_id}).fetchall()}
+    seg = sweep(iv, spans, device)
+    merged = _merged(seg)
+    con.register("_tl_parts", merged)
+    con.register("_tl_measures", _measures(seg))
+    cls = iv.column("cls").to_numpy()
+    pieces = []
+    for c, parts in COMM_PART.items():
+        rows = iv.filter(pa.array(cls == c))
+        for name in parts:
+            pieces.append(rows.append_column("part", pa.array([name] * len(rows), pa.string())))
+    comm = pa.concat_tables(pieces)
+    con.register("_tl_comm", comm)
+    try:
+        con.execute("INSERT INTO time_parts SELECT $run, rank, step, start_ns, end_ns, part "
+                    "FROM _tl_parts", {"run": run_id})
+        con.execute(_STEP_PARTS_SQL, {"run": run_id})
+        con.execute(_ATTRIBUTION_SQL, {"run": run_id})
+    finally:
+        for name in ("_tl_parts", "_tl_measures", "_tl_comm"):
+            con.unregister(name)

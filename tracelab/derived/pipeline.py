@@ -1,0 +1,158 @@
+"""The pipeline of a run: its actions, its schedule, and the idle the schedule itself needs.
+
+Actions (stage, F/B/I/W, microbatch) come from tracelab.derived.pp_actions with the compute
+measured inside each. The pipeline's window in a step runs from the first compute of any stage
+to the last (reference clock). The *inherent* idle of a rank replays the observed order of
+actions with the measured median op time of each (stage, kind) and free communication
+(tracelab.derived.schedules); a textbook order stands in when the observed one cannot be
+replayed. The lost-time model (tracelab.derived.parts) splits each pipeline rank's pipeline
+time into bubble (up to the inherent idle) and stall (the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+import duckdb
+
+from tracelab.derived.sqlrows import first
+
+from tracelab.derived import pp_actions, schedules
+
+#: torch.distributed.pipelining class names (and short names) -> tracelab schedule names.
+TORCH_SCHEDULES = {
+    "schedulegpipe": "gpipe", "schedule1f1b": "1f1b", "scheduleinterleaved1f1b":
+    "interleaved_1f1b", "scheduleloopedbfs": "looped_bfs", "scheduleinterleavedzerobubble":
+    "zero_bubble", "schedulezbvzerobubble": "zbv", "scheduledualpipev": "dualpipev",
+    "zbh1": "zb_h1", "gpipe": "gpipe", "1f1b": "1f1b", "interleaved_1f1b": "interleaved_1f1b",
+    "zb_h1": "zb_h1", "looped_bfs": "looped_bfs", "zero_bubble": "zero_bubble", "zbv": "zbv",
+    "dualpipev": "dualpipev",
+}
+
+
+def declared_pipeline(metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The capture manifest's `pipeline` entry when it is an object, else None (a malformed
+    entry is ignored: the trace's own annotations still describe the schedule)."""
+    meta = (metadata or {}).get("pipeline")
+    return dict(meta) if isinstance(meta, dict) else None
+
+
+def schedule_name(meta: Mapping[str, Any] | None) -> str | None:
+    raw = (meta or {}).get("schedule")
+    return TORCH_SCHEDULES.get(str(raw).lower()) if raw is not None else None
+
+
+def _stage_map(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[int, int]:
+    got = con.execute("SELECT rank, pp_stage FROM ranks WHERE run_id = ? ORDER BY rank",
+                      [run_id]).fetchall()
+    return {int(rk): int(st) if st is not None else i for i, (rk, st) in enumerate(got)}
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _detect(meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: str
+            ) -> dict[str, Any]:
+    ranks = sorted({a["rank"] for a in acts})
+    stages = sorted({a["stage"] for a in acts})
+    kinds = {a["kind"] for a in acts}
+    per_step: dict[tuple[int, int, int, str], int] = {}
+    for a in acts:
+        key = (a["rank"], a["step"], a["stage"], a["kind"])
+        per_step[key] = per_step.get(key, 0) + 1
+    m_seen = max((n for (_, _, _, k), n in per_step.items() if k == "F"), default=0)
+    p, v = len(ranks), max(1, len(stages) // max(1, len(ranks)))
+    declared = schedule_name(meta)
+    if declared:
+        schedule = declared
+    elif "I" in kinds or "W" in kinds:
+        schedule = "zb_h1" if v == 1 else "zero_bubble"
+    elif v > 1:
+        schedule = "interleaved_1f1b"
+    elif source == "gpipe":
+        schedule = "gpipe"
+    else:
+        schedule = "1f1b"
+    m = _positive_int((meta or {}).get("microbatches")) or m_seen
+    return {"schedule": schedule, "p": p, "v": v, "m": m, "ranks": ranks}
+
+
+def _inherent(acts: list[dict[str, Any]], info: dict[str, Any]
+              ) -> tuple[dict[int, float], float, dict[str, float], str, float] | None:
+    """Replay the observed order with median op times: per-rank idle (ns), makespan, mean op
+    time per kind, how the order was obtained, and the makespan with every stage at the mean op
+    time (balanced stages). None when no order can be replayed."""
+    by: dict[tuple[int, str], list[int]] = {}
+    for a in acts:
+        by.setdefault((a["stage"], a["kind"]), []).append(a["busy_ns"])
+    med = {k: float(statistics.median(xs)) for k, xs in by.items()}
+    first = min(a["step"] for a in acts)
+    order: dict[int, list[schedules.Action]] = {}
+    for a in sorted((a for a in acts if a["step"] == first), key=lambda a: a["c0"]):
+        order.setdefault(a["rank"], []).append((a["stage"], a["kind"], a["mb"]))
+    how = "observed order"
+    try:
+        rp = schedules.replay(order, lambda a: med.get((a[0], a[1]), 0.0))
+    except ValueError:
+        if info["schedule"] not in schedules.SCHEDULES:
+            return None
+        try:
+            order = schedules.make_order(info["schedule"], info["p"], info["m"], info["v"])
+            rp = schedules.replay(order, lambda a: med.get((a[0], a[1]), 0.0))
+        except ValueError:
+            return None
+        how = "textbook order"
+    kinds: dict[str, list[float]] = {}
+    for (_, kind), t in med.items():
+        kinds.setdefault(kind, []).append(t)
+    mean_op = {k: statistics.mean(v) for k, v in kinds.items()}
+    balanced = schedules.replay(order, lambda a: mean_op.get(a[1], 0.0)).makespan
+    return {rk: rp.idle(rk) for rk in order}, rp.makespan, mean_op, how, balanced
+
+
+def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """Fill pipeline_actions, pipeline_runs and pipeline_ranks for a pipelined run."""
+    row = first(con.execute("SELECT metadata FROM runs WHERE run_id = ?", [run_id]))
+    metadata = json.loads(row[0]) if row and row[0] else {}
+    meta = declared_pipeline(metadata)
+    declared = bool(meta) if "manifest" in metadata else None
+    source, acts = pp_actions.actions(con, run_id, _positive_int((meta or {}).get("microbatches")),
+                                      _stage_map(con, run_id), declared)
+    if not acts:
+        return
+    off = dict(con.execute("SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?",
+                           [run_id]).fetchall())
+    for a in acts:
+        o = off.get(a["rank"], 0)
+        a["a0"], a["a1"], a["c0"], a["c1"] = a["a0"] - o, a["a1"] - o, a["c0"] - o, a["c1"] - o
+    info = _detect(meta, acts, source)
+    inh = _inherent(acts, info)
+    idle_inh, makespan, mean_op, how, balanced = inh if inh else ({}, None, {}, "none", None)
+    con.executemany(
+        "INSERT INTO pipeline_actions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [[run_id, a["rank"], a["step"], a["stage"], a["kind"], a["mb"], a["a0"], a["a1"],
+          a["c0"], a["c1"], a["busy_ns"]] for a in acts])
+    con.execute(
+        "INSERT INTO pipeline_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [run_id, source, info["schedule"], None if meta is None or meta.get("schedule") is None
+         else str(meta.get("schedule")), info["p"], info["v"], info["m"],
+         None if makespan is None else round(makespan),
+         None if balanced is None else round(balanced), how,
+         json.dumps({k: round(v) for k, v in sorted(mean_op.items())})])
+    steps: dict[int, dict[int, list[dict[str, Any]]]] = {}
+    for a in acts:
+        steps.setdefault(a["step"], {}).setdefault(a["rank"], []).append(a)
+    out = []
+    for step, by_rank in sorted(steps.items()):
+        w0 = min(a["c0"] for xs in by_rank.values() for a in xs)
+        w1 = max(a["c1"] for xs in by_rank.values() for a in xs)
+        for rank, xs in sorted(by_rank.items()):
+            c0, c1 = min(a["c0"] for a in xs), max(a["c1"] for a in xs)
+            inherent = idle_inh.get(rank)
+            out.append([run_id, rank, step, w0, w1, sum(a["busy_ns"] for a in xs), c0 - w0,
+                        w1 - c1, None if inherent is None else round(inherent)])
+    con.executemany("INSERT INTO pipeline_ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", out)
