@@ -13,7 +13,8 @@
  *                       0 = absent or null
  *   args        the raw JSON text of `args`, verbatim, + int64 offsets and validity bytes
  *   ids         int64 x N_IDS: integer values of a few top-level keys of `args` (correlation,
- *                       External id, stream, and the [memory] fields), INT64_MIN when absent
+ *                       External id, stream, the [memory] fields, and PyTorch 1.8's lower-case
+ *                       `external id`), INT64_MIN when absent
  *   top         (key, start, end) of every other top-level member, for the caller to decode
  *
  * It returns None, and the caller falls back to the reference decoder (msgspec), whenever the
@@ -35,10 +36,11 @@
 #endif
 
 #define MAX_DEPTH 512
-#define N_IDS 8
+#define N_IDS 9
+/* The same keys, in the same order, as tracelab.decode.ID_KEYS. */
 static const char *ID_KEYS[N_IDS] = {
     "correlation", "External id", "stream", "Device Type",
-    "Device Id", "Bytes", "Total Allocated", "Total Reserved",
+    "Device Id", "Bytes", "Total Allocated", "Total Reserved", "external id",
 };
 #define ABSENT INT64_MIN
 
@@ -320,6 +322,7 @@ static int id_slot(Key k) {
     case 11:
         if (KEY_IS(k, "correlation")) return 0;
         if (KEY_IS(k, "External id")) return 1;
+        if (KEY_IS(k, "external id")) return 8;
         return KEY_IS(k, "Device Type") ? 3 : -1;
     case 14: return KEY_IS(k, "Total Reserved") ? 7 : -1;
     case 15: return KEY_IS(k, "Total Allocated") ? 6 : -1;

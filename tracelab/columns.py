@@ -4,6 +4,16 @@ Used by tracelab.convert: the category of each event (classifying each distinct 
 once), correlation/stream ids (read from args by tracelab.decode), and the
 profiler step of every event (host events by time, device events through their launch's
 correlation, falling back to time).
+
+Trace-compatibility rules applied here, as the peers read the same traces:
+
+- categories are compared through tracelab.classify.canonical_cat (any case, PyTorch 1.8 names);
+- a pid/tid written as a string of digits (`"tid": "23800"`, PyTorch 1.8 and the TensorBoard
+  plugin's fixtures) is that integer, and a GPU lane written `"stream 7"` is stream 7, so
+  threads and streams stay apart; any other string stays NULL with its text in lane_label;
+- `external id` (lower case, PyTorch 1.8 device events) is read where `External id` is absent;
+- Kineto moves "Stream Sync" events (cuda_sync) to tid = stream + 1,000,000 (libkineto
+  output_json.h kSyncStreamTidOffset); without an args.stream they are mapped back to the stream.
 """
 
 from __future__ import annotations
@@ -16,12 +26,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracelab.classify import DEVICE_CATS, classify
+from tracelab.classify import DEVICE_CATS, RUNTIME_CATS, canonical_cat, classify
+from tracelab.classify import on_device as runs_on_device
 from tracelab.decode import ABSENT
 
-#: Kineto categories whose events carry correlation/stream ids worth extracting.
-ID_CATS = tuple(DEVICE_CATS) + ("cuda_runtime", "cuda_driver", "cpu_op")
+#: Kineto categories (canonical names) whose events carry correlation/stream ids worth extracting.
+ID_CATS = tuple(DEVICE_CATS) + RUNTIME_CATS + ("cpu_op",)
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+#: A pid/tid written as text that still names an integer: digits, or a GPU lane "stream N".
+_INT_TEXT = {"pid": re.compile(r"^\s*(-?\d+)\s*$"),
+             "tid": re.compile(r"^\s*(?:stream\s+)?(-?\d+)\s*$", re.IGNORECASE)}
+#: Kineto's tid offset of the row it moves "Stream Sync" events to (libkineto output_json.h).
+SYNC_STREAM_TID_OFFSET = 1_000_000
+
+
+def _int_text(value: Any, field: str) -> int | None:
+    """The integer a pid/tid written as text names ("23800", "stream 7"), else None."""
+    if not isinstance(value, str):
+        return None
+    m = _INT_TEXT[field].match(value)
+    if m is None:
+        return None
+    v = int(m.group(1))
+    return v if -2**63 < v < 2**63 else None
 
 
 def lane_columns(
@@ -29,17 +56,37 @@ def lane_columns(
 ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """pid and tid as int64 (NULL where the trace did not write an integer, e.g. 'Spans'), and a
     'pid/tid' label for exactly those events; `odd_value(i, "pid"|"tid")` gives the value the
-    trace wrote where it is not an integer."""
+    trace wrote where it is not an integer. Text that names an integer ("23800", "stream 7")
+    is that integer (the module's docstring says why)."""
     odd = np.flatnonzero((pid == ABSENT) | (tid == ABSENT))
     labels: list[str | None] = [None] * len(pid)
+    if len(odd):
+        pid, tid = pid.copy(), tid.copy()
+    parsed: dict[tuple[str, Any], int | None] = {}
+    labelled = 0
     for i in odd.tolist():
-        p = odd_value(i, "pid") if pid[i] == ABSENT else int(pid[i])
-        t = odd_value(i, "tid") if tid[i] == ABSENT else int(tid[i])
-        labels[i] = f"{p}/{t}"
+        raw = {}
+        for field, col in (("pid", pid), ("tid", tid)):
+            if col[i] != ABSENT:
+                raw[field] = int(col[i])
+                continue
+            value = odd_value(i, field)
+            key = (field, value if isinstance(value, str) else repr(value))
+            if key not in parsed:
+                parsed[key] = _int_text(value, field)
+            as_int = parsed[key]
+            if as_int is not None:
+                col[i] = as_int
+                raw[field] = as_int
+            else:
+                raw[field] = value
+        if pid[i] == ABSENT or tid[i] == ABSENT:
+            labels[i] = f"{raw['pid']}/{raw['tid']}"
+            labelled += 1
     return (
         pa.array(pid, mask=pid == ABSENT),
         pa.array(tid, mask=tid == ABSENT),
-        pa.array(labels, pa.string()) if len(odd) else pa.nulls(len(pid), pa.string()),
+        pa.array(labels, pa.string()) if labelled else pa.nulls(len(pid), pa.string()),
     )
 
 
@@ -57,7 +104,7 @@ def classify_columns(cats: pa.Array, names: pa.Array) -> tuple[pa.Array, pa.Arra
     for k in uniq.tolist():
         cat = cat_values[k // width]
         labels.append(classify(cat or None, name_values[k % width]).value)
-        device.append(cat in DEVICE_CATS)
+        device.append(runs_on_device(cat or None))
     take = pa.array(inverse)
     return (
         pa.array(labels, pa.string()).take(take),
@@ -82,17 +129,27 @@ def id_columns(
     ids: dict[str, np.ndarray], cats: pa.Array, on_device: pa.Array, tids: pa.Array
 ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """stream (device events only), correlation and External id, from the integer args the
-    decoder read (tracelab.decode.ID_KEYS), for the categories that carry them."""
-    want = pc.is_in(cats.fill_null(""), value_set=pa.array(ID_CATS)).to_numpy(zero_copy_only=False)
+    decoder read (tracelab.decode.ID_KEYS), for the categories that carry them (any spelling of
+    the category, see tracelab.classify.canonical_cat)."""
+    dc = pc.dictionary_encode(cats.fill_null(""))
+    canon = [canonical_cat(c) for c in dc.dictionary.to_pylist()]
+    want_cat = np.array([c in ID_CATS for c in canon] + [False], dtype=bool)
+    sync_cat = np.array([c == "cuda_sync" for c in canon] + [False], dtype=bool)
+    codes = dc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    want = want_cat[codes]
 
     def pick(key: str) -> np.ndarray:
         v = ids[key]
         return np.where(want & (v != ABSENT), v, -1)
 
     correlation, external, stream = pick("correlation"), pick("External id"), pick("stream")
+    if "external id" in ids:  # PyTorch 1.8 device events spell it in lower case
+        external = np.where(external < 0, pick("external id"), external)
     dev = on_device.to_numpy(zero_copy_only=False)
     tid_np = tids.fill_null(-1).to_numpy(zero_copy_only=False)
-    stream = np.where(dev & (stream < 0), tid_np, stream)
+    moved = sync_cat[codes] & (tid_np >= SYNC_STREAM_TID_OFFSET)
+    lane = np.where(moved, tid_np - SYNC_STREAM_TID_OFFSET, tid_np)
+    stream = np.where(dev & (stream < 0), lane, stream)
     stream = np.where(dev, stream, -1)
 
     def col(a: np.ndarray) -> pa.Array:

@@ -32,9 +32,11 @@ try:
 except ImportError:  # built without a C compiler: the reference decoder does everything
     _kineto = None
 
-#: Integer args read for every event: correlation/stream ids and the [memory] fields.
+#: Integer args read for every event: correlation/stream ids and the [memory] fields, and
+#: PyTorch 1.8's lower-case `external id` of device events (tracelab.columns prefers
+#: `External id`). The order is the C scanner's (tracelab/_kineto.c ID_KEYS).
 ID_KEYS = ("correlation", "External id", "stream", "Device Type", "Device Id", "Bytes",
-           "Total Allocated", "Total Reserved")
+           "Total Allocated", "Total Reserved", "external id")
 #: "not an integer" in pid/tid/id columns.
 ABSENT = np.iinfo(np.int64).min
 #: Above 2**43 µs a float64 can no longer hold µs with ns resolution.

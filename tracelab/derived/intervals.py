@@ -133,7 +133,7 @@ def breakdown_sql(src: str, keys: str) -> str:
 HOST_OPS_SQL = """SELECT rank, step, tid, ts_ns AS t0, ts_ns + dur_ns AS t1,
                          CASE WHEN category = 'cpu_op' THEN 'compute' ELSE 'comm' END AS cls
                   FROM events
-                  WHERE run_id = ? AND NOT on_device AND cat = 'cpu_op'
+                  WHERE run_id = ? AND NOT on_device AND lower(cat) IN ('cpu_op', 'operator')
                     AND category IN ('cpu_op', 'communication')"""
 
 

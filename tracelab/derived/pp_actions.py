@@ -80,7 +80,7 @@ def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
                             WHEN e.name LIKE '%detach%' THEN 'N'
                             ELSE 'F' END AS kind
                 FROM events e JOIN main USING (rank, tid)
-                WHERE e.run_id = ? AND NOT e.on_device AND e.cat = 'cpu_op'
+                WHERE e.run_id = ? AND NOT e.on_device AND lower(e.cat) IN ('cpu_op', 'operator')
                   AND e.step IS NOT NULL),
         top AS (SELECT *, coalesce(max(t1) OVER (PARTITION BY rank, step
                          ORDER BY t0, kind = 'C' DESC, t1 DESC

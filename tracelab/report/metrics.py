@@ -59,7 +59,7 @@ def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, s: ReportSettings
         [run_id, *DEVICE_OP_CATEGORIES],
     )
     where = ("e.on_device AND e.category IN ('compute', 'communication', 'memcpy', 'memset')"
-             if on_gpu else "e.cat = 'cpu_op'")
+             if on_gpu else "lower(e.cat) IN ('cpu_op', 'operator')")
     rows = con.execute(
         f"""
         WITH kept AS ({_KEPT_STEPS_SQL}),
