@@ -17,7 +17,7 @@ from tracelab.testing.synth import MS, RankTrace, write_capture
 def finding(code: str, ranks: tuple[int, ...], title: str = "t", sev: Severity = Severity.WARNING
             ) -> Finding:
     return Finding(code=code, severity=sev, title=title, evidence=Evidence(ranks=ranks),
-                   impact_ms_per_step=1.5, impact_share=0.02, suggestion="do x",
+                   impact_ns_per_step=1_500_000, impact_share=0.02, suggestion="do x",
                    analyzer="stragglers")
 
 

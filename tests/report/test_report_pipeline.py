@@ -31,14 +31,16 @@ def _report(tmp_path: Path, base: Path, cand: Path) -> tuple[int, dict[str, Any]
 
 def test_fewer_microbatches_grow_every_stage_bubble(runs: dict[str, Path],
                                                    tmp_path: Path) -> None:
-    """1F1B p=4: m=8 -> bubble 3/11 of the step; m=4 -> 3/7 (+15.6 pp), on every stage."""
+    """1F1B p=4, 9 time units idle per stage: m=8 -> makespan 33, m=4 -> 21 (the textbook
+    3/11 and 3/7 of the makespan). The constructed steps leave 2 units of host time before the
+    next step, which tiled steps count in the step: 9/35 -> 9/23 (+13.4 pp), on every stage."""
     rc, rows = _report(tmp_path, runs["m8"], runs["m4"])
     assert rc == 1
     for stage in range(4):
         row = rows[f"bubble_share[stage={stage}]"]
-        assert row["baseline"] == pytest.approx(3 / 11, abs=1e-3)
-        assert row["candidate"] == pytest.approx(3 / 7, abs=1e-3)
-        assert row["delta"] == pytest.approx((3 / 7 - 3 / 11) * 100, abs=0.1)
+        assert row["baseline"] == pytest.approx(9 / 35, abs=1e-3)
+        assert row["candidate"] == pytest.approx(9 / 23, abs=1e-3)
+        assert row["delta"] == pytest.approx((9 / 23 - 9 / 35) * 100, abs=0.1)
         assert row["verdict"] == "regression"
     # The step itself got shorter (makespan 33 -> 21 time units): improved, not a regression.
     assert rows["step_time"]["verdict"] == "improved"

@@ -25,7 +25,9 @@ def test_two_gpu_traces_of_different_jobs(hta_traces: Path, tmp_path: Path) -> N
     assert data["warnings"][0].startswith("the runs differ in shape: baseline 1 rank(s) of 8")
     step = next(m for m in data["metrics"] if m["key"] == "step_time")
     assert (step["n_baseline"], step["n_candidate"]) == (5, 5)
-    assert step["verdict"] == "warn" and step["delta"] > 1.0
+    # The 2-rank job's steps take about 1.5x the 8-rank job's (tiled steps, which never count
+    # device work twice when it runs past the next step's start).
+    assert step["verdict"] == "warn" and step["delta"] > 0.4
     assert step["ci_low"] is not None  # computed and shown even when not judged
     ops = [m for m in data["metrics"] if m["metric"] == "op_time"]
     assert len(ops) == 10 and all(m["label"].startswith("kernel ") for m in ops)

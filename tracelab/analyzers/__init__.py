@@ -81,7 +81,8 @@ class Analysis:
     """Every analyzer's result for one run, the analyzers that failed, and the findings with
     their allocated impacts, worst first."""
 
-    context: RunContext
+    #: None only when the run could not even be read (the reason is in `errors`).
+    context: RunContext | None
     results: tuple[Result, ...] = ()
     #: Analyzer (or derived component) name -> one-line reason it failed.
     errors: dict[str, str] = field(default_factory=dict)
@@ -177,7 +178,7 @@ def analysis_document(run_info: Mapping[str, Any], analysis: Analysis) -> dict[s
         "schema": SCHEMA,
         "tracelab_version": __version__,
         "run": dict(run_info),
-        "settings": {"warmup_steps": analysis.context.warmup_steps},
+        "settings": {"warmup_steps": analysis.context.warmup_steps if analysis.context else None},
         "lost_time": None if bud is None else {
             "step_ns": bud.step_ns, "parts_ns": bud.parts, "steps": bud.steps,
             "ranks": bud.ranks},

@@ -31,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
     files = [w for w in written if w != "-"]
     print(f"tracelab report: {headline} {detail}" + (f" -> {', '.join(files)}" if files else ""),
           file=sys.stderr)
+    for what, why in report.errors.items():
+        print(f"tracelab report: {what} failed, its metrics could not be judged: {why}",
+              file=sys.stderr)
     return report.exit_code
 
 

@@ -86,6 +86,8 @@ class RunMetrics:
     #: Rows for figures: "per_rank" ({rank, step_time_ms, ...}), "steps" ({step, step_time_ms}).
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: Analyzer name -> why it failed on this run (its metrics are missing).
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +146,18 @@ class Report:
         return "pass"
 
     @property
+    def errors(self) -> dict[str, str]:
+        """'<role>: <analyzer>' -> why it failed: what the report could not judge."""
+        return {f"{role}: {k}": v for role, m in (("baseline", self.baseline),
+                                                 ("candidate", self.candidate))
+                for k, v in m.errors.items()}
+
+    @property
     def exit_code(self) -> int:
+        """0 pass, 1 regression, 3 when an analyzer failed on either run (a crash must never
+        read as a regression, nor pass silently)."""
+        if self.errors:
+            return 3
         return 1 if self.regressions else 0
 
 

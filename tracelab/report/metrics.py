@@ -1,19 +1,37 @@
 """What a report compares, read from one run in the store.
 
-Op/kernel times per step come straight from SQL on `events`; every other metric family comes
-from the analyzers' results (`tracelab.report.analyzer_metrics`), so the report, the CLI and
-the app show the same numbers. Warm-up steps (the first `warmup_steps` of every rank) are
-dropped everywhere.
+Every figure is the derived layer's (docs/metrics.md) over the steady steps that every surface
+uses (the first `warmup_steps` steps of the run are warm-up): the report shows the same step
+time, shares and findings as `tracelab analyze` and the app. Per step (its samples, for the
+bootstrap; its value is their mean, as the analyzers' headline):
+
+- step_time: job_steps.dur_ns, the mean over ranks of each rank's (tiled) step.
+- exposed_comm_share: over ranks, communication not under compute / step time (step_parts).
+- comm_overlap: over ranks, communication under compute / communication.
+- straggler_wait: over ranks, the wait part / step time (time waiting for the last arriver).
+- bubble_share[stage=s]: the rank holding stage s, (bubble + stall) / its step time.
+- collective_bandwidth[op]: matched collectives of at least 256 KiB: sum(bytes x bus factor)
+  / sum(transfer time), in GB/s (nccl-tests busbw). Shown but not gated for host-timed (gloo)
+  collectives.
+- op_time[name]: time inside ops (CPU runs) or kernels (GPU runs) of that name per step,
+  averaged over ranks.
+
+peak_memory and memory_imbalance come from the memory analyzer (one value per run). The
+findings are the runner's (tracelab.analyzers.run), in its order. A metric the run cannot
+measure (no pipeline, no collectives) is absent rather than misleading.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import duckdb
 import numpy as np
 
+from tracelab.derived.collectives import BUS_FACTOR_SQL
 from tracelab.errors import InputError
 from tracelab.report.compare import MetricValue, RunMetrics, RunSummary
 from tracelab.report.thresholds import ReportSettings
@@ -23,29 +41,29 @@ NS_PER_MS = 1e6
 LABEL_CHARS = 90
 #: Device categories whose per-name totals make the op/kernel table on GPU runs.
 DEVICE_OP_CATEGORIES = ("compute", "communication", "memcpy", "memset")
+#: Collectives smaller than this measure latency, not bandwidth; they are left out.
+MIN_BANDWIDTH_BYTES = 256 << 10
+HOST_TIMED_NOTE = ("host-timed collectives (gloo): the transfer time includes host "
+                   "scheduling, so it is no measure of link bandwidth")
 
+#: The steady (rank, step) pairs: the same selection as the analyzers' (step_spans.ordinal).
 _KEPT_STEPS_SQL = """
-    WITH numbered AS (
-        SELECT rank, step, end_ns - start_ns AS dur_ns,
-               row_number() OVER (PARTITION BY rank ORDER BY step) AS k
-        FROM steps WHERE run_id = $run
-    )
-    SELECT rank, step, dur_ns FROM numbered WHERE k > $warmup
+    SELECT rank, step, dur_ns FROM step_spans WHERE run_id = $run AND ordinal >= $warmup
 """
 
 
 def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> Any:
-    row = con.execute(sql, params).fetchone()
-    return None if row is None else row[0]
+    rows = con.execute(sql, params).fetchall()
+    return rows[0][0] if rows else None
 
 
-def kept_steps(con: duckdb.DuckDBPyConnection, run_id: int, warmup: int) -> set[tuple[int, int]]:
-    """(rank, step) pairs left after dropping each rank's first `warmup` steps."""
-    rows = con.execute(_KEPT_STEPS_SQL, {"run": run_id, "warmup": warmup}).fetchall()
-    return {(int(r), int(s)) for r, s, _ in rows}
+def _sampled(key: str, gate: str, label: str, by_step: dict[int, float]) -> MetricValue:
+    samples = tuple(by_step[s] for s in sorted(by_step))
+    return MetricValue(key=key, gate=gate, label=label,
+                       value=float(np.mean(samples)) if samples else None, samples=samples)
 
 
-def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, s: ReportSettings
+def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int
               ) -> dict[str, MetricValue]:
     """Time per step of each op (CPU runs) or kernel (GPU runs), averaged over ranks.
 
@@ -71,7 +89,7 @@ def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, s: ReportSettings
         WHERE e.run_id = $run AND {where}
         GROUP BY e.name, e.step
         """,
-        {"run": run_id, "warmup": s.warmup_steps},
+        {"run": run_id, "warmup": min_ordinal},
     ).fetchall()
     steps = sorted({int(step) for _, step, _ in rows})
     col = {step: i for i, step in enumerate(steps)}
@@ -99,27 +117,172 @@ def _summary(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, tuple[st
     return str(row[0]), source, int(row[2]), None if row[3] is None else int(row[3])
 
 
+#: Per steady step, over ranks: the shares the report gates (step_parts; docs/metrics.md).
+_STEP_SHARES_SQL = """
+SELECT step, sum(comm_ns - overlapped_comm_ns) / sum(step_ns) AS exposed_comm_share,
+       sum(overlapped_comm_ns) / nullif(sum(comm_ns), 0) AS comm_overlap,
+       sum(wait_ns) / sum(step_ns) AS straggler_wait, count(*) AS ranks
+FROM step_parts WHERE run_id = $run AND ordinal >= $warmup AND step_ns > 0
+GROUP BY step ORDER BY step
+"""
+
+_PER_RANK_SQL = """
+SELECT rank, avg(step_ns) / 1e6 AS step_time_ms, avg(compute_ns) / 1e6 AS compute_ms,
+       avg(transfer_ns) / 1e6 AS transfer_ms, avg(wait_ns) / 1e6 AS wait_ms,
+       avg(bubble_ns + stall_ns) / 1e6 AS pipeline_idle_ms, avg(host_ns) / 1e6 AS host_ms,
+       avg(idle_ns) / 1e6 AS idle_ms
+FROM step_parts WHERE run_id = $run AND ordinal >= $warmup GROUP BY rank ORDER BY rank
+"""
+
+_BANDWIDTH_SQL = f"""
+WITH m AS (
+    SELECT match_key, any_value(op) AS op, min(step) AS step, any_value(bytes) AS bytes,
+           any_value(group_size) AS n, any_value(transfer_ns) AS transfer_ns,
+           any_value(source) AS source
+    FROM matched_collectives WHERE run_id = $run GROUP BY match_key
+)
+SELECT op, step, sum(bytes * ({BUS_FACTOR_SQL})) AS bus_bytes, sum(transfer_ns) AS transfer_ns,
+       bool_or(source = 'host') AS host_timed
+FROM m
+WHERE transfer_ns > 0 AND bytes >= $min_bytes AND op NOT IN ('send', 'recv', 'send_recv')
+  AND step IN (SELECT step FROM step_spans WHERE run_id = $run AND ordinal >= $warmup)
+GROUP BY op, step
+"""
+
+
+def _step_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int,
+                  total_steps: int) -> tuple[dict[str, MetricValue], list[str]]:
+    params = {"run": run_id, "warmup": min_ordinal}
+    values: dict[str, MetricValue] = {}
+    notes: list[str] = []
+    job = dict(con.execute("SELECT step, dur_ns / 1e6 FROM job_steps WHERE run_id = $run "
+                           "AND ordinal >= $warmup ORDER BY step", params).fetchall())
+    if job:
+        values["step_time"] = _sampled("step_time", "step_time", "Step time", job)
+    else:
+        note = (f"no steps left after dropping warm-up steps ({total_steps} step(s) in the "
+                "run): profile more steps or lower warmup_steps")
+        values["step_time"] = MetricValue(key="step_time", gate="step_time", label="Step time",
+                                          value=None, note=note)
+        notes.append(note)
+    shares = con.execute(_STEP_SHARES_SQL, params).fetchall()
+    exposed = {s: e for s, e, _, _, _ in shares if e is not None}
+    overlap = {s: o for s, _, o, _, _ in shares if o is not None}
+    wait = {s: w for s, _, _, w, _ in shares if w is not None}
+    if exposed:
+        values["exposed_comm_share"] = _sampled(
+            "exposed_comm_share", "exposed_comm_share", "Exposed communication (share of step)",
+            exposed)
+    if overlap:
+        values["comm_overlap"] = _sampled(
+            "comm_overlap", "comm_overlap", "Comm/compute overlap (share of comm)", overlap)
+    if wait and _scalar(con, "SELECT count(*) FROM matched_collectives WHERE run_id = ?",
+                        [run_id]):
+        values["straggler_wait"] = _sampled(
+            "straggler_wait", "straggler_wait", "Straggler wait (share of step)", wait)
+    acc: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+    host_timed: dict[str, bool] = {}
+    gloo = bool(_scalar(con, "SELECT count(*) FROM ranks WHERE run_id = ? AND "
+                             "lower(backend) = 'gloo'", [run_id]))
+    for op, step, bus_bytes, transfer_ns, host in con.execute(
+            _BANDWIDTH_SQL, {**params, "min_bytes": MIN_BANDWIDTH_BYTES}).fetchall():
+        acc[str(op)][int(step)] = (float(bus_bytes), float(transfer_ns))
+        host_timed[str(op)] = host_timed.get(str(op), False) or bool(host) or gloo
+    for op, by_step in sorted(acc.items()):
+        gbps = {s: b / t for s, (b, t) in by_step.items() if t > 0}  # bytes/ns = GB/s
+        key = f"collective_bandwidth[{op}]"
+        mv = _sampled(key, "collective_bandwidth", f"Collective bandwidth, {op} (busbw)", gbps)
+        if host_timed[op]:  # shown, never gated
+            mv = replace(mv, gateable=False, note=HOST_TIMED_NOTE)
+        values[key] = mv
+    return values, notes
+
+
+def _pipeline_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int,
+                      pipeline: dict[str, Any], notes: list[str]) -> dict[str, MetricValue]:
+    """(bubble + stall) / step per stage, per step; only for runs that declare a pipeline
+    (capture manifest or pipeline annotations): stages inferred from host ops alone also fit
+    plain data-parallel runs, and a bubble share there would mislead."""
+    if not pipeline.get("pipeline"):
+        return {}
+    if pipeline.get("source") == "host_ops" and not pipeline.get("schedule_declared"):
+        notes.append("pipeline bubbles not compared: the run declares no pipeline and the "
+                     "stages were only inferred from host ops")
+        return {}
+    rows = con.execute(
+        """SELECT sp.rank, sp.step, (sp.bubble_ns + sp.stall_ns) / sp.step_ns,
+                  (SELECT list(DISTINCT stage ORDER BY stage) FROM pipeline_actions a
+                   WHERE a.run_id = sp.run_id AND a.rank = sp.rank)
+           FROM step_parts sp JOIN pipeline_ranks USING (run_id, rank, step)
+           WHERE sp.run_id = $run AND sp.ordinal >= $warmup AND sp.step_ns > 0""",
+        {"run": run_id, "warmup": min_ordinal}).fetchall()
+    by: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    for rank, step, share, stages in rows:
+        if stages is not None and len(stages) == 1:
+            key, label = f"bubble_share[stage={stages[0]}]", f"Pipeline bubble, stage {stages[0]}"
+        else:
+            key, label = f"bubble_share[rank={rank}]", f"Pipeline bubble, rank {rank}"
+        by[(key, label)][int(step)] = float(share)
+    return {key: _sampled(key, "bubble_share", label, v) for (key, label), v in by.items()}
+
+
+def _memory_metrics(memory: dict[str, Any], tables: dict[str, list[dict[str, Any]]]
+                    ) -> dict[str, MetricValue]:
+    """Peak allocated memory per stage (pipelines) or the largest over ranks, and max/mean."""
+    if not memory.get("source"):
+        return {}
+    out: dict[str, MetricValue] = {}
+    lower = " (lower bound: trace events)" if memory.get("peak_is_lower_bound") else ""
+    stage_rows = tables.get("stages") or []
+    if stage_rows:
+        for x in stage_rows:
+            key = f"peak_memory[stage={x['stage']}]"
+            out[key] = MetricValue(key=key, gate="peak_memory",
+                                   label=f"Peak memory, stage {x['stage']}{lower}",
+                                   value=float(x["peak_bytes"]))
+        peaks = [float(x["peak_bytes"]) for x in stage_rows]
+        what = "stages"
+    else:
+        peaks = [float(x["peak_bytes"]) for x in tables.get("ranks", [])
+                 if x.get("peak_bytes") is not None]
+        out["peak_memory"] = MetricValue(
+            key="peak_memory", gate="peak_memory", label=f"Peak memory, largest rank{lower}",
+            value=max(peaks) if peaks else None)
+        what = "ranks"
+    if len(peaks) > 1 and np.mean(peaks) > 0:
+        out["memory_imbalance"] = MetricValue(
+            key="memory_imbalance", gate="memory_imbalance",
+            label=f"Memory imbalance (max/mean over {what})",
+            value=float(max(peaks) / np.mean(peaks)))
+    return out
+
+
 def extract(con: duckdb.DuckDBPyConnection, run_id: int, settings: ReportSettings) -> RunMetrics:
-    """Every metric of one run that the report compares."""
-    from tracelab.report.analyzer_metrics import from_analyzers
+    """Every metric of one run that the report compares, and the runner's findings. An
+    analyzer that fails is named in `errors` (the report then cannot judge everything)."""
+    from tracelab.analyzers import run as run_analyzers
 
     name, source, rank_count, world = _summary(con, run_id)
-    total = int(_scalar(con, "SELECT count(DISTINCT step) FROM steps WHERE run_id = ?",
-                        [run_id]))
-    kept = len({step for _, step in kept_steps(con, run_id, settings.warmup_steps)})
-    extra = from_analyzers(con, run_id, settings)
-    values = dict(extra.values)
-    values.update(_op_times(con, run_id, settings))
+    analysis = run_analyzers(con, run_id, warmup_steps=settings.warmup_steps)
+    min_ordinal = analysis.context.min_ordinal
+    total = int(_scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ?",
+                        [run_id]) or 0)
+    kept = int(_scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ? "
+                            "AND ordinal >= ?", [run_id, min_ordinal]) or 0)
+    values, notes = _step_metrics(con, run_id, min_ordinal, total)
+    pipe = analysis.get("pipeline")
+    values.update(_pipeline_metrics(con, run_id, min_ordinal,
+                                    pipe.metrics if pipe else {}, notes))
+    mem = analysis.get("memory")
+    if mem is not None:
+        values.update(_memory_metrics(mem.metrics, mem.tables))
+    values.update(_op_times(con, run_id, min_ordinal))
+    per_rank = [dict(zip(("rank", "step_time_ms", "compute_ms", "transfer_ms", "wait_ms",
+                          "pipeline_idle_ms", "host_ms", "idle_ms"), r, strict=True))
+                for r in con.execute(_PER_RANK_SQL, {"run": run_id, "warmup": min_ordinal}
+                                     ).fetchall()]
     summary = RunSummary(name=name, run_id=run_id, source=source, ranks=rank_count,
                          world_size=world, steps_used=kept, steps_dropped=max(total - kept, 0))
-    return RunMetrics(run=summary, values=values, findings=extra.findings,
-                      tables={"per_rank": _merge_per_rank(extra.per_rank)},
-                      notes=tuple(extra.notes))
-
-
-def _merge_per_rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per rank from the analyzers' per-rank pieces."""
-    by_rank: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        by_rank.setdefault(int(row["rank"]), {"rank": int(row["rank"])}).update(row)
-    return [by_rank[r] for r in sorted(by_rank)]
+    return RunMetrics(run=summary, values=values, findings=analysis.findings,
+                      tables={"per_rank": per_rank}, notes=tuple(notes),
+                      errors=dict(analysis.errors))

@@ -12,6 +12,7 @@ import html
 from typing import Any
 
 from tracelab import __version__
+from tracelab.render.text import duration
 from tracelab.report import _format as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics
 from tracelab.results import Finding
@@ -57,8 +58,8 @@ def _finding_html(f: Finding) -> str:
     parts = [f"<b>{_e(str(f.severity).upper())}</b> <code>{_e(f.code)}</code>: {_e(f.title)}"]
     if f.evidence.ranks:
         parts.append(f" (ranks {_e(', '.join(map(str, f.evidence.ranks)))})")
-    if f.impact_ms_per_step is not None:
-        parts.append(f". Impact {f.impact_ms_per_step:.3g} ms/step")
+    if f.impact_ns_per_step is not None:
+        parts.append(f". Impact {duration(f.impact_ns_per_step)} per step")
     parts.append(f". <i>Fix:</i> {_e(f.suggestion)}")
     return f"<li>{''.join(parts)}</li>"
 

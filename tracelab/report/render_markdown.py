@@ -7,7 +7,7 @@ renders inline HTML) and Markdown's table and emphasis characters are backslash-
 from __future__ import annotations
 
 
-from tracelab.render.text import md, md_code
+from tracelab.render.text import duration, md, md_code
 from tracelab.report import _format as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics, Verdict
 from tracelab.results import Finding
@@ -51,8 +51,8 @@ def _finding(f: Finding) -> str:
     if f.evidence.steps:
         where.append("steps " + ", ".join(str(s) for s in f.evidence.steps[:8]))
     impact = ""
-    if f.impact_ms_per_step is not None:
-        impact = f" Impact: {f.impact_ms_per_step:.3g} ms/step"
+    if f.impact_ns_per_step is not None:
+        impact = f" Impact: {duration(f.impact_ns_per_step)} per step"
         if f.impact_share is not None:
             impact += f" ({f.impact_share * 100:.1f}% of the step)"
         impact += "."
@@ -80,6 +80,9 @@ def render(report: Report) -> str:
                   "</summary>", ""]
         lines += [_finding(f) for f in report.resolved_findings]
         lines += ["", "</details>"]
+    if report.errors:
+        lines += ["", "### Could not be judged", ""]
+        lines += [f"- {md(k)} failed: {md(v)}" for k, v in report.errors.items()]
     if report.warnings:
         lines += ["", "### Warnings", ""]
         lines += [f"- {md(w)}" for w in report.warnings]
