@@ -46,6 +46,9 @@ VIEW = "stragglers"
 DEFAULTS: dict[str, Any] = {
     # Blame a rank whose what-if saving is at least this share of the mean steady step.
     "min_saving_share": 0.05,
+    # ...and above this many times the run's step-to-step jitter (1.4826 x MAD of the steady
+    # job steps): on a noisy machine a rank can be slowest by chance in most steps.
+    "min_saving_over_jitter": 1.0,
     # Report SYNC_WAIT when waiting no straggler explains exceeds this share of the step.
     "sync_wait_threshold": 0.10,
 }
@@ -108,9 +111,10 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     step_ns = _mean_step(con, ctx)
     parts = {x["rank"]: x for x in rows(con, _RANK_PARTS_SQL, ctx.params)}
     rank_rows = _rank_table(per_match, savings, parts, steady, steps_out)
+    jitter = _jitter(con, ctx)
+    floor = max(p["min_saving_share"] * step_ns, p["min_saving_over_jitter"] * jitter)
     blamed = [x for x in rank_rows if x["saving_ns_per_step"] is not None and step_ns
-              and x["saving_ns_per_step"] >= p["min_saving_share"] * step_ns
-              and x["times_last_steady"] > 0]
+              and x["saving_ns_per_step"] >= floor and x["times_last_steady"] > 0]
     findings = [_straggler(con, ctx, x, per_match, rank_rows, step_ns) for x in blamed]
     total_wait = sum(x["wait_ns"] for x in parts.values()) / max(len(parts), 1)
     explained = sum(x["caused_wait_ns_per_step"] for x in blamed)
@@ -126,6 +130,8 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         "slowdown_median": _median(slow) if slow else None,
         "stragglers": [x["rank"] for x in blamed],
         "wait_share": total_wait / step_ns if step_ns else None,
+        "step_jitter_ns": jitter,
+        "blame_floor_ns": floor,
     }
     coll_rows = [{"key": m["key"], "op": m["op"], "step": m["step"], "last_rank": m["last_rank"],
                   "lateness_ns": m["lateness_ns"], "transfer_ns": m["transfer"],
@@ -136,6 +142,14 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
                   notes=("lateness within the clocks' uncertainty is never blamed; a rank is "
                          "blamed by how much shorter the step would be had it run at the median "
                          "speed (what-if replay).",))
+
+
+def _jitter(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:
+    """1.4826 x MAD of the steady job steps: the run's step-to-step noise (0 below 3 steps)."""
+    row = first(con.execute("SELECT CASE WHEN count(*) >= 3 THEN 1.4826 * mad(dur_ns) END "
+                            "FROM job_steps WHERE run_id = $run AND ordinal >= $min_ordinal",
+                            ctx.params))
+    return float(row[0]) if row and row[0] is not None else 0.0
 
 
 def _mean_step(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:

@@ -55,8 +55,22 @@ def _positive_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _detect(meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: str
-            ) -> dict[str, Any]:
+def _breadth_first(acts: list[dict[str, Any]], m: int) -> bool:
+    """Whether the first rank runs all m forwards of its first stage before any forward of its
+    next stage (ScheduleLoopedBFS), rather than a round of them (interleaved 1F1B)."""
+    rank = min(a["rank"] for a in acts)
+    step = min(a["step"] for a in acts if a["rank"] == rank)
+    fwd = sorted((a for a in acts if a["rank"] == rank and a["step"] == step and a["kind"] == "F"),
+                 key=lambda a: a["c0"])
+    if not fwd:
+        return False
+    first = fwd[0]["stage"]
+    lead = next((i for i, a in enumerate(fwd) if a["stage"] != first), len(fwd))
+    return lead >= m > 0
+
+
+def _detect(meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: str,
+            overlap: bool = False) -> dict[str, Any]:
     ranks = sorted({a["rank"] for a in acts})
     stages = sorted({a["stage"] for a in acts})
     kinds = {a["kind"] for a in acts}
@@ -67,12 +81,20 @@ def _detect(meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: 
     m_seen = max((n for (_, _, _, k), n in per_step.items() if k == "F"), default=0)
     p, v = len(ranks), max(1, len(stages) // max(1, len(ranks)))
     declared = schedule_name(meta)
+    held: dict[int, set[int]] = {}
+    for a in acts:
+        held.setdefault(a["rank"], set()).add(a["stage"])
+    # Stage placement: looped (rank r holds r, r + p, ...) or V-shaped (r and 2p - 1 - r).
+    v_shape = v == 2 and all(held.get(r, set()) == {i, 2 * p - 1 - i}
+                             for i, r in enumerate(ranks))
     if declared:
         schedule = declared
+    elif v_shape:
+        schedule = "dualpipev" if overlap else "zbv"
     elif "I" in kinds or "W" in kinds:
         schedule = "zb_h1" if v == 1 else "zero_bubble"
     elif v > 1:
-        schedule = "interleaved_1f1b"
+        schedule = "looped_bfs" if _breadth_first(acts, m_seen) else "interleaved_1f1b"
     elif source == "gpipe":
         schedule = "gpipe"
     else:
@@ -129,7 +151,10 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     for a in acts:
         o = off.get(a["rank"], 0)
         a["a0"], a["a1"], a["c0"], a["c1"] = a["a0"] - o, a["a1"] - o, a["c0"] - o, a["c1"] - o
-    info = _detect(meta, acts, source)
+    overlap = bool(first(con.execute(
+        "SELECT count(*) FROM events WHERE run_id = ? AND category = 'annotation' "
+        "AND regexp_matches(name, ?)", [run_id, pp_actions.OVERLAP_RE]))[0])
+    info = _detect(meta, acts, source, overlap)
     inh = _inherent(acts, info)
     idle_inh, makespan, mean_op, how, balanced = inh if inh else ({}, None, {}, "none", None)
     con.executemany(

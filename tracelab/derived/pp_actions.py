@@ -1,7 +1,9 @@
 """Reconstructing pipeline actions (stage, F/I/B/W, microbatch) and their compute from a trace.
 
 Sources, first found wins per run:
-- `pp`: the runtime schedules' `PP:{stage}{F|I|B|W}{mb}` record_function spans;
+- `pp`: the runtime schedules' `PP:{stage}{F|I|B|W}{mb}` record_function spans, and
+  DualPipeV's `PP:({stage}F{mb};{stage}B{mb})OVERLAP_F_B` (split into its forward and backward);
+  SEND/RECV, UNSHARD/RESHARD and REDUCE_GRAD actions are communication, timed by their ops;
 - `gpipe`: ScheduleGPipe's `Forward i` / `Backward i` spans (stage = the rank's pp_stage);
 - `host_ops`: Schedule1F1B, which names nothing: runs of top-level operators on the step's thread
   between communication ops, backward runs being `autograd::engine::evaluate_function:` ops. The
@@ -26,6 +28,8 @@ from tracelab.derived.intervals import HOST_OPS_SQL
 from tracelab.derived.sqlrows import rows
 
 PP_RE = r"^PP:(\d+)(F|I|B|W)(\d+)$"
+#: DualPipeV's overlapped forward and backward: `PP:({stage}F{mb};{stage}B{mb})OVERLAP_F_B`.
+OVERLAP_RE = r"^PP:\((\d+)F(\d+);(\d+)B(\d+)\)OVERLAP_F_B$"
 GPIPE_RE = r"^(Forward|Backward) (\d+)$"
 
 
@@ -43,9 +47,31 @@ def _annotated(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[d
           AND (regexp_matches(name, ?) OR regexp_matches(name, ?))
         ORDER BY rank, ts_ns
         """, [PP_RE, PP_RE, PP_RE, GPIPE_RE, run_id, PP_RE, GPIPE_RE])
-    if any(s["is_pp"] for s in spans):
-        return "pp", [s for s in spans if s["is_pp"]]
+    pp = [s for s in spans if s["is_pp"]] + _overlapped(con, run_id)
+    if pp:
+        return "pp", sorted(pp, key=lambda s: (s["rank"], s["a0"]))
     return ("gpipe", spans) if spans else ("", [])
+
+
+def _overlapped(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, Any]]:
+    """DualPipeV's OVERLAP_F_B spans as two actions, the forward in the first half of the span
+    and the backward in the second: the trace does not say which compute belongs to which, so
+    each is given the compute inside its half (their sum is the span's compute)."""
+    out = []
+    for x in rows(con, """
+        SELECT rank, step, tid, ts_ns AS a0, ts_ns + dur_ns AS a1,
+               regexp_extract(name, ?, ['fs', 'fm', 'bs', 'bm']) AS g
+        FROM events
+        WHERE run_id = ? AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
+          AND regexp_matches(name, ?)
+        """, [OVERLAP_RE, run_id, OVERLAP_RE]):
+        g, mid = x["g"], (x["a0"] + x["a1"]) // 2
+        base = {"rank": x["rank"], "step": x["step"], "tid": x["tid"], "is_pp": True}
+        out.append({**base, "a0": x["a0"], "a1": mid, "stage": int(g["fs"]), "kind": "F",
+                    "mb": int(g["fm"])})
+        out.append({**base, "a0": mid, "a1": x["a1"], "stage": int(g["bs"]), "kind": "B",
+                    "mb": int(g["bm"])})
+    return out
 
 
 def _forwards(segs: list[dict[str, Any]], m: int) -> list[dict[str, Any]]:
