@@ -10,6 +10,7 @@ import argparse
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -77,6 +78,29 @@ def demo_runs(folder: Path) -> list[tuple[str, Path]]:
     return runs
 
 
+def _remove_at_exit(folder: str) -> None:
+    """Remove `folder` when the process exits, also when SIGTERM or SIGHUP stops it (their
+    default action skips atexit). On those the handler removes it and ends the process at once
+    with status 128 + the signal, as the shell reports a killed process: a normal interpreter
+    exit would stop the app's daemon threads inside DuckDB, which aborts the process."""
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+    def stop(signum: int, frame: object) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None or signal.getsignal(sig) is not signal.SIG_DFL:
+            continue  # not on this platform, or someone else handles it
+        try:
+            signal.signal(sig, stop)
+        except ValueError:  # not the main thread: atexit alone
+            return
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from tracelab.ingest import ingest
 
@@ -92,7 +116,7 @@ def run_demo(args: argparse.Namespace) -> int:
     db = args.db
     if db is None:
         tmp = tempfile.mkdtemp(prefix="tracelab-demo-")
-        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        _remove_at_exit(tmp)
         db = os.path.join(tmp, "demo.duckdb")
     for name, path in runs:
         report = ingest([str(path)], db=db, run=name, if_exists="replace", skip_bad=True)
