@@ -13,6 +13,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +37,43 @@ def _app_module() -> Any:
     return app
 
 
-def serve(db: str, host: str, port: int, *, warm: bool = True) -> int:
-    """Serve the store at `db` until interrupted."""
+def serve(db: str, host: str, port: int, *, warm: bool = True,
+          runs: Sequence[str] = ()) -> int:
+    """Serve the store at `db` until interrupted. `runs` are analyzed first (into the app's
+    cache, so that their pages open at once) and their Overview URLs printed."""
     from tracelab.store import open_store
 
     with open_store(db, read_only=True):  # fail now, with the store's own message
         pass
-    app = _app_module().create_app(db, warm=warm)
+    app = _app_module().create_app(db, warm=warm and not runs)
+    for name in runs:
+        print(f"tracelab: analyzed run {name!r}: {_analyze_in_app(name)}", flush=True)
     where = f"http://{host}:{port}/"
     print(f"tracelab: serving {db} at {where} (Ctrl-C to stop)", flush=True)
+    for name in runs:
+        print(f"tracelab: overview of run {name!r}: {where}overview?"
+              f"{urllib.parse.urlencode({'run': name})}", flush=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"tracelab: warning: listening on {host}: anyone who can reach it can read the "
               "traces in this store.", file=sys.stderr)
     app.run(host=host, port=port, debug=False)
     return 0
+
+
+def _analyze_in_app(name: str) -> str:
+    """Analyze one run through the app's own cache; a one-line summary of what it found."""
+    from tracelab.app import db as appdb
+
+    with appdb.cursor() as cur:
+        run_id, _ = appdb.resolve(cur, name)
+        found = appdb.analysis(cur, run_id)
+    findings = found.findings()
+    summary = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}"
+    if findings:
+        summary += f", worst: {findings[0].code}: {findings[0].title}"
+    if found.errors:
+        summary += f" ({len(found.errors)} analyzers failed: {', '.join(sorted(found.errors))})"
+    return summary
 
 
 def run_serve(args: argparse.Namespace) -> int:
