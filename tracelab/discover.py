@@ -179,6 +179,8 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
             else:
                 add(TraceFile(path=path))
                 continue
+        if any(c.root.resolve() == path.resolve() for c in found.captures):
+            continue  # the same capture named twice
         is_capture = (path / MANIFEST).is_file()
         if is_capture or any(path.glob("rank-*/rank.json")):
             capture = load_capture(path) if is_capture else load_capture_parts(path)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 
 from tracelab.commands.ingest import add_ingest_options, ingest_paths
-from tracelab.commands.serve import DEFAULT_HOST, DEFAULT_PORT, serve
+from tracelab.commands.serve import DEFAULT_HOST, DEFAULT_PORT, PORT_ENV, default_port, serve
 
 
 def run(args: argparse.Namespace) -> int:
+    port = args.port or default_port()  # before the ingest: a bad setting fails first
     reports = ingest_paths(args)
-    return serve(args.db, DEFAULT_HOST, args.port, runs=[r.run for r in reports])
+    return serve(args.db, DEFAULT_HOST, port, runs=[r.run for r in reports])
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,6 +27,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "URL of the run's Overview. Ctrl-C stops the server; the store keeps the run.",
     )
     add_ingest_options(p)
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help=f"port on 127.0.0.1 (default {DEFAULT_PORT})")
+    p.add_argument("--port", type=int, default=None,
+                   help=f"port on 127.0.0.1 (default {DEFAULT_PORT}, or ${PORT_ENV} when set)")
     p.set_defaults(func=run)

@@ -23,6 +23,18 @@ from tracelab.errors import InputError, UsageError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8050
+#: Environment variable that replaces DEFAULT_PORT (for a machine where 8050 is taken).
+PORT_ENV = "TRACELAB_PORT"
+
+
+def default_port() -> int:
+    """TRACELAB_PORT when set, else DEFAULT_PORT."""
+    raw = os.environ.get(PORT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PORT
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise UsageError(f"{PORT_ENV} must be a port number (1-65535), not {raw!r}.")
+    return int(raw)
 
 
 def _app_module() -> Any:
@@ -77,7 +89,7 @@ def _analyze_in_app(name: str) -> str:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    return serve(args.db, args.host, args.port, warm=not args.no_warm)
+    return serve(args.db, args.host, args.port or default_port(), warm=not args.no_warm)
 
 
 def sample_traces_dir() -> Path | None:
@@ -150,13 +162,14 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.no_serve:
         print(f"tracelab demo: store ready at {db}; serve it with `tracelab serve --db {db}`")
         return 0
-    return serve(db, args.host, args.port)
+    return serve(db, args.host, args.port or default_port())
 
 
 def _add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"interface to listen on (default {DEFAULT_HOST}: this machine only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--port", type=int, default=None,
+                   help=f"port (default {DEFAULT_PORT}, or ${PORT_ENV} when set)")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
