@@ -5,7 +5,8 @@ The commands come from the tour's ```bash block (a trailing `# exits N` comment 
 status a line must end with; every other line must exit 0). They run with bash in a scratch
 folder that links the repository's examples/ and sample_traces/, so relative paths work as from
 the repository root. `tracelab serve` and `tracelab open` run until their URL answers and are
-then stopped with Ctrl-C (SIGINT); TRACELAB_PORT gives each a free port.
+then stopped with Ctrl-C (SIGINT). Only the environment differs from a user's shell: free ports
+through TRACELAB_PORT (the app) and PET_MASTER_PORT (torchrun), so parallel tests never clash.
 
 Two tests: the whole tour with its torchrun captures (`-m torchrun`, about 2 minutes on 2
 cores), and the same tour without the torchrun lines, on copies of the committed
@@ -144,8 +145,11 @@ def _run_tour(work: Path, env: dict[str, str], commands: list[Command]) -> dict[
         if cmd.is_server:
             outputs[cmd.line] = _serve(cmd, work, env, work.parent / f"server-{n}.log")
             continue
-        proc = subprocess.run(["bash", "-c", cmd.line], cwd=work, env=env, capture_output=True,
-                              text=True, timeout=600)
+        # torchrun's default port (29500) may be taken by a parallel test: PET_MASTER_PORT
+        # is torchrun's own environment form of --master-port.
+        run_env = {**env, "PET_MASTER_PORT": str(_free_port())} if cmd.is_torchrun else env
+        proc = subprocess.run(["bash", "-c", cmd.line], cwd=work, env=run_env,
+                              capture_output=True, text=True, timeout=600)
         output = proc.stdout + proc.stderr
         assert proc.returncode == cmd.exit_code, (
             f"README tour: `{cmd.line}` exited {proc.returncode}, expected {cmd.exit_code}:\n"
