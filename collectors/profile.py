@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import shlex
 import time
 from pathlib import Path
 from types import TracebackType
@@ -125,6 +126,23 @@ class Profile:
     @property
     def root(self) -> Path:
         return self.config.dir
+
+    def summary(self) -> str:
+        """Where the capture went and the commands to run next: two lines for the end of a
+        training script (the examples print it on rank 0, after the `with` block)."""
+        if not self.enabled:
+            return "tracelab: profiling was disabled: nothing was captured."
+        if self.error is not None:
+            return (f"tracelab: the collector failed on rank {self.rank} ({self.error}); what it "
+                    f"wrote is in {self.root}.")
+        windows = [w for w in self._windows if w.get("last_step") is not None]
+        steps = sum(int(w["last_step"]) - int(w["first_step"]) + 1 for w in windows)
+        where = shlex.quote(str(self.root))
+        name = self.config.run_name or self.root.resolve().name
+        return (f"tracelab: captured {steps} steps on {self.world_size} "
+                f"rank{'s' if self.world_size != 1 else ''} into {self.root}/\n"
+                f"next: tracelab open {where}   "
+                f"(or: tracelab ingest {where} && tracelab analyze --run {shlex.quote(name)})")
 
     @property
     def rank_dir(self) -> Path:

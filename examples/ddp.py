@@ -26,8 +26,8 @@ import tracelab
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/ddp", help="capture folder")
-    parser.add_argument("--steps", type=int, default=8, help="training steps to run")
-    parser.add_argument("--record", default="3:6", help="steps to record, START:STOP")
+    parser.add_argument("--steps", type=int, default=12, help="training steps to run")
+    parser.add_argument("--record", default="2:12", help="steps to record, START:STOP")
     parser.add_argument("--disable", action="store_true", help="run with tracelab disabled")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
@@ -61,6 +61,8 @@ def main() -> None:
             prof.step()
     if dist.get_rank() == 0:
         print(f"final mean loss {mean_loss.item() / dist.get_world_size():.4f}")
+    if dist.get_rank() == 0:
+        print(prof.summary())
     dist.destroy_process_group()
 
 

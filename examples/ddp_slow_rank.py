@@ -24,10 +24,10 @@ import tracelab
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/ddp_slow_rank", help="capture folder")
-    parser.add_argument("--steps", type=int, default=8, help="training steps to run")
-    parser.add_argument("--record", default="3:6", help="steps to record, START:STOP")
+    parser.add_argument("--steps", type=int, default=12, help="training steps to run")
+    parser.add_argument("--record", default="2:12", help="steps to record, START:STOP")
     parser.add_argument("--slow-rank", type=int, default=2, help="the rank that is slow")
-    parser.add_argument("--delay-ms", type=float, default=40.0, help="its extra time per step")
+    parser.add_argument("--delay-ms", type=float, default=100.0, help="its extra time per step")
     args = parser.parse_args()
     first, stop = (int(x) for x in args.record.split(":"))
 
@@ -55,6 +55,8 @@ def main() -> None:
             logged = loss.detach().clone()
             dist.all_reduce(logged)
             prof.step()
+    if dist.get_rank() == 0:
+        print(prof.summary())
     dist.destroy_process_group()
 
 

@@ -35,8 +35,8 @@ class Block(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/fsdp2", help="capture folder")
-    parser.add_argument("--steps", type=int, default=6, help="training steps to run")
-    parser.add_argument("--record", default="3:5", help="steps to record, START:STOP")
+    parser.add_argument("--steps", type=int, default=12, help="training steps to run")
+    parser.add_argument("--record", default="2:12", help="steps to record, START:STOP")
     args = parser.parse_args()
     first, stop = (int(x) for x in args.record.split(":"))
 
@@ -58,6 +58,8 @@ def main() -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             prof.step()
+    if dist.get_rank() == 0:
+        print(prof.summary())
     dist.destroy_process_group()
 
 

@@ -51,8 +51,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b")
     parser.add_argument("--out", default="runs/pipeline", help="capture folder")
-    parser.add_argument("--steps", type=int, default=6, help="training steps to run")
-    parser.add_argument("--record", default="3:5", help="steps to record, START:STOP")
+    parser.add_argument("--steps", type=int, default=12, help="training steps to run")
+    parser.add_argument("--record", default="2:12", help="steps to record, START:STOP")
     args = parser.parse_args()
     first, stop = (int(x) for x in args.record.split(":"))
 
@@ -97,6 +97,8 @@ def main() -> None:
             prof.step()
     if holds_last:
         print(f"rank {rank}: last loss {torch.stack(losses).mean().item():.4f}")
+    if dist.get_rank() == 0:
+        print(prof.summary())
     dist.destroy_process_group()
 
 

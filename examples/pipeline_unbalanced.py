@@ -42,8 +42,8 @@ class Wide(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/pipeline_unbalanced", help="capture folder")
-    parser.add_argument("--steps", type=int, default=5, help="training steps to run")
-    parser.add_argument("--record", default="2:4", help="steps to record, START:STOP")
+    parser.add_argument("--steps", type=int, default=12, help="training steps to run")
+    parser.add_argument("--record", default="2:12", help="steps to record, START:STOP")
     parser.add_argument("--layers", default="8,1,1,1", help="layers per stage")
     args = parser.parse_args()
     first, stop = (int(x) for x in args.record.split(":"))
@@ -75,6 +75,8 @@ def main() -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             prof.step()
+    if dist.get_rank() == 0:
+        print(prof.summary())
     dist.destroy_process_group()
 
 

@@ -24,6 +24,7 @@ COMMANDS = (
     "tracelab.commands.export",
     "tracelab.commands.analyze",
     "tracelab.commands.serve",
+    "tracelab.commands.open",
     "tracelab.commands.report",
     "tracelab.commands.baseline",
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,17 @@ class Discovery:
     ignored: list[Path] = field(default_factory=list)
     #: Ranks a capture lists but cannot deliver (no trace, missing file): skippable errors.
     problems: list[InputError] = field(default_factory=list)
+
+
+#: torch.profiler.tensorboard_trace_handler's file names: `<worker>.<time ns>.pt.trace.json`,
+#: `.json.gz` with use_gzip=True; the worker defaults to `<host>_<pid>`.
+TENSORBOARD_NAME = re.compile(r"(?P<worker>.+)\.(?P<time>\d+)\.pt\.trace\.json(?:\.gz)?")
+
+
+def tensorboard_name(path: Path) -> tuple[str, int] | None:
+    """(worker, time stamp) of a file named as tensorboard_trace_handler names it, else None."""
+    found = TENSORBOARD_NAME.fullmatch(path.name)
+    return (found["worker"], int(found["time"])) if found else None
 
 
 def is_trace_name(path: Path) -> bool:
@@ -167,6 +179,8 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
             else:
                 add(TraceFile(path=path))
                 continue
+        if any(c.root.resolve() == path.resolve() for c in found.captures):
+            continue  # the same capture named twice
         is_capture = (path / MANIFEST).is_file()
         if is_capture or any(path.glob("rank-*/rank.json")):
             capture = load_capture(path) if is_capture else load_capture_parts(path)
@@ -176,10 +190,20 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
             for tf in files:
                 add(tf)
             continue
+        roots = capture_roots(path)
+        for root in roots:
+            capture = load_capture(root) if (root / MANIFEST).is_file() else load_capture_parts(root)
+            found.captures.append(capture)
+            files, problems = _capture_files(capture)
+            found.problems.extend(problems)
+            for tf in files:
+                add(tf)
         for sub in sorted(p for p in path.rglob("*") if p.is_file()):
             parts = sub.relative_to(path).parts
             if any(p.startswith(".") or p.endswith(CONVERTED_SUFFIX) for p in parts):
                 continue
+            if any(sub.is_relative_to(root) for root in roots):
+                continue  # a capture's files come from its manifest
             if is_trace_name(sub):
                 add(TraceFile(path=sub))
             else:
@@ -194,9 +218,54 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
             + "."
         )
     if len(found.captures) > 1:
+        loose = [tf for tf in found.files
+                 if not any(tf.path.is_relative_to(c.root) for c in found.captures)]
+        names = ", ".join(str(c.root) for c in found.captures[:5])
+        more = f" and {len(found.captures) - 5} more" if len(found.captures) > 5 else ""
         raise InputError(
-            "several capture folders in one run: "
-            + ", ".join(str(c.root) for c in found.captures)
-            + ". Ingest each as its own run (--run NAME)."
+            f"{len(found.captures)} capture folders ({names}{more}) cannot be one run. "
+            + ("Ingest the loose traces apart from the captures, and each capture as its own "
+               f"run (loose: {', '.join(str(tf.path) for tf in loose[:3])}"
+               + (", ..." if len(loose) > 3 else "") + ")."
+               if loose else
+               "`tracelab ingest FOLDER` (without --run) ingests each as a run named after its "
+               "folder; from Python, call ingest() once per capture (capture_runs() lists them).")
         )
     return found
+
+
+def capture_roots(folder: Path) -> list[Path]:
+    """Capture folders at or below `folder` (a manifest.json, or only the rank-*/rank.json parts
+    of a capture whose rank 0 died), outermost first and none inside another."""
+    roots: set[Path] = set()
+    for marker in (*folder.rglob(MANIFEST), *folder.rglob("rank-*/rank.json")):
+        root = marker.parent if marker.name == MANIFEST else marker.parent.parent
+        parts = root.relative_to(folder).parts
+        if any(p.startswith(".") or p.endswith(CONVERTED_SUFFIX) for p in parts):
+            continue
+        if marker.name != MANIFEST and not marker.parent.name.startswith("rank-"):
+            continue
+        roots.add(root)
+    return sorted(r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots))
+
+
+def capture_runs(paths: list[str | os.PathLike[str]]) -> list[tuple[str, Path]] | None:
+    """(run name, capture folder) for each capture when `paths` are folders that hold several
+    capture folders and no other traces (e.g. sample_traces/): ingest each as its own run,
+    named after its folder. None when the paths make a single run."""
+    runs: list[tuple[str, Path]] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_dir() or (path / MANIFEST).is_file():
+            return None
+        roots = capture_roots(path)
+        if not roots or path in roots:
+            return None
+        for sub in path.rglob("*"):
+            if (sub.is_file() and is_trace_name(sub)
+                    and not any(sub.is_relative_to(r) for r in roots)
+                    and not any(p.startswith(".") or p.endswith(CONVERTED_SUFFIX)
+                                for p in sub.relative_to(path).parts)):
+                return None  # loose traces beside the captures: not a folder of captures
+        runs.extend((root.name, root) for root in roots)
+    return runs if len(runs) > 1 else None

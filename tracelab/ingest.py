@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from tracelab.convert import (
     converted_dir,
     load_converted,
 )
-from tracelab.discover import Capture, Discovery, TraceFile, discover
+from tracelab.discover import Capture, Discovery, TraceFile, discover, tensorboard_name
 from tracelab.errors import InputError, RankConflictError, TracelabError, UsageError
 from tracelab.defaults import DEFAULT_DB
 from tracelab.records import load_capture_records
@@ -63,6 +64,8 @@ class IngestReport:
     #: Derived components that failed on the run (component -> reason): its other numbers
     #: are there, these are not.
     derived_errors: dict[str, str] = field(default_factory=dict)
+    #: What the ingest decided for the user (e.g. a lone rank-less trace taken as rank 0 of 1).
+    notes: list[str] = field(default_factory=list)
 
 
 def _convert_one(path: str, out_dir: str) -> TraceInfo:
@@ -139,9 +142,66 @@ def _convert_all(
 
 
 def _match_user_rank(path: Path, ranks: Mapping[str, int]) -> int | None:
-    for key in (str(path), path.name, str(path.resolve())):
+    keys = [str(path), path.name, str(path.resolve())]
+    tb = tensorboard_name(path)
+    if tb is not None:
+        keys.append(tb[0])  # --rank WORKER=N maps every window of that worker
+    for key in keys:
         if key in ranks:
             return ranks[key]
+    return None
+
+
+def _process_key(path: Path) -> str:
+    """Files that one process wrote: a tensorboard_trace_handler worker's windows share its
+    worker name; any other file stands alone."""
+    tb = tensorboard_name(path)
+    return f"worker:{tb[0]}" if tb is not None else f"file:{path.resolve()}"
+
+
+def _rank_key(path: Path, others: Sequence[Path]) -> str:
+    """The shortest --rank key that names `path` (and only its own process's files)."""
+    tb = tensorboard_name(path)
+    if tb is not None:
+        return tb[0]
+    same_name = [o for o in others if o.name == path.name and o.resolve() != path.resolve()]
+    return str(path) if same_name else path.name
+
+
+def _missing_ranks_error(
+    files: list[TraceFile], rankless: list[int], taken: set[int],
+    paths: Sequence[str | os.PathLike[str]],
+) -> RankConflictError:
+    """One error for every trace without a rank, with the command that maps them."""
+    all_paths = [files[i].path for i in rankless]
+    keys = sorted({_rank_key(p, all_paths) for p in all_paths})
+    free = (r for r in range(len(keys) + len(taken)) if r not in taken)
+    mapping = " ".join(f"--rank {shlex.quote(k)}={r}" for k, r in zip(keys, free))
+    command = "tracelab ingest " + " ".join(shlex.quote(str(p)) for p in paths) + f" {mapping}"
+    shown = ", ".join(str(p) for p in all_paths[:4]) + (", ..." if len(all_paths) > 4 else "")
+    return RankConflictError(
+        f"{len(all_paths)} trace{'s have' if len(all_paths) > 1 else ' has'} no rank (no "
+        f"distributedInfo.rank, no capture manifest): {shown}. A single trace is taken as rank 0 "
+        "of 1, but here ranks cannot be told apart, and tracelab does not guess them. Map each "
+        f"to the rank it ran as, e.g.: {command}"
+        + (" (numbered in name order here: check them)" if len(keys) > 1 else "")
+    )
+
+
+def _order_windows(files: list[TraceFile], idxs: list[int]) -> list[int] | None:
+    """The files of one rank in window order, or None when they cannot be one rank's windows:
+    a capture's windows, or one tensorboard_trace_handler worker's files by time stamp."""
+    if len(idxs) == 1:
+        return idxs
+    if all(files[i].rank is not None for i in idxs):
+        if len({files[i].window for i in idxs}) == len(idxs):
+            return sorted(idxs, key=lambda i: files[i].window)
+        return None
+    names = [tensorboard_name(files[i].path) for i in idxs]
+    if all(n is not None for n in names) and len({n[0] for n in names if n}) == 1:
+        stamps = {i: n[1] for i, n in zip(idxs, names) if n}
+        if len(set(stamps.values())) == len(idxs):
+            return sorted(idxs, key=stamps.__getitem__)
     return None
 
 
@@ -149,10 +209,15 @@ def _resolve_ranks(
     files: list[TraceFile],
     done: dict[int, tuple[TraceInfo, Path]],
     user_ranks: Mapping[str, int],
-) -> tuple[dict[int, ConvertedRank], dict[int, TracelabError]]:
-    """Group converted files by rank; missing or doubly-claimed ranks become per-file errors."""
+    paths: Sequence[str | os.PathLike[str]] = (),
+) -> tuple[dict[int, ConvertedRank], dict[int, TracelabError], str | None]:
+    """Group converted files by rank; missing or doubly-claimed ranks become per-file errors.
+
+    Traces without a rank that one process wrote (a single file, or one tensorboard worker's
+    windows), when nothing else is ingested with them, are rank 0 of 1; the note says so."""
     by_rank: dict[int, list[int]] = {}
     errors: dict[int, TracelabError] = {}
+    rankless: list[int] = []
     for i in sorted(done):
         tf = files[i]
         info, _ = done[i]
@@ -160,17 +225,26 @@ def _resolve_ranks(
         if rank is None:
             rank = tf.rank if tf.rank is not None else info.rank
         if rank is None:
-            errors[i] = RankConflictError(
-                "the trace has no rank (no distributedInfo.rank, no capture manifest). Map it "
-                f"explicitly: --rank {tf.path.name}=N.",
-                str(tf.path),
-            )
+            rankless.append(i)
             continue
         by_rank.setdefault(rank, []).append(i)
+    note = None
+    if rankless:
+        if not by_rank and len({_process_key(tf.path) for tf in files}) == 1:
+            by_rank[0] = rankless
+            what = (f"{files[rankless[0]].path}" if len(rankless) == 1 else
+                    f"the {len(rankless)} windows of worker "
+                    f"{_rank_key(files[rankless[0]].path, [])}")
+            note = (f"{what} {'has' if len(rankless) == 1 else 'have'} no rank metadata (no distributedInfo): ingested as rank 0 of 1. "
+                    "If it is one rank of a larger job, re-ingest with --replace --rank "
+                    f"{shlex.quote(_rank_key(files[rankless[0]].path, []))}=N.")
+        else:
+            exc = _missing_ranks_error(files, rankless, set(by_rank), paths)
+            errors.update(dict.fromkeys(rankless, exc))
     out: dict[int, ConvertedRank] = {}
     for rank, idxs in sorted(by_rank.items()):
-        windows = {files[i].window for i in idxs}
-        if len(idxs) > 1 and (len(windows) != len(idxs) or files[idxs[0]].rank is None):
+        ordered = _order_windows(files, idxs)
+        if ordered is None:
             names = ", ".join(str(files[i].path) for i in idxs)
             for i in idxs:
                 errors[i] = RankConflictError(
@@ -180,17 +254,19 @@ def _resolve_ranks(
                     str(files[i].path),
                 )
             continue
-        idxs.sort(key=lambda i: files[i].window)
         out[rank] = ConvertedRank(
-            rank=rank, infos=[done[i][0] for i in idxs], dirs=[done[i][1] for i in idxs]
+            rank=rank, infos=[done[i][0] for i in ordered], dirs=[done[i][1] for i in ordered]
         )
-    return out, errors
+    return out, errors, note
 
 
 def _default_run_name(paths: Sequence[str | os.PathLike[str]], capture: Capture | None) -> str:
     if capture is not None and capture.manifest.get("run_name"):
         return str(capture.manifest["run_name"])
     first = Path(paths[0]).resolve()
+    tb = tensorboard_name(first) if len(paths) == 1 else None
+    if tb is not None:
+        return tb[0]  # host_pid, not host_pid.<time stamp>.pt.trace
     name = first.name
     for suffix in (".gz", ".json"):
         name = name.removesuffix(suffix)
@@ -251,26 +327,33 @@ def ingest(
     staging = Path(tempfile.mkdtemp(prefix=".tracelab-ingest-", dir=_staging_parent(db_path)))
     try:
         done, errors = _convert_all(found.files, staging, workers, show)
-        by_rank, rank_errors = _resolve_ranks(found.files, done, ranks or {})
+        by_rank, rank_errors, note = _resolve_ranks(found.files, done, ranks or {}, paths)
         errors.update(rank_errors)
         if errors and not skip_bad:
             exc = errors[min(errors)]
-            if len(errors) > 1:
-                others = ", ".join(str(found.files[i].path) for i in sorted(errors)[1:4])
+            others = [i for i in sorted(errors) if errors[i] is not exc]
+            if others:
+                listed = ", ".join(str(found.files[i].path) for i in others[:3])
                 exc.args = (
-                    f"{exc.args[0]} ({len(errors) - 1} more bad files: {others}"
-                    f"{', ...' if len(errors) > 4 else ''}). Nothing was written; "
-                    "--skip-bad ingests the good ranks and records the bad files.",
+                    f"{exc.args[0]} ({len(others)} more files could not be ingested: {listed}"
+                    f"{', ...' if len(others) > 3 else ''}). Nothing was written; "
+                    "--skip-bad ingests the good ranks and records the others.",
                 )
             raise exc
         if not by_rank:
-            raise InputError("no rank could be ingested: every file was bad (see --skip-bad).")
+            first = errors[min(errors)] if errors else None
+            raise InputError("no rank could be ingested, nothing was written"
+                             + (f": {first}" if first else "."))
         skipped = [{"file": p.path or "", "error": str(p)} for p in found.problems] + [
             {"file": str(found.files[i].path), "error": str(errors[i])} for i in sorted(errors)
         ]
-        return _write(
-            db_path, staging, name, paths, capture, by_rank, skipped, found, if_exists
+        report = _write(
+            db_path, staging, name, paths, capture, by_rank, skipped, found, if_exists,
+            world=1 if note else None,
         )
+        if note:
+            report.notes.append(note)
+        return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -303,10 +386,11 @@ def _write(
     skipped: list[dict[str, str]],
     found: Discovery,
     if_exists: IfExists,
+    world: int | None = None,
 ) -> IngestReport:
     from tracelab.store import delete_run, open_store
 
-    world = _world_size(capture, by_rank)
+    world = world or _world_size(capture, by_rank)
     report = IngestReport(
         run=name, run_id=None, ranks=sorted(by_rank), world_size=world,
         events=sum(i.event_count for cr in by_rank.values() for i in cr.infos),

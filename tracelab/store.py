@@ -11,9 +11,11 @@ keeps serving while an ingest runs next to it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import re
+import tempfile
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -102,7 +104,7 @@ def _connect_with_retry(path: str, read_only: bool, timeout_s: float) -> duckdb.
             return duckdb.connect(path, read_only=read_only)
         except duckdb.IOException as exc:
             if not _is_lock_conflict(exc):
-                raise StoreError(f"{path}: cannot open the store: {exc}") from exc
+                raise _unopenable_store_error(path, exc) from exc
             if time.monotonic() >= deadline:
                 raise StoreLockedError(
                     f"{path}: another process has held the store for over {timeout_s:.0f} s "
@@ -178,6 +180,7 @@ def open_store(
             # DuckDB draws its own bar on long statements; ingest shows one for the whole job.
             con.execute("SET enable_progress_bar = false")
             ensure_schema(con, path, check_derived=not stale_derived_ok)
+        _check_duckdb_storage(con, path)
         yield con
     finally:
         con.close()
@@ -206,7 +209,103 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str = "<store>", *,
         "INSERT INTO tracelab_meta VALUES ('schema_version', ?), ('derived_version', ?)",
         [str(SCHEMA_VERSION), str(DERIVED_VERSION)],
     )
+    _record_duckdb_storage(con)
     con.execute("COMMIT")
+
+
+# The DuckDB file format. DuckDB 2.0 writes files that 1.x cannot read, and a newer DuckDB may
+# write data into an older store that its writer can no longer read. So the store records the
+# storage version (and the DuckDB release) that created it beside the schema version, and a
+# DuckDB that writes another storage version is refused with both versions named.
+
+
+def duckdb_storage_version(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The storage version of the connection's database file as DuckDB names it ('v2.0.0+');
+    None for an in-memory database."""
+    row = _one(con.execute(
+        "SELECT tags FROM duckdb_databases() WHERE database_name = current_database()"))
+    tags = row[0] if row else None
+    return str(tags["storage_version"]) if tags and tags.get("storage_version") else None
+
+
+@functools.cache
+def _native_storage_version() -> str | None:
+    """The storage version the installed DuckDB writes new files in (a throwaway file's)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="tracelab-probe-") as tmp:
+            con = duckdb.connect(os.path.join(tmp, "probe.duckdb"))
+            try:
+                return duckdb_storage_version(con)
+            finally:
+                con.close()
+    except (OSError, duckdb.Error):
+        return None
+
+
+def _record_duckdb_storage(con: duckdb.DuckDBPyConnection) -> None:
+    """Store the DuckDB storage version and release beside the schema version (new stores)."""
+    con.executemany(
+        "INSERT OR REPLACE INTO tracelab_meta VALUES (?, ?)",
+        [["duckdb_storage_version", duckdb_storage_version(con) or _native_storage_version()
+          or "unknown"], ["duckdb_version", duckdb.__version__]],
+    )
+
+
+def _check_duckdb_storage(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Refuse a store created by a DuckDB that writes another storage version than this one."""
+    meta = dict(con.execute(
+        "SELECT key, value FROM tracelab_meta "
+        "WHERE key IN ('duckdb_storage_version', 'duckdb_version')"
+    ).fetchall())
+    stored = meta.get("duckdb_storage_version")
+    if stored is None or stored == "unknown":  # a store from before tracelab recorded it
+        return
+    series = duckdb.__version__.split(".")[:2]
+    if stored == duckdb_storage_version(con) and meta.get("duckdb_version", "").split(".")[:2] == series:
+        return  # the same DuckDB series made it: no need to probe
+    here = _native_storage_version()
+    if here is None or stored == here:
+        return
+    writer = meta.get("duckdb_version")
+    raise StoreError(
+        f"{path}: this store was written by DuckDB {writer or 'another release'} (storage "
+        f"version {stored}), but the installed DuckDB {duckdb.__version__} writes storage "
+        f"version {here}. Use the store with the DuckDB that wrote it"
+        + (f" (pip install 'duckdb=={writer}')" if writer else "")
+        + ", or re-ingest the traces into a new store (--db NEW.duckdb)."
+    )
+
+
+def _unopenable_store_error(path: str, exc: Exception) -> StoreError:
+    """A StoreError for a file DuckDB refused; it names both DuckDB versions when the file's
+    storage version is the reason."""
+    text = str(exc)
+    if "storage version" not in text:
+        return StoreError(f"{path}: cannot open the store: {exc}")
+    found = re.search(r"storage version number (\d+)", text)
+    readable = re.search(r"between (\d+) and (\d+)", text)
+    writer = _header_writer(path)
+    return StoreError(
+        f"{path}: this store was written by DuckDB {writer or 'another version'}"
+        + (f" (storage version {found.group(1)})" if found else "")
+        + f", which the installed DuckDB {duckdb.__version__} cannot read"
+        + (f" (it reads storage versions {readable.group(1)}-{readable.group(2)})"
+           if readable else "")
+        + ". Open it with the DuckDB that wrote it"
+        + (f" (pip install 'duckdb=={writer.lstrip('v')}')" if writer else "")
+        + ", or re-ingest the traces into a new store (--db NEW.duckdb)."
+    )
+
+
+def _header_writer(path: str) -> str | None:
+    """The DuckDB release recorded in a database file's main header ('v2.0.1'), if any."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(96)
+    except OSError:
+        return None
+    found = re.match(rb"v\d+\.\d+\.\d+[\w.-]*", head[52:84].rstrip(b"\0"))
+    return found.group(0).decode() if found else None
 
 
 def run_id(con: duckdb.DuckDBPyConnection, name: str) -> int:

@@ -62,7 +62,7 @@ def test_healthy_ddp_has_no_pipeline_and_aligned_clocks(analyze_sample):
     assert res["pipeline"].metrics == {"pipeline": False}
     assert res["clocks"].metrics["methods"] == ["collector"]
     assert res["clocks"].metrics["causality_violations"] == 0
-    assert res["steps"].metrics["steps"] == 3
+    assert res["steps"].metrics["steps"] == 10
 
 
 def _warmups(res: Result) -> dict[int, int]:

@@ -42,7 +42,7 @@ def test_sample_is_a_complete_capture(name: str) -> None:
         assert trace["distributedInfo"]["rank"] == rank["rank"]
         assert records[rank["rank"]], "every rank has collective records"
     total = sum(p.stat().st_size for p in SAMPLES.rglob("*") if p.is_file())
-    assert total < 5_000_000
+    assert total < 12_000_000  # 10 recorded steps in each of 8 captures: 11 MB
 
 
 @pytest.mark.parametrize("name", ["ddp", "ddp_slow_rank", "fsdp2", "tensor_parallel"])
@@ -58,7 +58,7 @@ def test_slow_rank_is_last_at_every_gradient_all_reduce() -> None:
     _, records = load("ddp_slow_rank")
     fr_rows = {r: {(x["pg_name"], x["seq"]): x for x in recs if x["source"] == "flight_recorder"}
                for r, recs in records.items()}
-    assert len(fr_rows[0]) == 6  # 2 buckets x 3 steps
+    assert len(fr_rows[0]) == 20  # 2 buckets x 10 steps
     for key in fr_rows[0]:
         arrival = {r: fr_rows[r][key]["enqueue_ns"] for r in fr_rows}
         assert max(arrival, key=lambda r: arrival[r]) == 2

@@ -89,10 +89,13 @@ def test_skip_bad_ingests_good_ranks_and_records_skipped(store: Path, tmp_path: 
 
 
 def test_missing_rank_metadata_needs_an_explicit_map(store: Path, tmp_path: Path) -> None:
+    """A lone trace without a rank is rank 0 of 1 (tests/foundation/test_rankless_traces.py);
+    two of them need a map."""
     path = write(tmp_path / "norank.json", trace(rank=None))
+    other = write(tmp_path / "norank2.json", trace(rank=None))
     before = snapshot(store)
-    with pytest.raises(RankConflictError, match="--rank norank.json=N"):
-        ingest([path], db=store, run="norank", progress=False)
+    with pytest.raises(RankConflictError, match="--rank norank.json=0 --rank norank2.json=1"):
+        ingest([path, other], db=store, run="norank", progress=False)
     assert snapshot(store) == before
     report = ingest([path], db=store, run="norank", ranks={"norank.json": 3}, progress=False)
     assert report.ranks == [3]

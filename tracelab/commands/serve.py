@@ -10,8 +10,11 @@ import argparse
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,18 @@ from tracelab.errors import InputError, UsageError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8050
+#: Environment variable that replaces DEFAULT_PORT (for a machine where 8050 is taken).
+PORT_ENV = "TRACELAB_PORT"
+
+
+def default_port() -> int:
+    """TRACELAB_PORT when set, else DEFAULT_PORT."""
+    raw = os.environ.get(PORT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PORT
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise UsageError(f"{PORT_ENV} must be a port number (1-65535), not {raw!r}.")
+    return int(raw)
 
 
 def _app_module() -> Any:
@@ -34,15 +49,22 @@ def _app_module() -> Any:
     return app
 
 
-def serve(db: str, host: str, port: int, *, warm: bool = True) -> int:
-    """Serve the store at `db` until interrupted."""
+def serve(db: str, host: str, port: int, *, warm: bool = True,
+          runs: Sequence[str] = ()) -> int:
+    """Serve the store at `db` until interrupted. `runs` are analyzed first (into the app's
+    cache, so that their pages open at once) and their Overview URLs printed."""
     from tracelab.store import open_store
 
     with open_store(db, read_only=True):  # fail now, with the store's own message
         pass
-    app = _app_module().create_app(db, warm=warm)
+    app = _app_module().create_app(db, warm=warm and not runs)
+    for name in runs:
+        print(f"tracelab: analyzed run {name!r}: {_analyze_in_app(name)}", flush=True)
     where = f"http://{host}:{port}/"
     print(f"tracelab: serving {db} at {where} (Ctrl-C to stop)", flush=True)
+    for name in runs:
+        print(f"tracelab: overview of run {name!r}: {where}overview?"
+              f"{urllib.parse.urlencode({'run': name})}", flush=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"tracelab: warning: listening on {host}: anyone who can reach it can read the "
               "traces in this store.", file=sys.stderr)
@@ -50,8 +72,24 @@ def serve(db: str, host: str, port: int, *, warm: bool = True) -> int:
     return 0
 
 
+def _analyze_in_app(name: str) -> str:
+    """Analyze one run through the app's own cache; a one-line summary of what it found."""
+    from tracelab.app import db as appdb
+
+    with appdb.cursor() as cur:
+        run_id, _ = appdb.resolve(cur, name)
+        found = appdb.analysis(cur, run_id)
+    findings = found.findings()
+    summary = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}"
+    if findings:
+        summary += f", worst: {findings[0].code}: {findings[0].title}"
+    if found.errors:
+        summary += f" ({len(found.errors)} analyzers failed: {', '.join(sorted(found.errors))})"
+    return summary
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    return serve(args.db, args.host, args.port, warm=not args.no_warm)
+    return serve(args.db, args.host, args.port or default_port(), warm=not args.no_warm)
 
 
 def sample_traces_dir() -> Path | None:
@@ -77,6 +115,29 @@ def demo_runs(folder: Path) -> list[tuple[str, Path]]:
     return runs
 
 
+def _remove_at_exit(folder: str) -> None:
+    """Remove `folder` when the process exits, also when SIGTERM or SIGHUP stops it (their
+    default action skips atexit). On those the handler removes it and ends the process at once
+    with status 128 + the signal, as the shell reports a killed process: a normal interpreter
+    exit would stop the app's daemon threads inside DuckDB, which aborts the process."""
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+    def stop(signum: int, frame: object) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None or signal.getsignal(sig) is not signal.SIG_DFL:
+            continue  # not on this platform, or someone else handles it
+        try:
+            signal.signal(sig, stop)
+        except ValueError:  # not the main thread: atexit alone
+            return
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from tracelab.ingest import ingest
 
@@ -92,7 +153,7 @@ def run_demo(args: argparse.Namespace) -> int:
     db = args.db
     if db is None:
         tmp = tempfile.mkdtemp(prefix="tracelab-demo-")
-        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        _remove_at_exit(tmp)
         db = os.path.join(tmp, "demo.duckdb")
     for name, path in runs:
         report = ingest([str(path)], db=db, run=name, if_exists="replace", skip_bad=True)
@@ -101,13 +162,14 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.no_serve:
         print(f"tracelab demo: store ready at {db}; serve it with `tracelab serve --db {db}`")
         return 0
-    return serve(db, args.host, args.port)
+    return serve(db, args.host, args.port or default_port())
 
 
 def _add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"interface to listen on (default {DEFAULT_HOST}: this machine only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--port", type=int, default=None,
+                   help=f"port (default {DEFAULT_PORT}, or ${PORT_ENV} when set)")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

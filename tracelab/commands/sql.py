@@ -9,6 +9,27 @@ from tracelab.errors import UsageError
 from tracelab.tables import print_table
 
 
+def unique_names(names: list[str]) -> list[str]:
+    """Column names made unique as DuckDB's own results do (QueryResult::DeduplicateColumns):
+    a repeated name gets `_1`, `_2`, ... (case-insensitively, skipping names already taken),
+    so `SELECT r.name, e.name` prints `name` and `name_1`, never one value under two headers."""
+    seen: dict[str, int] = {}
+    out: list[str] = []
+    for name in names:
+        low = name.lower()
+        if low not in seen:
+            seen[low] = 1
+            out.append(name)
+            continue
+        new = f"{name}_{seen[low]}"
+        while new.lower() in seen:
+            seen[low] += 1
+            new = f"{name}_{seen[low]}"
+        seen[new.lower()] = 1
+        out.append(new)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     import duckdb
 
@@ -21,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"the query failed: {exc}") from exc
         if cur.description is None:
             return 0
-        cols = [d[0] for d in cur.description]
+        cols = unique_names([d[0] for d in cur.description])
         rows = cur.fetchmany(args.limit + 1) if args.limit else cur.fetchall()
     truncated = bool(args.limit) and len(rows) > args.limit
     rows = rows[: args.limit] if args.limit else rows
