@@ -109,9 +109,10 @@ def ranks_str(ranks: Sequence[int]) -> str:
 
 
 def size_str(nbytes: int | None) -> str:
-    """A message size in words ('4.0 MiB'); 'of unknown size' when the trace does not say."""
+    """A message size in words ('4.0 MiB'); what is unknown and why when the trace does not
+    say."""
     if nbytes is None:
-        return "of unknown size"
+        return "(size not in the trace: profile with record_shapes=True)"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"

@@ -196,14 +196,16 @@ def _exposed_comm(ctx: RunContext, transfer: float, step_ns: float, metrics: dic
     for i, x in enumerate(exposed_by[:3], 1):
         b = bw.get((x["op"], x["pg_name"], x["bytes"]))
         group = f" on process group {x['pg_name']}" if x["pg_name"] is not None else ""
-        text = (f"{x['op']} {size_str(x['bytes'])}{group}: "
+        op = {"unknown": "communication ops the trace does not name",
+              "wait_tensor": "waits for async collectives (wait_tensor)"}.get(x["op"], x["op"])
+        text = (f"{op} {size_str(x['bytes'])}{group}: "
                 f"{ms(x['exposed_ns_per_step'])} exposed per step")
         if b is not None and b["busbw_gbps"] is not None:
             text += (f", bus bandwidth {b['busbw_gbps']:.3g} GB/s"
                      + (" (host-timed: includes host scheduling)" if b["source"] == "host"
                         else ""))
         numbers[f"collective_{i}"] = text
-        names.append(f"{x['op']} {size_str(x['bytes'])}")
+        names.append(op if x["bytes"] is None else f"{op} {size_str(x['bytes'])}")
     overlap = metrics["overlap_share_mean"]
     what = ", ".join(names) or "communication"
     low_overlap = overlap is None or overlap < LOW_OVERLAP

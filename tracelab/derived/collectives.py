@@ -115,13 +115,29 @@ def keyed_sql() -> str:
           AND op NOT IN ('send', 'recv', 'send_recv')
     ),
     hb AS ({HOST_OP_IN_BYTES_SQL}),
+    -- Sizes the chosen source lacks (gloo annotations carry none) from another source's record
+    -- of the same call: the same op on the same rank, overlapping it most in time.
+    ob AS (
+        SELECT c0.rank, c0.start_ns, c0.op,
+               arg_max(o.in_bytes, least(c0.end_ns, o.end_ns) - greatest(c0.start_ns, o.start_ns))
+                   AS o_in,
+               arg_max(o.out_bytes, least(c0.end_ns, o.end_ns) - greatest(c0.start_ns, o.start_ns))
+                   AS o_out
+        FROM c0 JOIN collectives o ON o.run_id = c0.run_id AND o.rank = c0.rank AND o.op = c0.op
+             AND o.source <> c0.source AND o.in_bytes IS NOT NULL
+             AND o.start_ns < c0.end_ns AND o.end_ns > c0.start_ns
+        WHERE c0.in_bytes IS NULL
+        GROUP BY c0.rank, c0.start_ns, c0.op
+    ),
     c AS (
-        SELECT c0.rank, op, pg_name, step, start_ns, end_ns, seq, c0.event_idx,
-               coalesce(in_bytes, hb.host_in_bytes) AS in_bytes,
-               out_bytes, group_size,
-               row_number() OVER (PARTITION BY c0.rank, coalesce(pg_name, ''), op, step
-                                  ORDER BY start_ns, seq) - 1 AS occ
+        SELECT c0.rank, c0.op, pg_name, step, c0.start_ns, end_ns, seq, c0.event_idx,
+               coalesce(in_bytes, hb.host_in_bytes, ob.o_in) AS in_bytes,
+               coalesce(out_bytes, CASE WHEN hb.host_in_bytes IS NULL THEN ob.o_out END)
+                   AS out_bytes, group_size,
+               row_number() OVER (PARTITION BY c0.rank, coalesce(pg_name, ''), c0.op, step
+                                  ORDER BY c0.start_ns, seq) - 1 AS occ
         FROM c0 LEFT JOIN hb ON hb.rank = c0.rank AND hb.event_idx = c0.event_idx
+        LEFT JOIN ob ON ob.rank = c0.rank AND ob.start_ns = c0.start_ns AND ob.op = c0.op
     ),
     k AS (
         SELECT c.*,

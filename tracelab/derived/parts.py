@@ -90,7 +90,9 @@ SELECT rank, start_ns + wait_ns, end_ns, {PT}, op, NULL, bytes, peer
 FROM p2p_ops WHERE run_id = $run
 UNION ALL
 -- Communication events that neither table explains.
-SELECT c.rank, c.a, c.b, {U}, {{op_case}}, NULL, NULL, NULL
+SELECT c.rank, c.a, c.b, {U},
+       CASE WHEN c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
+            THEN 'wait_tensor' ELSE {{op_case}} END, NULL, NULL, NULL
 FROM comm c
 WHERE NOT EXISTS (SELECT 1 FROM matched_collectives m WHERE m.run_id = $run
                   AND m.rank = c.rank AND m.event_idx = c.idx)
