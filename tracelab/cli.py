@@ -21,6 +21,7 @@ COMMANDS = (
     "tracelab.commands.convert",
     "tracelab.commands.runs",
     "tracelab.commands.sql",
+    "tracelab.commands.rederive",
     "tracelab.commands.export",
     "tracelab.commands.analyze",
     "tracelab.commands.serve",

@@ -145,6 +145,26 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: str, check_derived: boo
             )
 
 
+def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the derived tables and create them as this tracelab defines them (their rows are
+    recomputed from the base tables by tracelab.derived; no event is touched)."""
+    sql = resources.files("tracelab").joinpath("schema/derived.sql").read_text()
+    con.execute("BEGIN")
+    try:
+        made = [(m.group(1), "VIEW" in line) for line in sql.splitlines()
+                if (m := _CREATE.match(line.strip()))]
+        for name, is_view in sorted(made, key=lambda x: not x[1]):  # views first
+            con.execute(f"DROP {'VIEW' if is_view else 'TABLE'} IF EXISTS {name}")
+        con.execute(sql)
+        _apply_comments(con, sql)
+        con.execute("INSERT OR REPLACE INTO tracelab_meta VALUES ('derived_version', ?)",
+                    [str(DERIVED_VERSION)])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def stored_derived_version(con: duckdb.DuckDBPyConnection) -> int | None:
     """The derived version the store's derived tables were computed with."""
     row = _one(con.execute("SELECT value FROM tracelab_meta WHERE key = 'derived_version'"))

@@ -154,3 +154,21 @@ def errors(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, str]:
     """The derived components that failed on the run: component -> reason."""
     return dict(con.execute("SELECT component, message FROM derived_errors WHERE run_id = ?",
                             [run_id]).fetchall())
+
+
+def derive_in_transaction(con: duckdb.DuckDBPyConnection, run_id: int) -> DeriveReport:
+    """derive() in its own transaction, retried without each component that fails inside
+    DuckDB (which aborts the transaction) until the run's derived rows are consistent."""
+    skip: dict[str, str] = {}
+    while True:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            report = derive(con, run_id, skip)
+            con.execute("COMMIT")
+            return report
+        except ComponentFailed as exc:
+            con.execute("ROLLBACK")
+            skip[exc.component] = exc.reason
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
