@@ -15,7 +15,7 @@ FORMATS = formats("report")
 
 
 def run(args: argparse.Namespace) -> int:
-    from tracelab.report import _format
+    from tracelab.report import formatting
     from tracelab.report.build import build_report, write_outputs
     from tracelab.report.thresholds import load_settings, parse_cli_thresholds
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     )
     report = build_report(args.baseline, args.candidate, settings=settings, db=args.db)
     written = write_outputs(report, args.format or ["markdown"], args.out)
-    icon, headline, detail = _format.verdict_summary(report)
+    icon, headline, detail = formatting.verdict_summary(report)
     files = [w for w in written if w != "-"]
     print(f"tracelab report: {headline} {detail}" + (f" -> {', '.join(files)}" if files else ""),
           file=sys.stderr)

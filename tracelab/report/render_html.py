@@ -13,7 +13,7 @@ from typing import Any
 
 from tracelab import __version__
 from tracelab.render.text import duration
-from tracelab.report import _format as fmt
+from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics
 from tracelab.results import Finding
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from tracelab.report import _format as fmt
+from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, Verdict
 
 SUITE = "tracelab.report"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from tracelab.render.text import duration, md, md_code
-from tracelab.report import _format as fmt
+from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics, Verdict
 from tracelab.results import Finding
 
