@@ -29,16 +29,19 @@ DEFAULTS: dict[str, Any] = {
     "skew_threshold_ns": 500_000,
 }
 
-def _others_median(arr: str, v: str) -> str:
-    """SQL: the median of list `arr` (sorted) without one occurrence of `v` (NULL if alone)."""
-    pos = f"(list_position({arr}, {v}) - 1)"
-    m = f"(len({arr}) - 1)"
+def _others_median(col: str) -> str:
+    """SQL over `g` joined to `w`: the median of the match's `col` values without this row's
+    (NULL when it is alone). The others' j-th smallest is the match's j-th if j < this row's
+    position, else its (j+1)-th, so four order statistics per match give it for every row."""
+    lo = f"(CASE WHEN g.lo < w.pos_{col} THEN g.{col}_lo ELSE g.{col}_lo1 END)"
+    hi = f"(CASE WHEN g.hi < w.pos_{col} THEN g.{col}_hi ELSE g.{col}_hi1 END)"
+    return f"(CASE WHEN g.n > 1 THEN ({lo} + {hi}) / 2 END)"
 
-    def other(j: str) -> str:  # the j-th (0-based) of the others
-        return f"(CASE WHEN {j} < {pos} THEN {arr}[{j} + 1] ELSE {arr}[{j} + 2] END)"
 
-    lo, hi = other(f"(({m} - 1) // 2)"), other(f"({m} // 2)")
-    return f"(CASE WHEN {m} > 0 THEN ({lo} + {hi}) / 2 END)"
+def _stats(col: str) -> str:
+    return ", ".join(
+        f"max({col}) FILTER (WHERE pos_{col} = {k}) AS {col}_{name}"
+        for name, k in (("lo", "lo"), ("lo1", "lo + 1"), ("hi", "hi"), ("hi1", "hi + 1")))
 
 
 #: Per rank, clocks plus the median over its matches of (its arrival - the median arrival of
@@ -49,12 +52,20 @@ WITH m AS (
     FROM matched_collectives m JOIN clock_offsets o USING (run_id, rank)
     WHERE m.run_id = $run
 ),
-g AS (SELECT match_key, list_sort(list(raw)) AS r, list_sort(list(aligned)) AS a
-      FROM m GROUP BY match_key),
+w AS (
+    SELECT *, row_number() OVER (PARTITION BY match_key ORDER BY raw) - 1 AS pos_raw,
+           row_number() OVER (PARTITION BY match_key ORDER BY aligned) - 1 AS pos_aligned,
+           count(*) OVER (PARTITION BY match_key) AS n
+    FROM m
+),
+b AS (SELECT *, (n - 2) // 2 AS lo, (n - 1) // 2 AS hi FROM w),
+g AS (SELECT match_key, any_value(n) AS n, any_value(lo) AS lo, any_value(hi) AS hi,
+             {_stats('raw')}, {_stats('aligned')}
+      FROM b GROUP BY match_key),
 pairs AS (
-    SELECT m.rank, m.raw - {_others_median('g.r', 'm.raw')} AS raw_skew,
-           m.aligned - {_others_median('g.a', 'm.aligned')} AS skew
-    FROM m JOIN g USING (match_key)
+    SELECT w.rank, w.raw - {_others_median('raw')} AS raw_skew,
+           w.aligned - {_others_median('aligned')} AS skew
+    FROM w JOIN g USING (match_key)
 ),
 sk AS (SELECT rank, median(raw_skew) AS raw_skew_ns, median(skew) AS skew_ns FROM pairs
        GROUP BY rank)

@@ -177,16 +177,36 @@ def _matches(data: pa.Table, unc: dict[int, int]) -> list[dict[str, Any]]:
     return out
 
 
+def _medians_without(values: dict[int, float]) -> dict[int, float]:
+    """Per key, the median of the other keys' values (0 when alone): the others' j-th smallest
+    is the j-th of all if j is below the key's own position, else the (j+1)-th. Linear after
+    one sort, where a median per key would be quadratic in ranks."""
+    if len(values) < 2:
+        return {k: 0.0 for k in values}
+    order = sorted(values, key=lambda k: values[k])
+    srt = [float(values[k]) for k in order]
+    m = len(srt) - 1
+    out = {}
+    for pos, k in enumerate(order):
+        def other(j: int) -> float:
+            return srt[j] if j < pos else srt[j + 1]
+        out[k] = (other((m - 1) // 2) + other(m // 2)) / 2
+    return out
+
+
 def _rank_table(per_match: list[dict[str, Any]], savings: dict[int, list[float]],
                 parts: dict[int, dict[str, Any]], steady: set[int],
                 steps_out: list[dict[str, Any]]) -> list[dict[str, Any]]:
     steady_steps = [s["step"] for s in steps_out if s["step"] in steady]
-    peer_med = {k: {rk: _median([parts[o][k] for o in parts if o != rk]) if len(parts) > 1
-                    else 0.0 for rk in parts}
+    peer_med = {k: _medians_without({rk: x[k] for rk, x in parts.items()})
                 for k in ("compute_ns", "host_ns", "transfer_ns", "memcpy_ns")}
+    of_rank: dict[int, list[dict[str, Any]]] = {}
+    for m in per_match:
+        for r in m["ranks"]:
+            of_rank.setdefault(r, []).append(m)
     out = []
-    for rk in sorted({r for m in per_match for r in m["ranks"]}):
-        mine = [m for m in per_match if rk in m["ranks"]]
+    for rk in sorted(of_rank):
+        mine = of_rank[rk]
         last = [m for m in mine if m["last_rank"] == rk and m["blameable"]]
         by_step = dict(zip([s["step"] for s in steps_out], savings.get(rk, []), strict=False))
         save = [by_step[s] for s in steady_steps if s in by_step]
