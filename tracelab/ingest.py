@@ -528,7 +528,6 @@ def _load(
     load_sql.load_trace_collectives(con, rid)
     if capture is not None:
         load_capture_records(con, rid, capture, set(by_rank))
-    load_sql.number_collectives(con, rid)
     from tracelab.derived import derive
 
     derive(con, rid, skip)

@@ -128,7 +128,6 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                TRY_CAST({arg("Process Group Ranks")} AS JSON),
                TRY_CAST({arg("Group size")} AS INTEGER),
                TRY_CAST(coalesce({arg("Seq")}, {arg("seq")}) AS BIGINT),
-               0,
                TRY_CAST({arg("In msg nelems")} AS BIGINT) * {size_case},
                TRY_CAST({arg("Out msg nelems")} AS BIGINT) * {size_case},
                {arg("dtype")}, NULL,
@@ -154,7 +153,7 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     con.execute(
         f"""
         INSERT INTO collectives
-        SELECT ?, g.rank, 'host', {gop_case}, NULL, NULL, NULL, NULL, NULL, 0,
+        SELECT ?, g.rank, 'host', {gop_case}, NULL, NULL, NULL, NULL, NULL,
                CAST(list_aggregate(TRY_CAST(json_extract(g.args, '$."Input Dims"[0]') AS BIGINT[]),
                                    'product') AS BIGINT) * {gsize_case},
                NULL, json_extract_string(g.args, '$."Input type"[0]'), NULL,
@@ -164,21 +163,6 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
           AND g.category = 'communication'
         """,
         [run_id, *gop_params, *gsize_params, run_id],
-    )
-
-
-def number_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
-    """Set `occurrence`: the 0-based index of (source, pg, op) on each rank, in start order."""
-    con.execute(
-        """
-        UPDATE collectives SET occurrence = o.occ
-        FROM (SELECT rowid AS rid, row_number() OVER (
-                  PARTITION BY rank, source, coalesce(pg_name, ''), op
-                  ORDER BY coalesce(start_ns, enqueue_ns), seq) - 1 AS occ
-              FROM collectives WHERE run_id = ?) o
-        WHERE collectives.rowid = o.rid
-        """,
-        [run_id],
     )
 
 

@@ -79,8 +79,8 @@ def load_capture_records(
         con.executemany(
             """INSERT INTO collectives (run_id, rank, source, op, pg_name, pg_desc, pg_ranks,
                group_size, seq, in_bytes, out_bytes, dtype, peer, enqueue_ns, start_ns, end_ns,
-               step, occurrence, event_idx)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)""",
+               step, event_idx)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)""",
             coll_rows,
         )
     if mem_rows:

@@ -175,8 +175,6 @@ CREATE TABLE IF NOT EXISTS collectives (
     group_size INTEGER,
     -- Per-group sequence number when the source has one (collector, flight recorder, newer traces).
     seq BIGINT,
-    -- 0-based occurrence index of (pg_name, op) on this rank within this source, in start order.
-    occurrence BIGINT NOT NULL,
     -- Bytes sent by this rank (input), when known.
     in_bytes BIGINT,
     -- Bytes received by this rank (output), when known.
