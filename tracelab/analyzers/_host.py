@@ -18,11 +18,20 @@ from tracelab.derived.sqlrows import first
 from tracelab.analyzers._common import RunContext, rows
 
 
+#: The host segments as a cumulative function H(t) (host time before t on the rank), so a span's
+#: overlap with them is H(t1) - H(t0): two ASOF joins, linear in spans and segments, where an
+#: interval join would pair every span with every segment of its rank.
 _SQL = """
-WITH seg AS (
-    SELECT rank, start_ns, end_ns FROM time_parts
+WITH s0 AS (
+    SELECT rank, start_ns, end_ns - start_ns AS len FROM time_parts
     WHERE run_id = $run AND part = 'host' AND ($rank IS NULL OR rank = $rank)
       AND step IN (SELECT step FROM step_spans WHERE run_id = $run AND ordinal >= $min_ordinal)
+),
+seg AS (
+    SELECT rank, start_ns, len,
+           sum(len) OVER (PARTITION BY rank ORDER BY start_ns ROWS UNBOUNDED PRECEDING) - len
+               AS before
+    FROM s0
 ),
 main AS (SELECT DISTINCT rank, tid FROM events
          WHERE run_id = $run AND NOT on_device AND name LIKE 'ProfilerStep#%'),
@@ -34,11 +43,15 @@ ev AS (
       AND ($rank IS NULL OR e.rank = $rank)
       AND (NOT EXISTS (SELECT 1 FROM main) OR (e.rank, e.tid) IN (SELECT (rank, tid) FROM main))
 ),
-ov AS (
-    SELECT ev.name, least(seg.end_ns, ev.t1) - greatest(seg.start_ns, ev.t0) AS ns
-    FROM seg JOIN ev ON ev.rank = seg.rank AND ev.t0 < seg.end_ns AND ev.t1 > seg.start_ns
+a AS (
+    SELECT ev.rank, ev.name, ev.t1, coalesce(g.before + least(ev.t0 - g.start_ns, g.len), 0) AS h0
+    FROM ev ASOF LEFT JOIN seg g ON ev.rank = g.rank AND ev.t0 >= g.start_ns
+),
+b AS (
+    SELECT a.name, coalesce(g.before + least(a.t1 - g.start_ns, g.len), 0) - a.h0 AS ns
+    FROM a ASOF LEFT JOIN seg g ON a.rank = g.rank AND a.t1 >= g.start_ns
 )
-SELECT name, sum(ns) AS ns FROM ov GROUP BY name ORDER BY ns DESC, name LIMIT $top
+SELECT name, sum(ns) AS ns FROM b WHERE ns > 0 GROUP BY name ORDER BY ns DESC, name LIMIT $top
 """
 
 
