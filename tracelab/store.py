@@ -1,7 +1,7 @@
 """The DuckDB store: opening it safely, its schema version, and run bookkeeping.
 
 DuckDB admits one read-write process or many read-only processes per file, never both, and a
-second opener fails at once rather than waiting (FACTS.md section 7). tracelab therefore keeps
+second opener fails at once rather than waiting (DuckDB "Concurrency" documentation). tracelab therefore keeps
 every connection short: the ingest parses and converts traces *before* it opens the store, and
 holds the write lock only for the final transaction; readers (the CLI, the dashboard) open the
 store per request. Both sides retry on a lock conflict with a bounded back-off, so a dashboard

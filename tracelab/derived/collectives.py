@@ -1,7 +1,7 @@
 """Matched collectives and point-to-point operations: who took part, who waited, how long the
 data movement itself took (docs/metrics.md, "Collectives").
 
-Matching key (FACTS.md section 1): (process group, seq) when every row of the chosen source has
+Matching key (docs/metrics.md, "Matched collectives"): (process group, seq) when every row of the chosen source has
 a sequence number; else (process group, op, step, occurrence within that step), which stays
 right when ranks' profiling windows start at different collectives. One source per run: the one
 with the most timed group collectives on the most ranks, the most precise on a tie. Times are

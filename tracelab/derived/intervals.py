@@ -5,7 +5,7 @@ Intervals are half-open [t0, t1) in ns; touching intervals merge, like HTA's
 merge_kernel_intervals. `union` is the form the derived layer uses on whole runs (a sort and a
 running maximum: DuckDB's windowed running max costs about a microsecond a row here, numpy a
 few nanoseconds); `union_sql` is the same rule inside a query, for small relations. The sweep
-(`segments_sql`, `breakdown_sql`) serves HTA's own definitions (FACTS.md section 3) in the
+(`segments_sql`, `breakdown_sql`) serves HTA's own definitions (docs/metrics.md) in the
 breakdown analyzer's HTA-compatible mode and host compute; the lost-time model has its own
 sweep (tracelab.derived.parts) over unions made here.
 """
@@ -140,7 +140,7 @@ HOST_OPS_SQL = """SELECT rank, step, tid, ts_ns AS t0, ts_ns + dur_ns AS t1,
 def host_compute_sql(src: str, keys: str) -> str:
     """Host compute intervals: per KEYS (which must include the thread), the time covered by a
     cpu_op (cls = 'compute') and by no communication op (cls = 'comm') of the same thread, so a
-    blocking wait inside an operator is not counted as compute (FACTS.md section 2)."""
+    blocking wait inside an operator is not counted as compute (docs/metrics.md, "The lost-time model")."""
     return f"""
     SELECT {keys}, t AS t0, t + len AS t1
     FROM ({segments_sql(src, keys)})

@@ -12,7 +12,7 @@ Sources, first found wins per run:
 
 A span's compute is measured, not its span: on device ranks, the kernels launched inside it; on
 host ranks, operator time inside it minus the thread's communication waits (a PP span includes
-the wait for its input on a blocking backend, FACTS.md section 2).
+the wait for its input on a blocking backend, docs/metrics.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ measured op times to get the *inherent* bubble (what the schedule alone costs, n
 synthetic trace builder (tracelab.testing.synth) lays out constructed traces with known answers.
 
 An action is (stage, kind, microbatch) with kind F (forward), B (full backward), I (input-grad
-backward) or W (weight-grad backward). Dependencies (FACTS.md section 2): F(k, mb) after
+backward) or W (weight-grad backward). Dependencies (docs/metrics.md, "The lost-time model"): F(k, mb) after
 F(k-1, mb); B/I(k, mb) after B/I(k+1, mb), the last stage after its own F(k, mb); W(k, mb) after
 I(k, mb). Communication is free in the replay: that is what makes the result *inherent*.
 """

@@ -116,7 +116,7 @@ def _emit(t: RankTrace, a: Action, o: float, free: float, s: float, e: float, *,
         t.kernel(KERNELS[kind], s_ns, e_ns, launch_ns=s_ns)
         return
     if label is not None:
-        # The runtime schedules' PP: span includes the wait for the input (FACTS.md 2).
+        # The runtime schedules' PP: span includes the wait for the input (docs/metrics.md).
         t.annotation(label, free_ns, e_ns)
     if needs_recv:
         t.gloo("recv", free_ns, s_ns, nbytes=1 << 20, peer=stage - 1 if kind == "F" else stage + 1)

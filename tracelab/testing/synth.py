@@ -1,4 +1,4 @@
-"""Synthetic multi-rank Kineto traces with known answers (the oracles of FACTS.md section 4).
+"""Synthetic multi-rank Kineto traces with known answers (the oracles in docs/metrics.md and tests/analyzers/test_oracles.py).
 
 Every scenario writes real Kineto-shaped JSON files (or a capture folder, docs/capture-format.md)
 that `tracelab ingest` reads like any other trace, and returns the answers an analyzer must find.
