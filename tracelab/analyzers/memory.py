@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from tracelab.derived.sqlrows import first
+from tracelab.derived.sqlrows import scalar
 
 from tracelab.analyzers._common import RunContext, merge_params, ranks_str, rows, size_str
 from tracelab.derived.pipeline import declared_pipeline, schedule_name
@@ -80,8 +80,8 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
                              "tracelab.profile, which records per-step peaks.",))
     pipe = declared_pipeline(ctx.metadata) or {}
     schedule = schedule_name(pipe)
-    has_pipeline = first(con.execute("SELECT count(*) FROM pipeline_runs WHERE run_id = ?",
-                               [ctx.run_id]))[0] > 0
+    has_pipeline = (scalar(con.execute("SELECT count(*) FROM pipeline_runs WHERE run_id = ?",
+                                       [ctx.run_id])) or 0) > 0
     is_pipe = bool(pipe) or has_pipeline or any(x["pp_stage"] is not None for x in peaks)
     rank_tbl = []
     for x in peaks:

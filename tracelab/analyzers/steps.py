@@ -117,7 +117,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
                 "slowest_rank": x["slowest_rank"], "start_ns": x["start_ns"],
                 "end_ns": x["end_ns"], "steady": x["ordinal"] >= ctx.min_ordinal,
                 "outlier": x["dur_ns"] > x["limit_ns"]} for x in job]
-    notes = ()
+    notes: tuple[str, ...] = ()
     if metrics["step_source"] == "whole_trace":
         notes = ("the trace has no ProfilerStep#N spans: it is analysed as one step over the "
                  "whole trace. Profile with torch.profiler's schedule and call prof.step() "

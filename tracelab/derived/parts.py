@@ -108,7 +108,7 @@ def intervals(con: duckdb.DuckDBPyConnection, run_id: int) -> pa.Table:
     """INTERVALS_SQL's rows for the run, as Arrow."""
     op_case, op_params = op_sql("c.name")
     # op_sql binds positionally; inline its (constant, trusted) patterns as named parameters.
-    named = {"run": run_id}
+    named: dict[str, object] = {"run": run_id}
     for i, value in enumerate(op_params):
         op_case = op_case.replace("?", f"$op{i}", 1)
         named[f"op{i}"] = value

@@ -18,7 +18,7 @@ from typing import Any
 
 import duckdb
 
-from tracelab.derived.sqlrows import first
+from tracelab.derived.sqlrows import first, scalar
 
 from tracelab.derived import pp_actions, schedules
 
@@ -151,9 +151,9 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     for a in acts:
         o = off.get(a["rank"], 0)
         a["a0"], a["a1"], a["c0"], a["c1"] = a["a0"] - o, a["a1"] - o, a["c0"] - o, a["c1"] - o
-    overlap = bool(first(con.execute(
+    overlap = bool(scalar(con.execute(
         "SELECT count(*) FROM events WHERE run_id = ? AND category = 'annotation' "
-        "AND regexp_matches(name, ?)", [run_id, pp_actions.OVERLAP_RE]))[0])
+        "AND regexp_matches(name, ?)", [run_id, pp_actions.OVERLAP_RE])))
     info = _detect(meta, acts, source, overlap)
     inh = _inherent(acts, info)
     idle_inh, makespan, mean_op, how, balanced = inh if inh else ({}, None, {}, "none", None)

@@ -21,3 +21,9 @@ def first(cur: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
     work on a connection whose previous result was not read through (fetchone does not)."""
     got = cur.fetchall()
     return got[0] if got else None
+
+
+def scalar(cur: duckdb.DuckDBPyConnection) -> Any:
+    """The first column of the first row, or None; reads the result through (see first)."""
+    row = first(cur)
+    return None if row is None else row[0]

@@ -264,7 +264,7 @@ def extract(con: duckdb.DuckDBPyConnection, run_id: int, settings: ReportSetting
 
     name, source, rank_count, world = _summary(con, run_id)
     analysis = run_analyzers(con, run_id, warmup_steps=settings.warmup_steps)
-    min_ordinal = analysis.context.min_ordinal
+    min_ordinal = analysis.context.min_ordinal if analysis.context else settings.warmup_steps
     total = int(_scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ?",
                         [run_id]) or 0)
     kept = int(_scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ? "
