@@ -3,7 +3,8 @@
 Every figure is the derived layer's (docs/metrics.md) over the steady steps that every surface
 uses (the first `warmup_steps` steps of the run are warm-up): the report shows the same step
 time, shares and findings as `tracelab analyze` and the app. Per step (its samples, for the
-bootstrap; its value is their mean, as the analyzers' headline):
+bootstrap and the rank test; the report shows and compares their median, the robust figure a
+gate needs, which `tracelab analyze` shows as steps' `step_ns_median`):
 
 - step_time: job_steps.dur_ns, the mean over ranks of each rank's (tiled) step.
 - exposed_comm_share: over ranks, communication not under compute / step time (step_parts).
@@ -60,7 +61,7 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> Any:
 def _sampled(key: str, gate: str, label: str, by_step: dict[int, float]) -> MetricValue:
     samples = tuple(by_step[s] for s in sorted(by_step))
     return MetricValue(key=key, gate=gate, label=label,
-                       value=float(np.mean(samples)) if samples else None, samples=samples)
+                       value=float(np.median(samples)) if samples else None, samples=samples)
 
 
 def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int
@@ -158,7 +159,7 @@ def _step_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int,
     job = dict(con.execute("SELECT step, dur_ns / 1e6 FROM job_steps WHERE run_id = $run "
                            "AND ordinal >= $warmup ORDER BY step", params).fetchall())
     if job:
-        values["step_time"] = _sampled("step_time", "step_time", "Step time", job)
+        values["step_time"] = _sampled("step_time", "step_time", "Step time (median step)", job)
     else:
         note = (f"no steps left after dropping warm-up steps ({total_steps} step(s) in the "
                 "run): profile more steps or lower warmup_steps")

@@ -72,6 +72,7 @@ def to_dict(report: Report) -> dict[str, Any]:
         "new_findings": [f.to_dict() for f in report.new_findings],
         "resolved_findings": [f.to_dict() for f in report.resolved_findings],
         "warnings": list(report.warnings),
+        "errors": dict(report.errors),
     })
     return out
 
