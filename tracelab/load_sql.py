@@ -106,7 +106,7 @@ def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str],
 #: Kernel/record_param_comms args read for each collective, each args parsed once.
 COLLECTIVE_ARGS = ("Collective name", "Process Group Name", "Process Group Description",
                    "Process Group Ranks", "Group size", "Seq", "seq", "In msg nelems",
-                   "Out msg nelems", "dtype")
+                   "Out msg nelems", "dtype", "Comms Id", "Src Rank", "Dst Rank")
 
 
 def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -127,10 +127,14 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                {arg("Process Group Name")}, {arg("Process Group Description")},
                TRY_CAST({arg("Process Group Ranks")} AS JSON),
                TRY_CAST({arg("Group size")} AS INTEGER),
-               TRY_CAST(coalesce({arg("Seq")}, {arg("seq")}) AS BIGINT),
+               -- PyTorch 2026 also names each call (`Comms Id`, equal on every rank).
+               TRY_CAST(coalesce({arg("Seq")}, {arg("seq")}, {arg("Comms Id")}) AS BIGINT),
                TRY_CAST({arg("In msg nelems")} AS BIGINT) * {size_case},
                TRY_CAST({arg("Out msg nelems")} AS BIGINT) * {size_case},
-               {arg("dtype")}, NULL,
+               {arg("dtype")},
+               -- The peer of a send/recv: `Dst Rank` / `Src Rank` (PyTorch 2026).
+               TRY_CAST(CASE WHEN lower({arg("Collective name")}) LIKE '%send%'
+                             THEN {arg("Dst Rank")} ELSE {arg("Src Rank")} END AS INTEGER),
                launch_ns, ts_ns, ts_ns + dur_ns, step, idx
         FROM (
             SELECT k.rank, k.name, k.ts_ns, k.dur_ns, k.step, k.idx, launch.ts_ns AS launch_ns,
