@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
@@ -36,6 +36,9 @@ from tracelab.derived.collectives import BUS_FACTOR_SQL
 from tracelab.errors import InputError
 from tracelab.report.compare import MetricValue, RunMetrics, RunSummary
 from tracelab.report.thresholds import ReportSettings
+
+if TYPE_CHECKING:
+    from tracelab.analyzers import Analysis
 
 NS_PER_MS = 1e6
 #: Op/kernel names longer than this are shortened in labels (the row key keeps the full name).
@@ -258,13 +261,18 @@ def _memory_metrics(memory: dict[str, Any], tables: dict[str, list[dict[str, Any
     return out
 
 
-def extract(con: duckdb.DuckDBPyConnection, run_id: int, settings: ReportSettings) -> RunMetrics:
+def extract(con: duckdb.DuckDBPyConnection, run_id: int, settings: ReportSettings,
+            analysis: Analysis | None = None) -> RunMetrics:
     """Every metric of one run that the report compares, and the runner's findings. An
-    analyzer that fails is named in `errors` (the report then cannot judge everything)."""
+    analyzer that fails is named in `errors` (the report then cannot judge everything).
+    `analysis`: the runner's result for this run when the caller has it (the app's cache); it
+    must have been made with the settings' warm-up steps."""
     from tracelab.analyzers import run as run_analyzers
 
     name, source, rank_count, world = _summary(con, run_id)
-    analysis = run_analyzers(con, run_id, warmup_steps=settings.warmup_steps)
+    if analysis is None or (analysis.context is not None
+                            and analysis.context.warmup_steps != settings.warmup_steps):
+        analysis = run_analyzers(con, run_id, warmup_steps=settings.warmup_steps)
     min_ordinal = analysis.context.min_ordinal if analysis.context else settings.warmup_steps
     total = int(_scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ?",
                         [run_id]) or 0)
