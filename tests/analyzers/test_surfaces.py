@@ -75,3 +75,60 @@ def test_step_time_and_findings_agree_everywhere(db: Path, capsys) -> None:
                  "ddp_slow_rank", "--min-steps", "5"]) in (0, 1)
     md = capsys.readouterr().out
     assert "STRAGGLER_HOST" in md or "straggler" in md.lower()
+
+
+HTA_TRACES = ["df_index_resolver", "nccl_parser_config", "trace_diff/control",
+              "ns_resolution_trace", "trace_filter", "amd_trace"]
+SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "manifest.json").is_file())
+
+
+@pytest.fixture(scope="module")
+def every_db(tmp_path_factory: pytest.TempPathFactory, hta_traces: Path) -> tuple[Path, list]:
+    path = tmp_path_factory.mktemp("surfaces-all") / "s.duckdb"
+    names = []
+    for name in SAMPLE_NAMES:
+        ingest([SAMPLES / name], db=path, run=name, workers=1, progress=False)
+        names.append(name)
+    for name in HTA_TRACES:
+        run_name = "hta-" + name.replace("/", "-")
+        ingest(sorted((hta_traces / name).glob("*.json.gz")), db=path, run=run_name,
+               workers=1, progress=False)
+        names.append(run_name)
+    return path, names
+
+
+def test_every_trace_one_value_per_metric(every_db, capsys) -> None:
+    """For each sample capture and shared HTA trace: the report's figures (medians over the
+    steady steps) equal the ones `tracelab analyze` prints for the same definitions."""
+    db, names = every_db
+    for name in names:
+        rc, doc = _json(capsys, ["analyze", "--db", str(db), "--run", name, "--format", "json"])
+        assert rc == 0, (name, doc["errors"])
+        rc, rep = _json(capsys, ["report", "--db", str(db), "--baseline", name, "--candidate",
+                                 name, "--format", "json", "--min-steps", "2"])
+        assert rc == 0 and rep["errors"] == {}, name
+        rows = {m["key"]: m for m in rep["metrics"]}
+        st = doc["analyzers"]["steps"]["metrics"]
+        bd = doc["analyzers"]["breakdown"]["metrics"]
+        assert rows["step_time"]["candidate"] == pytest.approx(st["step_ns_median"] / 1e6), name
+        assert rows["step_time"]["n_candidate"] == st["steady_steps"] == rep["candidate"][
+            "steps_used"], name
+        for key, metric in (("exposed_comm_share", "exposed_comm_share_median"),
+                            ("comm_overlap", "overlap_share_median"),
+                            ("straggler_wait", "wait_share_median")):
+            if key in rows:
+                assert rows[key]["candidate"] == pytest.approx(bd[metric]), (name, key)
+        pp = doc["analyzers"]["pipeline"]
+        for stage in pp["tables"].get("stages", []):
+            key = (f"bubble_share[stage={stage['stages'][0]}]" if len(stage["stages"]) == 1
+                   else f"bubble_share[rank={stage['rank']}]")
+            if key in rows:
+                assert rows[key]["candidate"] == pytest.approx(stage["bubble_share_median"]), \
+                    (name, key)
+        mem = doc["analyzers"]["memory"]
+        if "peak_memory" in rows:
+            assert rows["peak_memory"]["candidate"] == pytest.approx(
+                mem["metrics"]["peak_bytes_max"]), name
+        for stage in mem["tables"].get("stages", []):
+            key = f"peak_memory[stage={stage['stage']}]"
+            assert rows[key]["candidate"] == pytest.approx(stage["peak_bytes"]), (name, key)

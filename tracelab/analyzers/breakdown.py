@@ -163,6 +163,12 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         "overlap_share_mean": sum(overlaps) / len(overlaps) if overlaps else None,
         "exposed_comm_share": bud["exposed_comm_ns"] / step_ns if step_ns else None,
     }
+    medians = rows(con, """SELECT median(exposed_comm_share) AS e, median(overlap_share) AS o,
+                                  median(wait_share) AS w
+                           FROM job_step_shares WHERE run_id = $run AND ordinal >= $min_ordinal""",
+                   ctx.params)[0]
+    metrics.update({"exposed_comm_share_median": medians["e"],
+                    "overlap_share_median": medians["o"], "wait_share_median": medians["w"]})
     bandwidth = rows(con, _BANDWIDTH_SQL, {"run": ctx.run_id})
     exposed_by = rows(con, _EXPOSED_BY_SQL, ctx.params)
     findings = []

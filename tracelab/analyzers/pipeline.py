@@ -61,7 +61,8 @@ SELECT s.rank, any_value(st.stages) AS stages, count(*) AS steps,
        avg(s.idle_ns) AS sync_idle_ns,
        any_value(inherent_idle_ns) AS inherent_idle_ns,
        sum(bubble_ns + stall_ns) / nullif(sum(step_ns), 0) AS bubble_share,
-       sum(bubble_ns + stall_ns) / nullif(sum(busy_ns), 0) AS bubble_share_megatron
+       sum(bubble_ns + stall_ns) / nullif(sum(busy_ns), 0) AS bubble_share_megatron,
+       median((bubble_ns + stall_ns) / nullif(step_ns, 0)) AS bubble_share_median
 FROM s LEFT JOIN st USING (rank) GROUP BY s.rank ORDER BY s.rank
 """
 

@@ -121,13 +121,11 @@ def _summary(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, tuple[st
     return str(row[0]), source, int(row[2]), None if row[3] is None else int(row[3])
 
 
-#: Per steady step, over ranks: the shares the report gates (step_parts; docs/metrics.md).
+#: Per steady step, over ranks: the shares the report gates (the derived view
+#: job_step_shares; docs/metrics.md).
 _STEP_SHARES_SQL = """
-SELECT step, sum(comm_ns - overlapped_comm_ns) / sum(step_ns) AS exposed_comm_share,
-       sum(overlapped_comm_ns) / nullif(sum(comm_ns), 0) AS comm_overlap,
-       sum(wait_ns) / sum(step_ns) AS straggler_wait, count(*) AS ranks
-FROM step_parts WHERE run_id = $run AND ordinal >= $warmup AND step_ns > 0
-GROUP BY step ORDER BY step
+SELECT step, exposed_comm_share, overlap_share, wait_share, ranks FROM job_step_shares
+WHERE run_id = $run AND ordinal >= $warmup ORDER BY step
 """
 
 _PER_RANK_SQL = """
@@ -214,7 +212,7 @@ def _pipeline_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: 
                      "stages were only inferred from host ops")
         return {}
     rows = con.execute(
-        """SELECT sp.rank, sp.step, (sp.bubble_ns + sp.stall_ns) / sp.step_ns,
+        """SELECT sp.rank, sp.step, (sp.bubble_ns + sp.stall_ns) / nullif(sp.step_ns, 0),
                   (SELECT list(DISTINCT stage ORDER BY stage) FROM pipeline_actions a
                    WHERE a.run_id = sp.run_id AND a.rank = sp.rank)
            FROM step_parts sp JOIN pipeline_ranks USING (run_id, rank, step)
