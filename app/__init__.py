@@ -24,6 +24,7 @@ PAGES = (
     "tracelab.app.pages.pipeline",
     "tracelab.app.pages.stragglers",
     "tracelab.app.pages.memory",
+    "tracelab.app.pages.operators",
     "tracelab.app.pages.compare",
     "tracelab.app.pages.not_found_404",
 )
@@ -55,14 +56,52 @@ def create_app(db: str, *, warm: bool = True) -> Any:
         importlib.import_module(name)
     # Import now what requests would import lazily: two request threads importing one module
     # at once can see it half-initialized ("partially initialized module 'pandas'").
-    for name in ("pandas", "plotly.io.json", "tracelab.analyzers", "tracelab.analyzers._collectives"):
+    for name in ("pandas", "plotly.io.json", "tracelab.analyzers", "tracelab.export",
+                 "tracelab.report.compare", "tracelab.report.metrics"):
         try:
             importlib.import_module(name)
         except ImportError:
             pass
     app.layout = html.Div([dash.page_container])
+    _routes(app)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     if warm:
         appdb.warm_newest()
     _APP = app
     return app
+
+
+def _routes(app: Any) -> None:
+    """Plain HTTP routes next to the pages: the Perfetto download."""
+    import os
+    import re
+    import tempfile
+
+    from flask import Response, request, send_file
+    from tracelab.app import db as appdb
+
+    from tracelab.errors import TracelabError
+
+    cache = os.path.join(tempfile.gettempdir(), f"tracelab-perfetto-{os.getpid()}")
+
+    @app.server.route("/export/perfetto")
+    def perfetto() -> Any:  # one clock-aligned Chrome trace of the run, gzip
+        from tracelab.export import export_perfetto
+
+        name = request.args.get("run") or None
+        if name is not None and len(name) > 300:
+            return Response("run name too long", status=400, mimetype="text/plain")
+        try:
+            with appdb.cursor() as cur:
+                run_id, run = appdb.resolve(cur, name)
+                key = appdb.run_key(cur, run_id)
+                os.makedirs(cache, exist_ok=True)
+                tag = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{run_id}-{key[2] if key else ''}")
+                path = os.path.join(cache, f"{tag}.json.gz")
+                if not os.path.exists(path):
+                    export_perfetto(cur, run, path, overwrite=True)
+        except TracelabError as exc:
+            return Response(str(exc), status=404, mimetype="text/plain")
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run)[:100] or "run"
+        return send_file(path, mimetype="application/gzip", as_attachment=True,
+                         download_name=f"{safe}.perfetto.json.gz")

@@ -14,8 +14,9 @@ from dash import dcc, html
 from tracelab.app import ids
 from tracelab.app.state import href
 
+from tracelab.render.text import duration
 from tracelab.results import Finding
-from tracelab.views.findings import FindingTarget
+from tracelab.views.findings import FindingTarget, focus_ranks
 
 #: (path, label) of the views that belong to one run, in menu order.
 RUN_VIEWS = (
@@ -24,6 +25,7 @@ RUN_VIEWS = (
     ("/pipeline", "Pipeline"),
     ("/stragglers", "Stragglers"),
     ("/memory", "Memory"),
+    ("/operators", "Operators & kernels"),
 )
 
 
@@ -108,28 +110,38 @@ def pager(page: int, total_rows: int, page_rows: int, make_href: Callable[[int],
 SEVERITY_CLASS = {0: "sev-info", 1: "sev-warning", 2: "sev-critical"}
 
 
-def finding_hrefs(t: FindingTarget, run: str) -> list[tuple[str, str]]:
-    """(label, href) links of a finding: its own view, and the timeline at its evidence."""
+def timeline_href(t: FindingTarget, run: str, all_ranks: Sequence[int] = ()) -> str:
+    """The timeline at a finding's evidence: its window, its blamed and affected ranks."""
+    return href("/timeline", run=run, t0=t.t0_ms, t1=t.t1_ms, ranks=focus_ranks(t, all_ranks))
+
+
+def finding_hrefs(t: FindingTarget, run: str, all_ranks: Sequence[int] = ()) -> list[tuple[str, str]]:
+    """(label, href) links of a finding: the timeline at its evidence (window, blamed rank and
+    the ranks that paid), and its own view."""
     out = []
-    if t.view == "timeline":
-        out.append(("Show in timeline", href("/timeline", run=run, t0=t.t0_ms, t1=t.t1_ms,
-                                             ranks=_focus_ranks(t.ranks))))
-    else:
+    if t.t0_ms is not None or t.view == "timeline":
+        out.append(("Show in timeline", timeline_href(t, run, all_ranks)))
+    if t.view not in ("timeline", "overview"):
         out.append((f"Open {t.view}", href(f"/{t.view}", run=run)))
-        if t.t0_ms is not None:
-            out.append(("Show in timeline", href("/timeline", run=run, t0=t.t0_ms, t1=t.t1_ms,
-                                                 ranks=_focus_ranks(t.ranks))))
     return out
 
 
-def _focus_ranks(ranks: tuple[int, ...]) -> tuple[int, ...]:
-    """Filter the timeline to a finding's ranks only when they are a handful (else show all)."""
-    return ranks if 0 < len(ranks) <= 8 else ()
+def _ranks_line(f: Finding) -> str:
+    ev = f.evidence
+    if not ev.ranks:
+        return ""
+    who = ", ".join(str(r) for r in ev.ranks[:12])
+    paid = [r for r in ev.affected_ranks if r not in ev.ranks]
+    out = f"Blamed: rank{'s' if len(ev.ranks) > 1 else ''} {who}"
+    if paid:
+        out += f"; paid by rank{'s' if len(paid) > 1 else ''} " + ", ".join(str(r) for r in paid[:12])
+    return out
 
 
 def findings_list(targets: Sequence[FindingTarget], run: str, *, id: str | None = None,
-                  limit: int = 50) -> html.Div:
-    """Findings, worst first, each with its impact, evidence and links to the views that show it."""
+                  limit: int = 50, all_ranks: Sequence[int] = ()) -> html.Div:
+    """Findings in the runner's order (largest impact first), each with its impact, the ranks
+    it blames and the ranks that pay, its evidence and links to the views that show it."""
     if not targets:
         return html.Div(html.P("No findings: nothing crossed a threshold.", className="hint"),
                         id=id or "")
@@ -137,21 +149,23 @@ def findings_list(targets: Sequence[FindingTarget], run: str, *, id: str | None 
     for link in targets[:limit]:
         f: Finding = link.finding
         impact = []
-        if f.impact_ms_per_step is not None:
-            impact.append(f"{f.impact_ms_per_step:.3g} ms/step")
+        if f.impact_ns_per_step is not None:
+            impact.append(f"{duration(f.impact_ns_per_step)} per step")
         if f.impact_share is not None:
             impact.append(f"{100 * f.impact_share:.3g}% of the step")
         anchors = [dcc.Link(label, href=url, className="finding-link")
-                   for label, url in finding_hrefs(link, run)]
+                   for label, url in finding_hrefs(link, run, all_ranks)]
         items.append(html.Li([
             html.Span(str(f.severity).upper(), className=f"sev {SEVERITY_CLASS.get(int(f.severity), '')}"),
             html.Span(f.code, className="code"),
             html.Strong(f.title),
             html.Span(f" — {', '.join(impact)}" if impact else ""),
+            html.Div(_ranks_line(f), className="blame") if f.evidence.ranks else None,
             html.Div(link.evidence_text, className="evidence"),
             html.Div(f.suggestion, className="suggestion"),
             html.Div(anchors, className="finding-links"),
-        ], className="finding"))
+        ], className=f"finding {SEVERITY_CLASS.get(int(f.severity), '')}-border",
+           **{"data-code": f.code}))
     more = [html.P(f"{len(targets) - limit} more findings not shown.", className="hint")] \
         if len(targets) > limit else []
     return html.Div([html.Ul(items, className="findings"), *more], id=id or "")

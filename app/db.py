@@ -20,7 +20,8 @@ import duckdb
 from tracelab.errors import RunNotFoundError
 from tracelab.store import open_store
 from tracelab.views._run import RunContext, run_context
-from tracelab.views.analysis import Analysis, AnalysisCache, AnalysisKey, run_key
+from tracelab.views.analysis import Analysis, AnalysisCache, AnalysisKey
+from tracelab.views.analysis import run_key as run_key_of
 
 T = TypeVar("T")
 
@@ -69,20 +70,25 @@ def resolve(cur: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, str]
 
 def analysis(cur: duckdb.DuckDBPyConnection, run_id: int) -> Analysis:
     """Every analyzer's result for the run (computed once per ingest of the run, then cached)."""
-    key = run_key(cur, db_path(), run_id)
+    key = run_key_of(cur, db_path(), run_id)
     if key is None:
         raise RunNotFoundError(f"run {run_id} is no longer in the store.")
     return ANALYSES.get(cur, key)
 
 
+def run_key(cur: duckdb.DuckDBPyConnection, run_id: int) -> AnalysisKey | None:
+    """The run's cache key (store, id, ingest time): changes when the run is re-ingested."""
+    return run_key_of(cur, db_path(), run_id)
+
+
 def peek_analysis(cur: duckdb.DuckDBPyConnection, run_id: int) -> Analysis | None:
-    key = run_key(cur, db_path(), run_id)
+    key = run_key_of(cur, db_path(), run_id)
     return ANALYSES.peek(key) if key else None
 
 
 def context(cur: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
     """The run's context (ranks, clock offsets, time origin), cached per ingest of the run."""
-    key = run_key(cur, db_path(), run_id)
+    key = run_key_of(cur, db_path(), run_id)
     if key is None:
         raise RunNotFoundError(f"run {run_id} is no longer in the store.")
     with _ctx_lock:
@@ -104,7 +110,7 @@ def memo(cur: duckdb.DuckDBPyConnection, run_id: int, what: str, args: tuple[obj
          compute: Callable[[], T]) -> T:
     """A small LRU for per-run results that do not change until the run is re-ingested (e.g.
     the timeline's lanes under given filters)."""
-    key = (run_key(cur, db_path(), run_id), what, args)
+    key = (run_key_of(cur, db_path(), run_id), what, args)
     with _memo_lock:
         if key in _memo:
             _memo.move_to_end(key)

@@ -19,6 +19,9 @@ OV_HEATMAP = "overview-step-heatmap"
 OV_BREAKDOWN = "overview-breakdown"
 OV_FINDINGS = "overview-findings"
 OV_SUMMARY = "overview-summary"
+OV_HEADLINE = "overview-headline"
+OV_PARTS = "overview-parts"
+OV_CLICK_SINK = "overview-click-sink"
 
 # Timeline
 TL_GRAPH = "timeline-graph"
@@ -37,23 +40,34 @@ TL_URL_SINK = "timeline-url-sink"
 TL_DETAIL = "timeline-detail"
 TL_SUMMARY = "timeline-rank-summary"
 TL_TOP = "timeline-top-events"
+TL_PERFETTO = "timeline-perfetto"
+TL_STATE_SINK = "timeline-state-sink"
+TL_LEGEND = "timeline-legend"
 
 # Pipeline
 PP_SCHEDULE = "pipeline-schedule"
 PP_BUBBLES = "pipeline-bubbles"
 PP_TABLE = "pipeline-table"
+PP_HEADLINE = "pipeline-headline"
 
 # Stragglers
 ST_SKEW = "stragglers-skew"
 ST_WAIT = "stragglers-wait"
 ST_BLAME = "stragglers-blame"
 ST_PAGE = "stragglers-page"
+ST_HEADLINE = "stragglers-headline"
 
 # Memory
 MEM_PEAKS = "memory-peaks"
 MEM_STAGES = "memory-stages"
 MEM_SERIES = "memory-series"
 MEM_SUMMARY = "memory-summary"
+MEM_HEADLINE = "memory-headline"
+
+# Operators & kernels
+OP_OPS = "operators-ops"
+OP_KERNELS = "operators-kernels"
+OP_SUMMARY = "operators-summary"
 
 # Compare
 CMP_METRICS = "compare-metrics"

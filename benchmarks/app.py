@@ -58,6 +58,7 @@ VIEWS = [
     ("stragglers", f"/stragglers?run={RUN}", "Stragglers of", 0),
     ("memory", f"/memory?run={RUN}", "Memory of", 1),
     ("compare", f"/compare?a={RUN}&b={RUN}", "Compare", 1),
+    ("operators", f"/operators?run={RUN}", "Operators & kernels of", 2),
 ]
 #: Zoom windows as (start, end) fractions of the run; None = back to the whole run.
 ZOOMS: list[tuple[str, tuple[float, float] | None]] = [

@@ -47,3 +47,119 @@ def export_run(
 
 def _quote(path: Path) -> str:
     return str(path).replace("'", "''")
+
+
+# --- Perfetto / Chrome trace -----------------------------------------------------------------
+
+#: Thread id of each rank's "where the time went" track (the lost-time model, time_parts).
+PARTS_TID = 0
+#: Device streams get thread ids from here on, apart from host threads.
+_STREAM_TID = 1 << 40
+
+_PERFETTO_EVENTS = """
+SELECT json_object(
+    'name', e.name, 'cat', coalesce(e.cat, e.category), 'ph', 'X',
+    'ts', round((e.ts_ns - coalesce(o.offset_ns, 0) - $origin) / 1000.0, 3),
+    'dur', round(e.dur_ns / 1000.0, 3), 'pid', e.rank,
+    'tid', CASE WHEN e.on_device THEN $stream_tid + coalesce(e.pid, 0) * 1000000
+                                      + coalesce(e.stream, e.tid, 0)
+                ELSE coalesce(e.tid, hash(e.lane_label) % 1000000 + 1) END,
+    'args', CASE WHEN e.args IS NULL THEN json_object()
+                 ELSE json_merge_patch(json_object(), e.args) END)
+FROM events e LEFT JOIN clock_offsets o ON o.run_id = e.run_id AND o.rank = e.rank
+WHERE e.run_id = $run
+ORDER BY e.rank, e.ts_ns
+"""
+
+_PERFETTO_PARTS = """
+SELECT json_object('name', part, 'cat', 'tracelab.lost_time', 'ph', 'X',
+                   'ts', round((start_ns - $origin) / 1000.0, 3),
+                   'dur', round((end_ns - start_ns) / 1000.0, 3), 'pid', rank,
+                   'tid', $parts_tid, 'args', json_object('step', step))
+FROM time_parts WHERE run_id = $run ORDER BY rank, start_ns
+"""
+
+_PERFETTO_THREADS = """
+SELECT DISTINCT e.rank, e.on_device,
+       CASE WHEN e.on_device THEN $stream_tid + coalesce(e.pid, 0) * 1000000
+                                  + coalesce(e.stream, e.tid, 0)
+            ELSE coalesce(e.tid, hash(e.lane_label) % 1000000 + 1) END AS tid,
+       e.pid, coalesce(e.stream, e.tid) AS stream, e.lane_label
+FROM events e WHERE e.run_id = $run
+"""
+
+
+def export_perfetto(con: duckdb.DuckDBPyConnection, run: str | None,
+                    out: str | os.PathLike[str], *, overwrite: bool = False) -> dict[str, int]:
+    """Write one run as a single Chrome-trace JSON file that Perfetto's UI (and
+    chrome://tracing) opens: one process per rank, every rank's events on the reference clock
+    (its clock_offsets.offset_ns removed, so ranks line up), times in µs from the run's first
+    event, plus per rank a "where the time went" track (time_parts). A `.gz` name writes gzip.
+    Returns the number of events written, by kind."""
+    import gzip
+    import json
+
+    rid, name = resolve_run(con, run)
+    path = Path(out)
+    if path.exists() and not overwrite:
+        raise UsageError(f"{path} exists. Use --overwrite or another --out.")
+    if path.exists() and path.is_dir():
+        raise UsageError(f"{path} is a folder; give a file name for the Perfetto trace.")
+    row = con.execute(
+        "SELECT min(e.ts_ns - coalesce(o.offset_ns, 0)) FROM events e LEFT JOIN clock_offsets o "
+        "ON o.run_id = e.run_id AND o.rank = e.rank WHERE e.run_id = ?", [rid]).fetchone()
+    origin = int(row[0]) if row and row[0] is not None else 0
+    params = {"run": rid, "origin": origin, "stream_tid": _STREAM_TID}
+    names = {(int(r), int(p) if p is not None else None, int(t) if t is not None else None): v
+             for r, p, t, v in con.execute(
+                 "SELECT rank, pid, tid, any_value(value) FROM lanes WHERE run_id = ? AND "
+                 "kind = 'thread_name' GROUP BY ALL", [rid]).fetchall()}
+    hosts = dict(con.execute("SELECT rank, host FROM ranks WHERE run_id = ?", [rid]).fetchall())
+    offsets = dict(con.execute("SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?",
+                               [rid]).fetchall())
+    meta: list[dict[str, object]] = []
+    for rank in sorted(hosts):
+        label = f"rank {rank}" + (f" ({hosts[rank]})" if hosts[rank] else "")
+        meta += [{"name": "process_name", "ph": "M", "pid": rank, "args": {"name": label}},
+                 {"name": "process_sort_index", "ph": "M", "pid": rank,
+                  "args": {"sort_index": rank}},
+                 {"name": "thread_name", "ph": "M", "pid": rank, "tid": PARTS_TID,
+                  "args": {"name": "where the time went (tracelab lost-time model)"}},
+                 {"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": PARTS_TID,
+                  "args": {"sort_index": -1}}]
+    for rank, on_dev, tid, pid, stream, label in con.execute(
+            _PERFETTO_THREADS, {k: params[k] for k in ("run", "stream_tid")}).fetchall():
+        if on_dev:
+            tname = f"device {pid} stream {stream}"
+        else:
+            tname = label or names.get((int(rank), pid, stream)) or f"thread {stream}"
+        meta.append({"name": "thread_name", "ph": "M", "pid": int(rank), "tid": int(tid),
+                     "args": {"name": str(tname)}})
+    counts = {"events": 0, "time_parts": 0}
+    tmp = path.with_name(path.name + ".partial")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(tmp, "wt", encoding="utf-8") as fh:  # type: ignore[operator]
+        fh.write('{"displayTimeUnit": "ms", "otherData": ')
+        fh.write(json.dumps({"tracelab_run": name, "clock": "reference rank's clock, offsets "
+                             "from clock_offsets applied; ts in us since the run's first event",
+                             "origin_ns": origin,
+                             "offsets_ns": {str(k): int(v) for k, v in offsets.items()}}))
+        fh.write(', "traceEvents": [\n')
+        first = True
+        for m in meta:
+            fh.write(("" if first else ",\n") + json.dumps(m))
+            first = False
+        for key, sql in (("time_parts", _PERFETTO_PARTS), ("events", _PERFETTO_EVENTS)):
+            used = {k: v for k, v in {**params, "parts_tid": PARTS_TID}.items()
+                    if f"${k}" in sql}
+            cur = con.execute(sql, used)
+            while True:
+                chunk = cur.fetchmany(50_000)
+                if not chunk:
+                    break
+                fh.write(("" if first else ",\n") + ",\n".join(r[0] for r in chunk))
+                first = False
+                counts[key] += len(chunk)
+        fh.write("\n]}\n")
+    tmp.replace(path)
+    return counts

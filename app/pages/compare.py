@@ -1,4 +1,5 @@
-"""Compare: two runs side by side, with metric deltas and step time distributions."""
+"""Compare: two runs side by side: the report's comparison rows (the metrics, thresholds, tests
+and verdicts of `tracelab report`), most significant first, and the step time distributions."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, text
 
 from tracelab.figures.compare import step_distributions
-from tracelab.views.compare import finding_changes, metric_deltas, step_comparison
+from tracelab.views.compare import comparison_rows, finding_changes, report, step_comparison
 from tracelab.views.runs import run_names
 
 PICK_A = "compare-pick-a"
 PICK_B = "compare-pick-b"
 PICK_LINK = "compare-pick-link"
-#: Most metric rows shown (moved ones first).
+#: Most metric rows shown (the most significant first).
 MAX_ROWS = 80
+COLUMNS = (("metric", "metric"), ("a", "A"), ("b", "B"), ("change", "change"),
+           ("p", "p (adjusted)"), ("threshold", "threshold"), ("verdict", "verdict"),
+           ("reason", "why"))
 
 
 def pickers(names: list[str], a: str | None, b: str | None) -> html.Div:
@@ -49,25 +53,27 @@ def layout(**kwargs: Any) -> html.Div:
         b_id, b = db.resolve(cur, b_arg)
         an_a, an_b = db.analysis(cur, a_id), db.analysis(cur, b_id)
         steps = step_comparison(cur, a_id, b_id)
-    rows = metric_deltas(an_a, an_b)
-    moved = sum(r["moved"] for r in rows)
+        rep = db.memo(cur, a_id, "report", (b_id, db.run_key(cur, b_id)),
+                      lambda: report(cur, a_id, b_id))
+    rows = comparison_rows(rep)
+    counts = {k: sum(1 for r in rows if r["verdict_key"] == k)
+              for k in ("regression", "improved", "warn")}
     changes = finding_changes(an_a, an_b)
-    for r in rows:
-        r["moved"] = "moved" if r["moved"] else ""
+    cols = tuple((k, f"A: {a}" if k == "a" else f"B: {b}" if k == "b" else h) for k, h in COLUMNS)
     return page(
         a, "/compare", f"Compare {a} (A) with {b} (B)",
         pickers(names, a, b),
         html.Div(
-            f"{moved} of {len(rows)} metrics moved by more than 5%. "
+            f"Verdict: {rep.verdict}. {counts['regression']} regression(s), "
+            f"{counts['improved']} improvement(s), {counts['warn']} metric(s) that cannot be "
+            f"judged, against the report's default thresholds ({len(rows)} metrics). "
             f"Findings: {len(changes['new'])} new in B, {len(changes['resolved'])} gone, "
             f"{len(changes['persisting'])} in both.",
             id=ids.CMP_SUMMARY, className="status"),
+        html.H2("Metrics, most significant first"),
+        table(cols, rows[:MAX_ROWS], id=ids.CMP_METRICS),
+        html.P(f"{len(rows) - MAX_ROWS} more rows not shown." if len(rows) > MAX_ROWS else ""),
         graph(ids.CMP_STEPS, step_distributions(steps, a, b)),
-        html.H2("Metrics"),
-        table((("metric", "metric"), ("a", f"A: {a}"), ("b", f"B: {b}"), ("delta", "B − A"),
-               ("delta_pct", "change %"), ("moved", "")), rows[:MAX_ROWS], id=ids.CMP_METRICS),
-        html.P(f"{len(rows) - MAX_ROWS} more unchanged metrics not shown."
-               if len(rows) > MAX_ROWS else ""),
         html.H2("Findings"),
         html.Div([
             html.Div([html.H3(f"{title} ({len(items)})"),

@@ -1,4 +1,5 @@
-"""Memory: peak per rank and per stage against capacity, the imbalance, and memory over time."""
+"""Memory: the peak per rank against capacity (and what the peak measures), the stage imbalance
+against the schedule's prediction, and memory over time; one chart per question."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from tracelab.app.components import findings_list, graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import text
 
-from tracelab.figures.memory import peaks_figure, series_figure
+from tracelab.figures.memory import peaks_figure, series_figure, stages_figure
+from tracelab.render.text import size
 from tracelab.views.findings import targets
 from tracelab.views.memory import memory_series, memory_view
 
 MAX_ROWS = 256
+RANK_COLUMNS = (("rank", "rank"), ("stage", "stage"), ("peak", "peak"),
+                ("capacity", "capacity"), ("used", "of capacity"))
 
 
 @safe_layout("/memory")
@@ -29,26 +33,23 @@ def layout(**kwargs: Any) -> html.Div:
         found = db.analysis(cur, run_id)
         series = memory_series(cur, ctx)
     v = memory_view(found)
-    mine = [f for f in found.findings() if f.analyzer == "memory" or f.view == "memory"]
-    metric_rows = [{"metric": k, "value": val} for k, val in v.metrics.items()
-                   if not isinstance(val, (dict, list))]
-    rank_cols = tuple((k, k.replace("_", " ")) for k in (v.ranks[0].keys() if v.ranks else ())
-                      if not k.endswith("_bytes"))
-    stage_cols = tuple((k, k.replace("_", " ")) for k in (v.stages[0].keys() if v.stages else ())
-                       if not k.endswith("_bytes"))
+    mine = [f for f in found.findings if f.analyzer == "memory" or f.view == "memory"]
+    rows = [{"rank": r["rank"], "stage": r.get("stage"), "peak": size(r.get("peak_bytes")),
+             "capacity": size(r.get("capacity_bytes")) if r.get("capacity_bytes") else "unknown",
+             "used": "-" if r.get("headroom_used") is None else f"{100 * r['headroom_used']:.0f}%"}
+            for r in v.ranks[:MAX_ROWS]]
     return page(
         run, "/memory", f"Memory of {run}",
-        html.Div(v.headline(), className="status"),
-        findings_list(targets(mine, ctx), run, id=ids.MEM_SUMMARY),
+        html.P(v.headline(), className="headline", id=ids.MEM_HEADLINE),
+        html.P(f"Source: {v.source_text}." if v.available else "", className="hint"),
+        findings_list(targets(mine, ctx), run, id=ids.MEM_SUMMARY, all_ranks=ctx.ranks),
         html.P(v.note, className="hint") if v.note else html.Div(),
-        graph(ids.MEM_PEAKS, peaks_figure(v, "rank")),
-        graph(ids.MEM_STAGES, peaks_figure(v, "stage")) if v.stages else html.Div(),
-        graph(ids.MEM_SERIES, series_figure(series)),
-        html.Div([
-            table((("metric", "metric"), ("value", "value")), metric_rows),
-            table(rank_cols, v.ranks[:MAX_ROWS]),
-            table(stage_cols, v.stages[:MAX_ROWS]) if v.stages else html.Div(),
-        ], className="tables"),
+        graph(ids.MEM_PEAKS, peaks_figure(v)),
+        graph(ids.MEM_STAGES, stages_figure(v)) if v.stages else html.Div(),
+        graph(ids.MEM_SERIES, series_figure(series, v.capacity_bytes)) if series.ranks
+        else html.P("Memory over time: the trace has no allocator events (profile with "
+                    "profile_memory=True to see them).", className="hint", id=ids.MEM_SERIES),
+        table(RANK_COLUMNS, rows),
     )
 
 

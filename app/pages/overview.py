@@ -1,19 +1,22 @@
-"""Overview of a run: step time per rank x step, the time breakdown per rank, the findings."""
+"""Overview of a run: the diagnosis first. The headline (step time, the biggest loss), where the
+time goes (per rank, the step split into the lost-time parts, root cause first, each part linked
+to its evidence), the findings, and the step-time heatmap."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import dash
-from dash import html
+from dash import Input, Output, dcc, html
 from tracelab.app import db, ids, pending
-from tracelab.app.components import findings_list, graph, page
+from tracelab.app.components import findings_list, graph, page, timeline_href
 from tracelab.app.guard import safe_layout
-from tracelab.app.state import text
+from tracelab.app.state import href, text
 
-from tracelab.figures.overview import breakdown_bars, step_heatmap
-from tracelab.views.findings import targets
-from tracelab.views.overview import breakdown, step_matrix, summary
+from tracelab.figures.overview import step_heatmap, time_split_figure
+from tracelab.render.text import duration
+from tracelab.views.findings import step_windows, targets
+from tracelab.views.overview import TimeSplit, step_matrix, summary, time_split
 
 
 def analyzer_errors(errors: dict[str, str]) -> list[Any]:
@@ -26,6 +29,51 @@ def analyzer_errors(errors: dict[str, str]) -> list[Any]:
     )]
 
 
+def part_links(split: TimeSplit | None, run: str, found_targets: list[Any],
+               all_ranks: tuple[int, ...], typical: tuple[float, float] | None) -> dict[str, str]:
+    """part -> where its evidence is: the timeline at the finding that claims it (its window,
+    blamed and affected ranks), else the timeline at a typical steady step."""
+    out: dict[str, str] = {}
+    if split is None:
+        return out
+    by_finding = {id(t.finding): t for t in found_targets}
+    for p in split.parts:
+        t = by_finding.get(id(p.finding)) if p.finding is not None else None
+        if t is not None:
+            out[p.part] = timeline_href(t, run, all_ranks)
+        elif typical is not None:
+            out[p.part] = href("/timeline", run=run, t0=typical[0], t1=typical[1])
+        else:
+            out[p.part] = href("/timeline", run=run)
+    return out
+
+
+def parts_table(split: TimeSplit | None, links: dict[str, str]) -> Any:
+    """The job's row of "where the time goes", as text with a link per part."""
+    if split is None:
+        return html.Div()
+    rows = []
+    for p in split.parts:
+        cause = (html.Span([html.Span(p.finding.code, className="code"), " ", p.finding.title])
+                 if p.finding is not None else html.Span("no finding claims it", className="hint"))
+        rows.append(html.Tr([
+            html.Td(html.Span("■", style={"color": _color(p.part)}), className="swatch"),
+            html.Td(p.label), html.Td(f"{duration(p.job_ns)}", className="num"),
+            html.Td(f"{100 * p.share:.1f}%", className="num"), html.Td(cause),
+            html.Td(html.Span(dcc.Link("evidence →", href=links.get(p.part, "#"),
+                                       className="part-link"), **{"data-part": p.part})),
+        ]))
+    head = html.Thead(html.Tr([html.Th(""), html.Th("part"), html.Th("per step"),
+                               html.Th("share"), html.Th("explained by"), html.Th("")]))
+    return html.Table([head, html.Tbody(rows)], className="table parts", id=ids.OV_PARTS)
+
+
+def _color(part: str) -> str:
+    from tracelab.figures.timeline import PART_COLORS
+
+    return PART_COLORS.get(part, "#999")
+
+
 @safe_layout("/overview")
 def layout(**kwargs: Any) -> html.Div:
     wait = pending.wait_for("/overview", kwargs, [text(kwargs, "run")])
@@ -35,21 +83,46 @@ def layout(**kwargs: Any) -> html.Div:
         run_id, run = db.resolve(cur, text(kwargs, "run"))
         ctx = db.context(cur, run_id)
         found = db.analysis(cur, run_id)
-        matrix = step_matrix(cur, run_id)
-    head = summary(ctx, found, matrix)
-    found_targets = targets(found.findings(), ctx)
+        matrix = step_matrix(cur, run_id, reference_ns=found.metric("steps", "step_ns"))
+        windows, typical = step_windows(cur, run_id)
+    head = summary(ctx, found)
+    found_targets = targets(found.findings, ctx, windows, typical)
+    split = time_split(found)
+    typical_ms = None
+    if typical is not None and typical in windows:
+        a, b = windows[typical]
+        typical_ms = (ctx.to_ms(a), ctx.to_ms(b))
+    links = part_links(split, run, found_targets, ctx.ranks, typical_ms)
     notes = [html.Li(n) for r in found.results for n in r.notes]
     return page(
         run, "/overview", f"Overview of {run}",
+        html.P(head.headline, className="headline", id=ids.OV_HEADLINE),
         html.Dl([x for k, v in head.items for x in (html.Dt(k), html.Dd(v))],
                 id=ids.OV_SUMMARY, className="summary"),
         *analyzer_errors(found.errors),
-        html.H2(f"Findings ({len(found_targets)})"),
-        findings_list(found_targets, run, id=ids.OV_FINDINGS),
+        graph(ids.OV_BREAKDOWN, time_split_figure(split, links)),
+        html.Div(id=ids.OV_CLICK_SINK, style={"display": "none"}),
+        parts_table(split, links),
+        html.H2(f"Findings ({len(found_targets)}), largest impact first"),
+        findings_list(found_targets, run, id=ids.OV_FINDINGS, all_ranks=ctx.ranks),
         graph(ids.OV_HEATMAP, step_heatmap(matrix)),
-        graph(ids.OV_BREAKDOWN, breakdown_bars(breakdown(found))),
         html.Details([html.Summary("Analysis notes"), html.Ul(notes)]) if notes else html.Div(),
     )
+
+
+# A click on a part of "where the time goes" opens its evidence (the URL is in customdata).
+dash.clientside_callback(
+    """
+    function(click) {
+        const p = click && click.points && click.points[0];
+        const url = p && p.customdata && p.customdata[0];
+        if (url) { window.location.assign(url); }
+        return window.dash_clientside.no_update;
+    }
+    """,
+    Output(ids.OV_CLICK_SINK, "children"), Input(ids.OV_BREAKDOWN, "clickData"),
+    prevent_initial_call=True,
+)
 
 # Registered last: Dash Pages needs the layout function at registration.
 dash.register_page(__name__, path="/overview", name="Overview", title="tracelab: overview", order=1, layout=layout)

@@ -1,4 +1,8 @@
-"""Runs: every run in the store with ranks, steps, duration and top findings; open or compare."""
+"""Runs: every run in the store with its step time and where its time goes, open or compare.
+
+The columns come from the derived layer (job_steps, step_parts): a visit runs no analyzer, so a
+store with many big runs lists as fast as a small one (issue 15). Findings are shown for the runs
+already analyzed (cached) and say "open to analyze" otherwise."""
 
 from __future__ import annotations
 
@@ -8,19 +12,20 @@ import dash
 from dash import Input, Output, callback, dcc, html
 from tracelab.app import db, ids
 from tracelab.app.components import fmt, page, pager, table
-from tracelab.app.guard import describe, safe_layout
+from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, integer
 
-from tracelab.views import PAGE_ROWS
+from tracelab.render.text import duration
+from tracelab.views.overview import PART_LABELS
 from tracelab.views.runs import RunsPage, run_names, runs_page
 
 COLUMNS = (
     ("name", "run"),
     ("ranks", "ranks"),
-    ("world_size", "world size"),
-    ("steps", "steps"),
-    ("median_step_ms", "median step (ms)"),
-    ("span_ms", "profiled span (ms)"),
+    ("steps", "steps (steady)"),
+    ("step", "step time"),
+    ("loss", "largest loss"),
+    ("compute", "compute share"),
     ("events", "events"),
     ("backend", "backend"),
     ("created_at", "ingested (UTC)"),
@@ -29,8 +34,23 @@ COLUMNS = (
 TOP_FINDINGS = 3
 
 
+def _row(r: dict[str, Any], findings: dict[str, str]) -> dict[str, Any]:
+    loss = "-"
+    if r.get("loss_part"):
+        loss = f"{PART_LABELS.get(r['loss_part'], r['loss_part'])} {100 * r['loss_share']:.0f}%"
+    world = f" of {r['world_size']}" if r.get("world_size") and r["world_size"] != r["ranks"] else ""
+    return {
+        **r, "ranks": f"{r['ranks']}{world}",
+        "steps": f"{r['steps']} ({r['steady_steps'] or 0})",
+        "step": duration(r["step_ns"]) if r.get("step_ns") is not None else "-",
+        "loss": loss,
+        "compute": "-" if r.get("compute_share") is None else f"{100 * r['compute_share']:.0f}%",
+        "findings": findings.get(r["name"], "open the run to analyze it"),
+    }
+
+
 def runs_table(p: RunsPage, findings: dict[str, str]) -> html.Div:
-    rows = [{**r, "findings": findings.get(r["name"], "analyzing…")} for r in p.rows]
+    rows = [_row(r, findings) for r in p.rows]
     return table(COLUMNS, rows, links={"name": lambda r: href("/overview", run=r["name"])},
                  empty="The store holds no runs yet. Ingest traces with `tracelab ingest`.")
 
@@ -51,7 +71,6 @@ def layout(**kwargs: Any) -> html.Div:
         None, "/", "Runs",
         html.Div(runs_table(p, cached), id=ids.RUNS_TABLE),
         pager(p.page, p.total, p.page_rows, lambda n: href("/", page=n)),
-        dcc.Store(id=ids.RUNS_TRIGGER, data={"page": p.page}),
         html.H2("Compare two runs"),
         html.Div([
             dcc.Dropdown(id=ids.RUNS_COMPARE_A, options=options,
@@ -70,35 +89,20 @@ def layout(**kwargs: Any) -> html.Div:
 
 
 def top_findings_text(found: Any) -> str:
-    items = found.findings()[:TOP_FINDINGS]
+    items = found.findings[:TOP_FINDINGS]
     if not items:
         return "none" if not found.errors else f"analyzers failed: {', '.join(found.errors)}"
     return "; ".join(f"{str(f.severity).upper()} {f.code}" for f in items)
-
-
-def fill_findings(data: dict[str, Any] | None) -> Any:
-    """Analyze the runs on the page (cached afterwards) and redraw the table with findings."""
-    number = int((data or {}).get("page", 1))
-    try:
-        with db.cursor() as cur:
-            p = runs_page(cur, number, PAGE_ROWS)
-            found = {r["name"]: top_findings_text(db.analysis(cur, int(r["run_id"])))
-                     for r in p.rows}
-        return runs_table(p, found)
-    except Exception as exc:  # noqa: BLE001 - keep the page, say what failed
-        title, message, _ = describe(exc)
-        return html.P(f"{title}: {message}", className="error-message")
 
 
 def compare_href(a: str | None, b: str | None) -> str:
     return href("/compare", a=a, b=b)
 
 
-callback(Output(ids.RUNS_TABLE, "children"), Input(ids.RUNS_TRIGGER, "data"))(fill_findings)
 callback(Output(ids.RUNS_COMPARE_LINK, "href"),
          Input(ids.RUNS_COMPARE_A, "value"), Input(ids.RUNS_COMPARE_B, "value"))(compare_href)
 
-__all__ = ["compare_href", "fill_findings", "fmt", "layout"]
+__all__ = ["compare_href", "fmt", "layout"]
 
 # Registered last: Dash Pages needs the layout function at registration.
 dash.register_page(__name__, path="/", name="Runs", title="tracelab: runs", order=0, layout=layout)

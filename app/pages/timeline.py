@@ -12,7 +12,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, callback, dcc, html
 from tracelab.app import db, ids
-from tracelab.app.components import graph, page, register_url_sync, url_sync
+from tracelab.app.components import graph, page, url_sync
 from tracelab.app.guard import describe, safe_layout
 from tracelab.app.state import BadParam, href, int_list, number, str_list, text
 
@@ -50,12 +50,41 @@ def query_of(state: dict[str, Any]) -> str:
     return url.split("?", 1)[1] if "?" in url else ""
 
 
+def check_request(ctx: Any, req: TimelineRequest, steps: list[int]) -> None:
+    """BadParam (the documented error page, docs/app.md) when the request names ranks or steps
+    the run lacks, or a window entirely outside the run."""
+    from tracelab.app.state import compact_ints
+
+    span = ctx.span_ms
+    missing = [r for r in req.ranks if r not in ctx.ranks]
+    if missing:
+        raise BadParam(f"URL parameter 'ranks': run {ctx.name} has ranks "
+                       f"{compact_ints(ctx.ranks)}; {compact_ints(missing)} "
+                       f"{'is' if len(missing) == 1 else 'are'} not among them.")
+    gone = [s for s in req.steps if s not in steps]
+    if gone:
+        raise BadParam(f"URL parameter 'steps': run {ctx.name} has steps "
+                       f"{compact_ints(steps) or 'none'}; {compact_ints(gone)} "
+                       f"{'is' if len(gone) == 1 else 'are'} not among them.")
+    if req.t0_ms is not None and req.t0_ms >= span:
+        raise BadParam(f"URL parameter 't0': {req.t0_ms:g} ms is after the end of the run "
+                       f"({span:.3f} ms long).")
+    if req.t1_ms is not None and req.t1_ms <= 0:
+        raise BadParam(f"URL parameter 't1': {req.t1_ms:g} ms is before the run starts (0 ms).")
+    if req.t0_ms is not None and req.t0_ms < -span:
+        raise BadParam(f"URL parameter 't0': {req.t0_ms:g} ms is far before the run starts.")
+
+
 def render(run: str | None, req: TimelineRequest) -> tuple[dict[str, Any], str, dict[str, Any], str]:
     """(figure, status, state, query string) for a request: the lanes, or the rank summary when
     there are too many ranks to draw and no rank filter."""
     with db.cursor() as cur:
         run_id, name = db.resolve(cur, run)
         ctx = db.context(cur, run_id)
+        steps = db.memo(cur, run_id, "steps", (), lambda: [
+            int(r[0]) for r in cur.execute("SELECT DISTINCT step FROM step_spans WHERE "
+                                           "run_id = ? ORDER BY step", [run_id]).fetchall()])
+        check_request(ctx, req, steps)
         if len(ctx.ranks) > MANY_RANKS and not req.ranks:
             summary = rank_summary(cur, run_id)
             fig = rank_summary_figure(summary)
@@ -77,7 +106,8 @@ def render(run: str | None, req: TimelineRequest) -> tuple[dict[str, Any], str, 
                 " — or enter ranks above.",
             ])
             state = {**state_of(name, req), "summary_ranks": picks}
-            return fig, status, state, query_of(state)
+            state["query"] = query_of(state)
+            return fig, status, state, state["query"]
         lane_list = db.memo(cur, run_id, "lanes", (req.ranks, req.categories),
                             lambda: lanes(cur, ctx, req))
         # Windows already drawn (the whole run above all) come back from a small LRU.
@@ -86,7 +116,8 @@ def render(run: str | None, req: TimelineRequest) -> tuple[dict[str, Any], str, 
                        lambda: timeline(cur, ctx, req, lane_list))
     fig = timeline_figure(data)
     state = {**state_of(name, req), "shown": [data.t0_ms, data.t1_ms]}
-    return fig, timeline_status(data), state, query_of(state)
+    state["query"] = query_of(state)
+    return fig, timeline_status(data), state, state["query"]
 
 
 def controls(req: TimelineRequest) -> html.Div:
@@ -104,6 +135,17 @@ def controls(req: TimelineRequest) -> html.Div:
     ], className="controls")
 
 
+def perfetto_button(run: str) -> html.Div:
+    """Download the run as one clock-aligned Chrome trace (a process per rank) for Perfetto."""
+    return html.Div([
+        html.A("Open in Perfetto (download the aligned trace)",
+               href=href("/export/perfetto", run=run), id=ids.TL_PERFETTO, className="button",
+               download=f"{run}.perfetto.json.gz"),
+        html.Span(" One file, every rank on the aligned clock, a process per rank: open it at "
+                  "ui.perfetto.dev (Open trace file) or chrome://tracing.", className="hint"),
+    ], className="row")
+
+
 def _ints(values: tuple[int, ...]) -> str:
     from tracelab.app.state import compact_ints
 
@@ -117,9 +159,11 @@ def layout(**kwargs: Any) -> html.Div:
     return page(
         state["run"], "/timeline", f"Timeline of {state['run']}",
         controls(req),
+        perfetto_button(state["run"]),
         html.Div(status, id=ids.TL_STATUS, className="status"),
         dcc.Store(id=ids.TL_STATE, data=state),
         dcc.Store(id=ids.TL_VIEW),
+        html.Div(id=ids.TL_STATE_SINK, style={"display": "none"}),
         *url_sync(ids.TL_URL, ids.TL_URL_SINK),
         dcc.Loading(graph(ids.TL_GRAPH, fig, scrollZoom=True), type="dot", delay_show=400,
                     overlay_style={"visibility": "visible", "opacity": 0.6}),
@@ -252,7 +296,36 @@ dash.clientside_callback(
     Output(ids.TL_VIEW, "data"), Input(ids.TL_GRAPH, "relayoutData"), State(ids.TL_STATE, "data"),
     prevent_initial_call=True,
 )
-register_url_sync(ids.TL_URL, ids.TL_URL_SINK)
+# Each new view state is a browser history entry, so Back undoes a zoom (assets/timeline.js
+# turns Back/Forward within the timeline into zooms instead of page loads).
+dash.clientside_callback(
+    """
+    function(query) {
+        if (typeof query !== 'string') return '';
+        const url = window.location.pathname + (query ? '?' + query : '');
+        if (url !== window.location.pathname + window.location.search) {
+            if (window.__tracelab_tl_popping) {
+                window.history.replaceState(window.history.state, '', url);
+            } else {
+                window.history.pushState(window.history.state, '', url);
+            }
+        }
+        window.__tracelab_tl_popping = false;
+        window.__tracelab_tl_query = query;
+        return '';
+    }
+    """,
+    Output(ids.TL_URL_SINK, "children"), Input(ids.TL_URL, "data"), prevent_initial_call=True,
+)
+dash.clientside_callback(
+    """
+    function(state) {
+        if (state && typeof state.query === 'string') window.__tracelab_tl_query = state.query;
+        return '';
+    }
+    """,
+    Output(ids.TL_STATE_SINK, "children"), Input(ids.TL_STATE, "data"),
+)
 callback(Output(ids.TL_DETAIL, "children"), Input(ids.TL_GRAPH, "clickData"),
          State(ids.TL_STATE, "data"), prevent_initial_call=True)(detail)
 

@@ -1,14 +1,21 @@
 """Real headless Chromium (selenium 4 + /usr/bin/chromedriver) against `tracelab serve`.
 
-Each view loads, the timeline zooms (aggregates -> single events), a finding's link opens the
-timeline at its evidence, bad URLs show a friendly page, and the XSS probe renders as text.
-Screenshots go to artifacts/screenshots/.
+Each view loads, the timeline zooms (aggregates -> single events) and Back undoes the zoom,
+every finding's link opens the timeline at its evidence (the window, the blamed rank and the
+ranks that paid), the aggregated timeline of a pipeline shows idle where the Overview reports it,
+bad URLs show the documented error page, and the XSS probe renders as text. Screenshots of the
+first frame at 1600x1000 go to a temporary folder and to $TRACELAB_SCREENSHOTS (default
+artifacts/screenshots/).
 """
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
 import shutil
 import tempfile
+import urllib.request
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +24,10 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / "artifacts" / "screenshots"
+SCREENSHOTS = Path(os.environ.get("TRACELAB_SCREENSHOTS", REPO / "artifacts" / "screenshots"))
+#: Also kept with the test run's own files (pytest's temporary folder).
+TMP_SHOTS = Path(tempfile.gettempdir()) / "tracelab-screenshots"
+WIDTH, HEIGHT = 1600, 1000
 PROBE = "<img src=x onerror=alert(1)>"  # as written into the "xss" run by conftest.xss_run
 
 pytestmark = pytest.mark.browser
@@ -48,10 +58,11 @@ def driver() -> Iterator[webdriver.Chrome]:
     opts.binary_location = str(CHROMIUM)
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
-                 f"--user-data-dir={profile}", "--window-size=1400,1000"):
+                 f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}"):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    drv.set_window_size(WIDTH, HEIGHT)
     drv.set_page_load_timeout(TIMEOUT_S)
     yield drv
     drv.quit()
@@ -65,11 +76,10 @@ def wait(drv: webdriver.Chrome) -> WebDriverWait:
 
 
 def shot(drv: webdriver.Chrome, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    height = drv.execute_script("return document.body.scrollHeight") or 1000
-    drv.set_window_size(1400, min(max(int(height), 1000), 4000))
-    drv.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
-    drv.set_window_size(1400, 1000)
+    """The first frame (what a user sees on opening the view at 1600x1000)."""
+    for folder in (SCREENSHOTS, TMP_SHOTS):
+        folder.mkdir(parents=True, exist_ok=True)
+        drv.save_screenshot(str(folder / f"{name}.png"))
 
 
 def console_errors(drv: webdriver.Chrome) -> list[str]:
@@ -84,6 +94,8 @@ def open_page(drv: webdriver.Chrome, url: str, heading: str, graphs: int = 0) ->
     def ready(d: webdriver.Chrome) -> bool:
         h1 = d.find_elements(By.CSS_SELECTOR, "main h1")
         if not h1 or heading not in h1[0].text:
+            return False
+        if d.find_elements(By.CSS_SELECTOR, '[data-dash-is-loading="true"]'):
             return False
         return len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")) >= graphs
 
@@ -112,6 +124,7 @@ VIEWS = [
     ("stragglers", "/stragglers?run=stragglers", "Stragglers of stragglers", 3),
     ("memory", "/memory?run=pipeline", "Memory of pipeline", 3),
     ("compare", "/compare?a=stragglers&b=pipeline", "Compare stragglers (A)", 1),
+    ("operators", "/operators?run=stragglers", "Operators & kernels of stragglers", 2),
 ]
 
 
@@ -123,28 +136,79 @@ def test_each_view_loads(server: str, driver: webdriver.Chrome, name: str, path:
     body = driver.find_element(By.TAG_NAME, "body").text
     assert "Something went wrong" not in body and "Traceback" not in body
     if name == "runs":
-        wait(driver).until(
-            lambda d: "STRAGGLER_COMPUTE" in d.find_element(By.ID, "runs-table").text)
+        assert "step time" in driver.find_element(By.ID, "runs-table").text
     shot(driver, f"view-{name}")
     assert console_errors(driver) == []
 
 
 def test_sample_captures_load(server: str, driver: webdriver.Chrome,
                               sample_runs: list[str]) -> None:
+    """Every view on every sample capture: drawn, no error, no console error; a screenshot each."""
     if not sample_runs:
         pytest.skip("sample_traces/ has no captures yet (the collectors produce them)")
     for name in sample_runs:
-        views = [("overview", "Overview of", 2), ("timeline", "Timeline of", 1)]
+        views = [("overview", "Overview of", 2), ("timeline", "Timeline of", 1),
+                 ("stragglers", "Stragglers of", 0), ("memory", "Memory of", 1),
+                 ("operators", "Operators & kernels of", 2)]
         if "pipeline" in name:
             views.append(("pipeline", "Pipeline of", 2))
-        if "slow_rank" in name:
-            views.append(("stragglers", "Stragglers of", 3))
-        if "unbalanced" in name:
-            views.append(("memory", "Memory of", 2))
         for view, heading, graphs in views:
+            driver.get_log("browser")
             open_page(driver, f"{server}/{view}?run={name}", heading, graphs)
-            assert "Something went wrong" not in driver.find_element(By.TAG_NAME, "body").text
+            body = driver.find_element(By.TAG_NAME, "body").text
+            assert "Something went wrong" not in body and "Traceback" not in body, (name, view)
             shot(driver, f"{name}-{view}")
+            assert console_errors(driver) == [], (name, view)
+
+
+def _figure(drv: webdriver.Chrome, graph_id: str) -> dict:  # type: ignore[type-arg]
+    return drv.execute_script(
+        "const gd = document.getElementById(arguments[0]).querySelector('.js-plotly-plot');"
+        "return {data: gd.data.map(t => ({name: t.name, type: t.type, x: t.x, y: t.y, z: t.z,"
+        " x0: t.x0, dx: t.dx, customdata: t.customdata})),"
+        " range: gd._fullLayout.xaxis.range};", graph_id)
+
+
+def test_pipeline_timeline_shows_idle_where_the_overview_does(server: str,
+                                                              driver: webdriver.Chrome,
+                                                              sample_runs: list[str]) -> None:
+    """The aggregated timeline of a pipeline capture: each rank's time lane is mostly pipeline
+    wait (idle), in the share the Overview's where-the-time-goes reports for that rank."""
+    name = "sample-pipeline_1f1b"
+    if name not in sample_runs:
+        pytest.skip("sample_traces/pipeline_1f1b is missing")
+    from tracelab.views.timeline import TIME_PARTS
+
+    open_page(driver, f"{server}/overview?run={name}", f"Overview of {name}", 2)
+    fig = _figure(driver, "overview-breakdown")
+    idle: dict[str, float] = {}
+    total: dict[str, float] = {}
+    for t in fig["data"]:
+        for y, x in zip(t["y"], t["x"], strict=True):
+            total[y] = total.get(y, 0.0) + x
+            if "pipeline" in t["name"]:
+                idle[y] = idle.get(y, 0.0) + x
+    steady = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#overview-step-heatmap .xtick text'))"
+        ".map(e => e.textContent).filter(t => !t.includes('warm-up'));")
+    assert steady, "the heatmap names the steady steps"
+    # The Overview averages the steady steps: the timeline of those same steps.
+    step = ",".join(t.split()[0] for t in steady)
+    open_page(driver, f"{server}/timeline?run={name}&steps={step}", f"Timeline of {name}", 1)
+    status = driver.find_element(By.ID, "timeline-status").text
+    assert status.startswith("Showing aggregates") and "stacked shares per bin" in status
+    shot(driver, f"{name}-timeline-steady-steps")
+    tl = _figure(driver, "timeline-graph")
+    pipe = TIME_PARTS.index("pipeline") + 0.5
+    lanes = [t for t in tl["data"] if t["type"] == "heatmap" and t["name"].endswith(" time")]
+    assert len(lanes) == 4
+    for t in lanes:
+        rank = t["name"].split()[1]
+        cells = [v for row in t["z"] for v in row if v is not None]
+        share = sum(1 for v in cells if v == pipe) / len(cells)
+        want = idle[f"rank {rank}"] / total[f"rank {rank}"]
+        assert want > 0.5, f"rank {rank}: the Overview reports {want:.0%} idle"
+        assert share == pytest.approx(want, abs=0.12), (rank, idle, total)
 
 
 def test_timeline_zooms_from_aggregates_to_events(server: str, driver: webdriver.Chrome,
@@ -177,25 +241,110 @@ def test_timeline_zooms_from_aggregates_to_events(server: str, driver: webdriver
     assert graph_range(driver, "timeline-graph") == pytest.approx([mid, mid + 0.4], rel=1e-4)
 
 
-def test_finding_link_opens_its_evidence(server: str, driver: webdriver.Chrome) -> None:
-    open_page(driver, server + "/overview?run=stragglers", "Overview of stragglers", 2)
-    finding = next(li for li in driver.find_elements(By.CSS_SELECTOR, "li.finding")
-                   if "STRAGGLER_COMPUTE" in li.text)
-    link = finding.find_element(By.LINK_TEXT, "Show in timeline")
-    link.click()
-    wait(driver).until(lambda d: "/timeline" in d.current_url)
-    open_wait = wait(driver)
-    open_wait.until(lambda d: d.find_elements(By.ID, "timeline-status")
-                    and "Showing" in d.find_element(By.ID, "timeline-status").text)
-    query = parse_qs(urlparse(driver.current_url).query)
-    assert query["ranks"] == ["2"]
-    t0, t1 = float(query["t0"][0]), float(query["t1"][0])
-    assert graph_range(driver, "timeline-graph") == pytest.approx([t0, t1], rel=1e-4)
-    ticks = driver.execute_script(
-        "return Array.from(document.querySelectorAll('#timeline-graph .ytick text'))"
-        ".map(e => e.textContent);")
-    assert ticks and all(t.startswith("r2 ") for t in ticks)
-    shot(driver, "finding-link-timeline")
+def _follow_findings(server: str, drv: webdriver.Chrome, db: Path, run: str) -> int:
+    """Follow every finding's "Show in timeline" link of the run's Overview; each must open the
+    window that holds the finding's evidence, with its blamed and affected ranks drawn."""
+    from tracelab.app.state import int_list
+    from tracelab.store import open_store, run_id
+    from tracelab.views._run import run_context
+    from tracelab.views.analysis import analyze_run
+    from tracelab.views.findings import step_windows
+
+    with open_store(db, read_only=True) as con:
+        rid = run_id(con, run)
+        ctx = run_context(con, rid)
+        found = analyze_run(con, rid)
+        windows, typical = step_windows(con, rid)
+    followed = 0
+    for i, f in enumerate(found.findings):
+        open_page(drv, f"{server}/overview?run={run}", f"Overview of {run}", 2)
+        items = drv.find_elements(By.CSS_SELECTOR, "li.finding")
+        assert items[i].get_attribute("data-code") == f.code  # the runner's order
+        links = items[i].find_elements(By.LINK_TEXT, "Show in timeline")
+        if not links:
+            assert f.view not in ("timeline", "stragglers", "pipeline") or \
+                not (f.evidence.time_ranges_ns or f.evidence.steps)
+            continue
+        links[0].click()
+        wait(drv).until(lambda d: "/timeline" in d.current_url)
+        wait(drv).until(lambda d: d.find_elements(By.ID, "timeline-status")
+                        and "Showing" in d.find_element(By.ID, "timeline-status").text)
+        query = parse_qs(urlparse(drv.current_url).query)
+        t0, t1 = float(query["t0"][0]), float(query["t1"][0])
+        assert graph_range(drv, "timeline-graph") == pytest.approx([t0, t1], rel=1e-4, abs=1e-3)
+        ranges = list(f.evidence.time_ranges_ns) or [windows[s] for s in f.evidence.steps
+                                                     if s in windows] or [windows[typical]]
+        for a, b in ranges:  # the opened window holds the evidence
+            assert t0 <= ctx.to_ms(a) + 1e-3 and ctx.to_ms(b) - 1e-3 <= t1, (f.code, a, b)
+        shown = set(int_list({"r": query["ranks"][0]}, "r")) if "ranks" in query \
+            else set(ctx.ranks)
+        assert set(f.evidence.ranks) | set(f.evidence.affected_ranks) <= shown, f.code
+        ticks = drv.execute_script(
+            "return Array.from(document.querySelectorAll('#timeline-graph .ytick text'))"
+            ".map(e => e.textContent.split(' ')[0]);")
+        for r in (*f.evidence.ranks, *f.evidence.affected_ranks):
+            assert f"r{r}" in ticks, (f.code, r)
+        shot(drv, f"finding-{run}-{i}-{f.code}")
+        followed += 1
+    return followed
+
+
+def test_finding_link_opens_its_evidence(server: str, driver: webdriver.Chrome,
+                                         app_store: Path) -> None:
+    assert _follow_findings(server, driver, app_store, "stragglers") >= 1
+
+
+def test_every_sample_finding_link_opens_its_evidence(server: str, driver: webdriver.Chrome,
+                                                      sample_runs: list[str],
+                                                      app_store: Path) -> None:
+    if not sample_runs:
+        pytest.skip("sample_traces/ has no captures yet")
+    followed = 0
+    for run in ("sample-ddp_slow_rank", "sample-pipeline_1f1b", "sample-pipeline_unbalanced"):
+        if run in sample_runs:
+            followed += _follow_findings(server, driver, app_store, run)
+    assert followed >= 3
+
+
+def test_back_undoes_a_zoom(server: str, driver: webdriver.Chrome,
+                            sample_runs: list[str]) -> None:
+    run = "sample-ddp_slow_rank" if "sample-ddp_slow_rank" in sample_runs else "stragglers"
+    open_page(driver, f"{server}/timeline?run={run}", f"Timeline of {run}", 1)
+    first = graph_range(driver, "timeline-graph")
+    lo, hi = first
+    for k in (1, 2):  # two zooms in
+        a, b = lo + (hi - lo) * 0.2 * k, lo + (hi - lo) * (0.2 * k + 0.1)
+        before = driver.current_url
+        driver.execute_script(
+            "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
+            "Plotly.relayout(gd, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
+            a, b)
+        wait(driver).until(lambda d: d.current_url != before and "t0=" in d.current_url)
+        wait(driver).until(lambda d, a=a: abs(graph_range(d, "timeline-graph")[0] - a) < 1e-6)
+    second = [lo + (hi - lo) * 0.2, lo + (hi - lo) * 0.3]
+    driver.back()
+    wait(driver).until(
+        lambda d: graph_range(d, "timeline-graph") == pytest.approx(second, rel=1e-5))
+    driver.back()
+    wait(driver).until(lambda d: graph_range(d, "timeline-graph") == pytest.approx(first, rel=1e-5))
+    wait(driver).until(lambda d: "t0=" not in d.current_url)
+    assert console_errors(driver) == []
+
+
+def test_open_in_perfetto_downloads_one_aligned_trace(server: str, driver: webdriver.Chrome,
+                                                      sample_runs: list[str]) -> None:
+    run = "sample-ddp_slow_rank" if "sample-ddp_slow_rank" in sample_runs else "stragglers"
+    open_page(driver, f"{server}/timeline?run={run}", f"Timeline of {run}", 1)
+    button = driver.find_element(By.ID, "timeline-perfetto")
+    url = button.get_attribute("href")
+    assert "/export/perfetto?run=" in url
+    with urllib.request.urlopen(url, timeout=60) as r:
+        doc = json.loads(gzip.decompress(r.read()))
+    events = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert sorted(procs) == [0, 1, 2, 3] and all(v.startswith("rank ") for v in procs.values())
+    assert {e["pid"] for e in events if e.get("ph") == "X"} == {0, 1, 2, 3}
+    assert min(e["ts"] for e in events if e.get("ph") == "X") == pytest.approx(0.0, abs=1e-3)
 
 
 def test_xss_probe_renders_as_text(server: str, driver: webdriver.Chrome) -> None:
@@ -207,14 +356,14 @@ def test_xss_probe_renders_as_text(server: str, driver: webdriver.Chrome) -> Non
     # Hover an event whose name is the probe: the hover label shows it as text.
     hover = driver.execute_script(
         "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
-        "const i = gd.data.findIndex(t => t.name === 'compute');"
+        "const i = gd.data.findIndex(t => t.name === 'compute' && t.legendgroup === 'events');"
         "Plotly.Fx.hover(gd, [{curveNumber: i, pointNumber: 0}]);"
         "return Array.from(document.querySelectorAll('.hoverlayer text')).map(e => e.textContent).join(' ');")
     assert PROBE in hover
     # Click it: the detail panel prints the name as text.
     driver.execute_script(
         "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
-        "const i = gd.data.findIndex(t => t.name === 'compute');"
+        "const i = gd.data.findIndex(t => t.name === 'compute' && t.legendgroup === 'events');"
         "gd.emit('plotly_click', {points: [{curveNumber: i, pointNumber: 0,"
         " customdata: gd.data[i].customdata[0]}]});")
     wait(driver).until(
@@ -243,6 +392,9 @@ def test_many_ranks_open_on_a_rank_summary(server: str, driver: webdriver.Chrome
 
 @pytest.mark.parametrize("path,message", [
     ("/timeline?run=stragglers&t0=abc", "must be a number"),
+    ("/timeline?run=stragglers&t0=5000&t1=6000", "after the end of the run"),
+    ("/timeline?run=stragglers&ranks=9", "9 is not among them"),
+    ("/pipeline?run=pipeline&step=99", "no pipeline step 99"),
     ("/overview?run=no-such-run", "no run named"),
     ("/nowhere", "No such page"),
 ])
@@ -252,5 +404,6 @@ def test_bad_urls_show_a_friendly_page(server: str, driver: webdriver.Chrome, pa
     wait(driver).until(
         lambda d: message in d.find_element(By.TAG_NAME, "body").text)
     assert "Traceback" not in driver.find_element(By.TAG_NAME, "body").text
-    shot(driver, "friendly-" + path.strip("/").split("?")[0].replace("/", "-") or "root")
+    name = path.strip("/").replace("?", "-").replace("&", "-").replace("=", "")
+    shot(driver, "friendly-" + (name or "root"))
 

@@ -94,7 +94,16 @@ def test_pages_wait_for_analysis_then_draw(app_module: Any) -> None:
 
 
 def test_layouts_render_every_view(analyzed: Any) -> None:
-    from tracelab.app.pages import compare, memory, overview, pipeline, runs, stragglers, timeline
+    from tracelab.app.pages import (
+        compare,
+        memory,
+        operators,
+        overview,
+        pipeline,
+        runs,
+        stragglers,
+        timeline,
+    )
 
     for layout, kwargs, expect in [
         (runs.layout, {}, "Runs"),
@@ -104,6 +113,7 @@ def test_layouts_render_every_view(analyzed: Any) -> None:
         (stragglers.layout, {"run": "stragglers"}, "Stragglers of stragglers"),
         (memory.layout, {"run": "pipeline"}, "Memory of pipeline"),
         (compare.layout, {"a": "stragglers", "b": "pipeline"}, "Compare stragglers (A)"),
+        (operators.layout, {"run": "stragglers"}, "Operators & kernels of stragglers"),
     ]:
         tree = layout(**kwargs)
         assert find_text(tree, expect), expect
@@ -131,6 +141,16 @@ def test_newest_run_is_the_default(analyzed: Any) -> None:
     ("pipeline", {"run": "pipeline", "step": "1e9999"}, "whole number"),
     ("runs", {"page": "two"}, "whole number"),
     ("compare", {"a": "stragglers", "b": "nope"}, "no run named"),
+    # Values that parse but name nothing in the run: the documented error page, never a
+    # silently different view (docs/app.md).
+    ("timeline", {"run": "stragglers", "t0": "5000", "t1": "6000"}, "after the end of the run"),
+    ("timeline", {"run": "stragglers", "t1": "-5"}, "before the run starts"),
+    ("timeline", {"run": "stragglers", "ranks": "9"}, "9 is not among them"),
+    ("timeline", {"run": "stragglers", "steps": "99"}, "99 is not among them"),
+    ("pipeline", {"run": "pipeline", "step": "99"}, "no pipeline step 99"),
+    ("stragglers", {"run": "stragglers", "page": "99"}, "between 1 and"),
+    ("operators", {"run": "stragglers", "ranks": "9"}, "not among them"),
+    ("operators", {"run": "stragglers", "steps": "99"}, "not among them"),
 ])
 def test_bad_parameters_give_a_friendly_page(analyzed: Any, page: str,
                                               kwargs: dict[str, str], message: str) -> None:
@@ -162,7 +182,7 @@ def test_timeline_zoom_callback(app_module: Any) -> None:
     assert reset["t0"] is None and "t0" not in query
     # Filters: ranks 1-2, communication only.
     fig, status, st, query = timeline.update(ids.TL_APPLY, None, state, "1-2", "", ["communication"])
-    names = {t["name"] for t in fig["data"] if t["type"] == "bar"}
+    names = {t["name"] for t in fig["data"] if t["type"] == "bar" and t.get("legendgroup") == "events"}
     assert names == {"communication"}
     assert st["ranks"] == [1, 2] and "ranks=1-2" in query and "cats=communication" in query
     # A bad filter keeps the figure and says why.
@@ -183,13 +203,28 @@ def test_timeline_detail_callback(app_module: Any) -> None:
                      "no longer in the store")
 
 
-def test_runs_callbacks(app_module: Any) -> None:
+def test_runs_page_runs_no_analyzer(app_module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 9: the Runs page reads the derived layer; it never runs the analyzers, and
+    shows findings only for runs already analyzed."""
+    from tracelab.app import db
     from tracelab.app.pages import runs
 
-    table = runs.fill_findings({"page": 1})
-    assert find_text(table, "STRAGGLER_COMPUTE")
-    assert find_text(table, "PIPELINE_BUBBLE")
+    def boom(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("the Runs page ran the analyzers")
+
+    monkeypatch.setattr("tracelab.analyzers.run", boom)
+    monkeypatch.setattr(db.ANALYSES, "get", boom)
+    tree = runs.layout()
+    assert find_text(tree, "pipeline stall") or find_text(tree, "pipeline bubble")
+    assert find_text(tree, "waiting for other ranks") or find_text(tree, "host")
     assert runs.compare_href("a b", "c") == "/compare?a=a+b&b=c"
+
+
+def test_runs_show_cached_findings(analyzed: Any) -> None:
+    from tracelab.app.pages import runs
+
+    tree = runs.layout()
+    assert find_text(tree, "STRAGGLER_COMPUTE")
 
 
 def test_many_ranks_show_a_rank_summary(app_module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,6 +254,8 @@ def test_xss_probe_is_escaped_in_figures(app_module: Any) -> None:
     assert "&lt;img src=x onerror=alert(1)&gt;" in blob  # in hover text and lane labels
     ticks = fig["layout"]["yaxis"]["ticktext"]
     assert any("&lt;img" in t for t in ticks)
+    names = [t for tr in fig["data"] for t in (tr.get("text") or []) if isinstance(t, str)]
+    assert any("&lt;img" in t for t in names)  # slice names are escaped too
 
 
 def test_http_routing_never_shows_a_traceback(analyzed: Any) -> None:

@@ -12,9 +12,9 @@ from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
 from tracelab.views import timeline as tl
 from tracelab.views._run import run_context
 from tracelab.views.analysis import analyze_run
-from tracelab.views.compare import HIST_BINS, metric_deltas, step_comparison
-from tracelab.views.findings import target, targets
-from tracelab.views.overview import breakdown, step_matrix
+from tracelab.views.compare import HIST_BINS, comparison_rows, report, step_comparison
+from tracelab.views.findings import step_windows, target, targets
+from tracelab.views.overview import step_matrix, summary, time_split
 from tracelab.views.ranksummary import rank_summary
 from tracelab.views.runs import runs_page
 
@@ -98,13 +98,18 @@ def test_lod_on_a_real_trace_is_bounded_and_counts_every_event(tmp_path: Path,
         cells = sum(len(row) for row in whole.aggregate.busy)
         assert cells <= tl.MAX_CELLS
         assert len(whole.aggregate.centers_ms) <= tl.MAX_BINS
-        assert sum(sum(r) for r in whole.aggregate.count) == whole.visible_events == ctx.event_count
+        # Every event of a drawn lane is counted once; lanes holding no work (the profiler's
+        # own 'Spans/PyTorch Profiler' span) are not drawn.
+        drawn = sum(lane.event_count for lane in whole.lanes)
+        assert sum(sum(r) for r in whole.aggregate.count) == drawn
+        assert whole.visible_events == ctx.event_count and ctx.event_count - drawn <= 1
         assert all(0 <= b <= 1 for row in whole.aggregate.busy for b in row if b is not None)
         # Zoom until few events are visible: raw events, all of them, within the window.
         mid = ctx.span_ms / 2
         narrow = tl.timeline(con, ctx, tl.TimelineRequest(t0_ms=mid, t1_ms=mid + 0.5))
         assert narrow.mode == "raw" and narrow.raw is not None
-        assert 0 < len(narrow.raw.name) == narrow.visible_events <= tl.RAW_EVENT_LIMIT
+        assert 0 < len(narrow.raw.name) <= narrow.visible_events <= tl.RAW_EVENT_LIMIT
+        assert narrow.visible_events - len(narrow.raw.name) <= 1  # the profiler's own span
         for s, d in zip(narrow.raw.start_ms, narrow.raw.dur_ms, strict=True):
             assert s < mid + 0.5 and s + d > mid
         # Category filter: only kernels' category.
@@ -150,25 +155,42 @@ def test_event_detail_returns_full_args(app_store: Path) -> None:
         assert tl.event_detail(con, ctx, 0, 10**9) is None
 
 
-def test_step_matrix_breakdown_and_findings(app_store: Path) -> None:
+def test_step_matrix_time_split_and_findings(app_store: Path) -> None:
     with open_store(app_store) as con:
         rid = run_id(con, "stragglers")
         ctx = run_context(con, rid)
-        m = step_matrix(con, rid)
         found = analyze_run(con, rid)
+        m = step_matrix(con, rid, found.metric("steps", "step_ns"))
+        spans = {(r, s): d for r, s, d in con.execute(
+            "SELECT rank, step, dur_ns FROM step_spans WHERE run_id = ?", [rid]).fetchall()}
+        windows, typical = step_windows(con, rid)
     assert m.ranks == [0, 1, 2, 3] and m.steps == [1, 2, 3, 4]
-    assert all(v == pytest.approx(17.0) for row in m.ms for v in row)
-    b = breakdown(found)
-    assert b is not None and b.ranks == [0, 1, 2, 3]
-    for i in range(4):  # the drawn parts add up to the rank's window
-        total = sum(b.parts[p][i] or 0 for p in b.parts)
-        assert total == pytest.approx(b.window_ms[i], rel=1e-6)
-    ts = targets(found.findings(), ctx)
+    # The heatmap's cells are the derived layer's steps; its reference is the run's step time.
+    for i, r in enumerate(m.ranks):
+        for j, s in enumerate(m.steps):
+            assert m.ns[i][j] == spans[(r, s)]
+    assert m.reference_ns == found.budget.step_ns
+    split = time_split(found)
+    assert split is not None and split.ranks == [0, 1, 2, 3]
+    assert split.step_ns == found.budget.step_ns == found.metric("steps", "step_ns")
+    assert sum(p.job_ns for p in split.parts) == pytest.approx(split.step_ns, rel=1e-9)
+    for i in range(4):  # each rank's parts add up to its own steady step
+        assert sum(p.rank_ns[i] for p in split.parts) == pytest.approx(split.rank_step_ns[i])
+    # Root cause first: the parts claimed by the first finding lead.
+    first = next(f for f in found.findings if f.claim and f.impact_ns_per_step)
+    assert split.parts[0].finding is first
+    claimed = [p.finding is not None for p in split.parts]
+    assert claimed == sorted(claimed, reverse=True)  # claimed parts before the others
+    ts = targets(found.findings, ctx, windows, typical)
+    assert [t.finding for t in ts] == list(found.findings)  # the runner's order
     straggler = next(t for t in ts if t.finding.code.startswith("STRAGGLER"))
-    assert straggler.view == "stragglers" and straggler.ranks == (2,)
+    assert straggler.view == "stragglers" and straggler.ranks[0] == 2
+    assert set(straggler.ranks) == {2, *straggler.finding.evidence.affected_ranks}
     assert straggler.t0_ms is not None and straggler.t1_ms is not None
     for a, b_ in straggler.finding.evidence.time_ranges_ns:
         assert straggler.t0_ms <= ctx.to_ms(a) <= ctx.to_ms(b_) <= straggler.t1_ms
+    # Findings without time ranges still open at a step of the run.
+    assert all(t.t0_ms is not None for t in ts)
     assert not found.errors
 
 
@@ -179,12 +201,51 @@ def test_runs_page_and_compare(app_store: Path) -> None:
         assert runs_page(con, 999, page_rows=2).page == -(-p.total // 2)  # clamped
         a, b = run_id(con, "stragglers"), run_id(con, "pipeline")
         c = step_comparison(con, a, b)
-        assert c.a.count == 16 and c.a.median == pytest.approx(17.0)
+        steady = con.execute("SELECT count(*), median(dur_ns) / 1e6 FROM step_spans "
+                             "WHERE run_id = ? AND steady", [a]).fetchone()
+        assert c.a.count == steady[0] and c.a.median == pytest.approx(steady[1])
         assert sum(c.a.hist) == c.a.count and sum(c.b.hist) == c.b.count
         assert len(c.edges) == HIST_BINS
-        rows = metric_deltas(analyze_run(con, a), analyze_run(con, b))
-    step = next(r for r in rows if r["metric"] == "steps: step_ms_median")
-    assert step["a"] == pytest.approx(17.0) and step["delta"] == pytest.approx(step["b"] - 17.0)
+        rep = report(con, a, b)
+        rows = comparison_rows(rep)
+    # The report's rows, each once, most significant first, with human labels.
+    assert sorted(r["key"] for r in rows) == sorted(r.key for r in rep.rows)
+    order = {"regression": 0, "improved": 1, "warn": 2, "pass": 3, "info": 4}
+    ranks = [order[r["verdict_key"]] for r in rows]
+    assert ranks == sorted(ranks)
+    step = next(r for r in rows if r["key"] == "step_time")
+    assert step["metric"] == "Step time" and step["a"].endswith("ms")
+    assert all(r["metric"] != r["key"] and not r["metric"].startswith(r["key"].split("[")[0])
+               for r in rows)
+
+
+def test_one_value_per_metric_on_every_view(app_store: Path, sample_runs: list[str]) -> None:
+    """Issue 12: the step time, the overlap and the findings' order the views show are the
+    runner's (steps.step_ns = the budget's step; breakdown.overlap_share_mean), on every
+    sample capture: Overview headline, Runs page, heatmap reference, where-the-time-goes."""
+    from tracelab.render.text import duration
+
+    names = ["stragglers", "pipeline", *sample_runs]
+    with open_store(app_store) as con:
+        rows = {r["name"]: r for r in runs_page(con, 1, page_rows=500).rows}
+        for name in names:
+            rid = run_id(con, name)
+            ctx = run_context(con, rid)
+            found = analyze_run(con, rid)
+            step_ns = found.metric("steps", "step_ns")
+            assert step_ns == pytest.approx(found.budget.step_ns)
+            assert rows[name]["step_ns"] == pytest.approx(step_ns), name
+            items = dict(summary(ctx, found).items)
+            assert items["step time"] == duration(step_ns)
+            ov = found.metric("breakdown", "overlap_share_mean")
+            assert items["comm/compute overlap"] == f"{100 * ov:.1f}%"
+            split = time_split(found)
+            assert split is not None and split.step_ns == pytest.approx(step_ns)
+            assert step_matrix(con, rid, step_ns).reference_ns == step_ns
+            loss = max((p for p in split.parts if p.part != "compute"),
+                       key=lambda p: p.job_ns, default=None)
+            if loss is not None:
+                assert rows[name]["loss_share"] == pytest.approx(loss.job_ns / step_ns, rel=1e-6)
 
 
 def test_rank_summary_picks_the_slow_rank(tmp_path: Path) -> None:
@@ -205,7 +266,7 @@ def test_finding_without_time_ranges_has_no_window(app_store: Path) -> None:
     from tracelab.results import Evidence, Finding, Severity
 
     f = Finding(code="X", severity=Severity.INFO, title="t", evidence=Evidence(ranks=(1, 99)),
-                impact_ms_per_step=None, impact_share=None, suggestion="s", view="nowhere")
+                impact_ns_per_step=None, impact_share=None, suggestion="s", view="nowhere")
     ctx = _ctx(app_store, "stragglers")
     t = target(f, ctx)
     assert t.view == "overview" and t.t0_ms is None and t.ranks == (1,)

@@ -1,66 +1,96 @@
-"""Memory figures: peaks per rank and per stage against capacity, and memory over time."""
+"""Memory figures, one question each: which rank peaks highest against the capacity; is the
+stage imbalance what the schedule predicts; how memory moves over time."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tracelab.figures import Figure, base_layout, empty_figure
-from tracelab.views.memory import MemorySeries, MemoryView
-
-PEAK_KEYS = ("peak_allocated_gib", "peak_gib", "peak_reserved_gib")
-CAPACITY_KEYS = ("capacity_gib", "device_memory_gib")
+from tracelab.render.text import size
+from tracelab.views.memory import MemorySeries, MemoryView, unit_for
 
 
-def _first(row: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    return next((row[k] for k in keys if row.get(k) is not None), None)
-
-
-def peaks_figure(v: MemoryView, by: str = "rank") -> Figure:
-    """Bars of peak memory per rank (or per stage), capacity as a marker line."""
-    rows = v.ranks if by == "rank" else v.stages
-    if not v.available or not rows:
-        return empty_figure(v.note or f"No memory peaks per {by}.")
-    labels = [f"{by} {r.get(by)}" for r in rows]
-    peaks = [_first(r, PEAK_KEYS) for r in rows]
+def peaks_figure(v: MemoryView) -> Figure:
+    """Peak per rank (bars, in MiB or GiB by magnitude), the device capacity as a line."""
+    if not v.available or not v.ranks:
+        return empty_figure(v.note or "No memory peaks per rank.")
+    peaks = [r.get("peak_bytes") for r in v.ranks]
+    cap = v.capacity_bytes
+    unit, div = unit_for(max([p for p in peaks if p is not None] + ([cap] if cap else []),
+                             default=None))
+    labels = [f"rank {r['rank']}" + (f" (stage {r['stage']})" if r.get("stage") is not None
+                                      else "") for r in v.ranks]
     traces: list[dict[str, Any]] = [{
-        "type": "bar", "name": "peak allocated (GiB)", "x": labels, "y": peaks,
-        "marker": {"color": "#4C78A8"},
-        "hovertemplate": "%{x}: peak %{y:.3f} GiB<extra></extra>",
+        "type": "bar", "name": f"peak {v.peak_label}", "x": labels,
+        "y": [None if p is None else p / div for p in peaks], "marker": {"color": "#4C78A8"},
+        "text": [size(p) for p in peaks], "textposition": "outside",
+        "hovertemplate": f"%{{x}}: peak %{{text}} ({v.peak_label})<extra></extra>",
     }]
-    expected = [r.get("expected_over_mean") for r in rows]
-    known = [p for p in peaks if p is not None]
-    if by == "stage" and known and any(e is not None for e in expected):
-        mean = sum(known) / len(known)
-        traces.append({"type": "scatter", "mode": "markers+lines", "name":
-                       "expected from the schedule (same mean)",
-                       "x": labels, "y": [None if e is None else e * mean for e in expected],
-                       "line": {"dash": "dot", "color": "#333"},
-                       "hovertemplate": "%{x}: the schedule predicts %{y:.3f} GiB<extra></extra>"})
-    caps = [_first(r, CAPACITY_KEYS) for r in rows]
-    if any(c is not None for c in caps):
-        traces.append({"type": "scatter", "mode": "markers", "name": "device capacity (GiB)",
-                       "x": labels, "y": caps, "marker": {"symbol": "line-ew-open", "size": 28,
-                                                         "color": "#E45756", "line": {"width": 3}},
-                       "hovertemplate": "%{x}: capacity %{y:.1f} GiB<extra></extra>"})
+    shapes = []
+    if cap:
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": cap / div,
+                       "y1": cap / div, "line": {"color": "#E45756", "width": 2, "dash": "dash"}})
+        traces.append({"type": "scatter", "mode": "lines", "x": [None], "y": [None],
+                       "name": f"device capacity {size(cap)}",
+                       "line": {"color": "#E45756", "dash": "dash"}})
+    title = f"Peak memory per rank: {v.peak_label}" + (
+        " against the device capacity" if cap else " (device capacity unknown)")
     return {"data": traces, "layout": base_layout(
-        title=f"Peak memory per {by}" + (" against capacity" if len(traces) > 1 else ""),
-        height=340, yaxis={"title": {"text": "GiB"}, "rangemode": "tozero"},
+        title=title, height=340, shapes=shapes,
+        yaxis={"title": {"text": unit}, "rangemode": "tozero"},
         legend={"orientation": "h", "y": -0.25})}
 
 
-def series_figure(s: MemorySeries) -> Figure:
+def stages_figure(v: MemoryView) -> Figure:
+    """Per stage: peak / mean of the stages, against what the schedule's activation pattern
+    predicts (1F1B: the first stage holds the most microbatches)."""
+    rows = v.stages
+    if not rows:
+        return empty_figure("Not a pipeline: no stages to compare.")
+    labels = [f"stage {r['stage']}" for r in rows]
+    traces: list[dict[str, Any]] = [{
+        "type": "bar", "name": "measured: peak / mean of the stages", "x": labels,
+        "y": [r.get("over_mean") for r in rows], "marker": {"color": "#4C78A8"},
+        "customdata": [size(r.get("peak_bytes")) for r in rows],
+        "hovertemplate": "%{x}: %{y:.2f}× the mean (peak %{customdata})<extra></extra>",
+    }]
+    if any(r.get("expected_over_mean") is not None for r in rows):
+        traces.append({"type": "scatter", "mode": "markers+lines",
+                       "name": f"predicted by the {v.metrics.get('schedule') or 'schedule'}'s "
+                               "activations", "x": labels,
+                       "y": [r.get("expected_over_mean") for r in rows],
+                       "line": {"dash": "dot", "color": "#333"},
+                       "hovertemplate": "%{x}: predicted %{y:.2f}× the mean<extra></extra>"})
+    return {"data": traces, "layout": base_layout(
+        title="Stage imbalance: each stage's peak over the stages' mean, measured and predicted",
+        height=320, yaxis={"title": {"text": "× mean"}, "rangemode": "tozero"},
+        shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+                 "line": {"color": "#999", "width": 1}}],
+        legend={"orientation": "h", "y": -0.25})}
+
+
+def series_figure(s: MemorySeries, capacity_bytes: int | None = None) -> Figure:
     if not s.ranks:
         return empty_figure("The trace has no [memory] events (profile with profile_memory=True "
                             "to see memory over time).")
+    unit, div = unit_for(max(x for x in (s.max_bytes, capacity_bytes) if x is not None))
     traces = []
     for rank in s.ranks:
-        traces.append({"type": "scatter", "mode": "lines", "name": f"rank {rank} allocated",
-                       "x": s.t_ms[rank], "y": s.allocated_gib[rank], "line": {"shape": "hv"},
-                       "hovertemplate": f"rank {rank}: %{{y:.3f}} GiB at %{{x:.3f}} ms"
+        traces.append({"type": "scatter", "mode": "lines", "name": f"rank {rank}",
+                       "x": s.t_ms[rank],
+                       "y": [None if v is None else round(v / div, 4)
+                             for v in s.allocated_bytes[rank]], "line": {"shape": "hv"},
+                       "hovertemplate": f"rank {rank}: %{{y:.1f}} {unit} at %{{x:.3f}} ms"
                                         "<extra></extra>"})
-    title = "Allocated memory over time (max per bin, from the trace's [memory] events)"
+    title = "Allocated memory over time (allocator events in the trace, max per bin)"
     if len(s.ranks) < s.total_ranks:
-        title += f" — the {len(s.ranks)} ranks with the highest peaks of {s.total_ranks}"
+        title += f": the {len(s.ranks)} ranks with the highest peaks of {s.total_ranks}"
+    shapes = []
+    if capacity_bytes:
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1,
+                       "y0": capacity_bytes / div, "y1": capacity_bytes / div,
+                       "line": {"color": "#E45756", "width": 2, "dash": "dash"}})
     return {"data": traces, "layout": base_layout(
-        title=title, height=360, xaxis={"title": {"text": "time since run start (ms)"}},
-        yaxis={"title": {"text": "GiB"}}, legend={"orientation": "h", "y": -0.25})}
+        title=title, height=340, xaxis={"title": {"text": "time since run start (ms)"}},
+        yaxis={"title": {"text": unit}, "rangemode": "tozero"}, shapes=shapes,
+        legend={"orientation": "h", "y": -0.25})}

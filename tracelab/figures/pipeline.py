@@ -1,115 +1,168 @@
-"""Pipeline figures: the schedule per rank/stage (F/B/W by microbatch, bubbles shaded) and the
-bubble shares against what the schedule predicts."""
+"""Pipeline figures: the schedule of one step per rank (each action's span outlined and labelled
+with its stage and microbatch, the compute inside it filled in its kind's colour, waiting in
+the lost-time model's colours, never an action's), and the pipeline idle split into the bubble
+the schedule needs and the stall beyond it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tracelab.figures import Figure, base_layout, empty_figure, esc
+from tracelab.figures import Figure, base_layout, empty_figure, esc, ms
+from tracelab.figures.timeline import PART_COLORS, PART_NAMES
 from tracelab.views.pipeline import PipelineView
 
-KIND_COLORS = {
-    "F": "#4C78A8", "B": "#E45756", "I": "#F58518", "W": "#54A24B",
-    "SEND_F": "#BAB0AC", "RECV_F": "#BAB0AC", "SEND_B": "#9D755D", "RECV_B": "#9D755D",
-}
+#: Action kinds: forward, full backward, input-grad and weight-grad backward. None of these is
+#: a lost-time colour (waiting is drawn in PART_COLORS, idle in grey).
+KIND_COLORS = {"F": "#1f77b4", "B": "#2ca02c", "I": "#17becf", "W": "#8c564b"}
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "input-grad backward", "W": "weight-grad"}
+OTHER_COMPUTE = "#7f7f7f"
+
+
+def _kind_color(kind: str | None) -> str:
+    return KIND_COLORS.get(kind or "", OTHER_COMPUTE)
+
+
+def _action_label(a: dict[str, Any], multi_stage: bool) -> str:
+    mb = "" if a.get("mb") is None else str(a["mb"])
+    stage = f"s{a['stage']}" if multi_stage and a.get("stage") is not None else ""
+    return f"{esc(a['kind'])}{mb}" + (f"·{stage}" if stage else "")
 
 
 def schedule_figure(v: PipelineView) -> Figure:
-    """One lane per rank: each action a bar labelled with its microbatch; idle time shaded."""
+    """One lane per rank: waiting (pipeline, transfer, host) as light bars behind, each action's
+    span outlined and labelled (kind, microbatch, and the stage when a rank holds several), the
+    compute inside it solid in its kind's colour."""
     if not v.available or not v.actions:
         return empty_figure(v.note or "No pipeline actions to draw.")
     ranks = sorted({a["rank"] for a in v.actions})
-    by_kind: dict[str, dict[str, list[Any]]] = {}
+    stages_per_rank = {r: {a["stage"] for a in v.actions if a["rank"] == r} for r in ranks}
+    multi = any(len(s) > 1 for s in stages_per_rank.values())
+    ylab = {r: f"rank {r} (stage{'s' if len(stages_per_rank[r]) > 1 else ''} "
+               f"{', '.join(str(s) for s in sorted(x for x in stages_per_rank[r] if x is not None))})"
+            for r in ranks}
+    cats = [ylab[r] for r in ranks]
+    traces: list[dict[str, Any]] = []
+    # Waiting, by part: under everything.
+    by_part: dict[str, dict[str, list[Any]]] = {}
+    for w in v.waiting:
+        if w["rank"] not in ylab:
+            continue
+        t = by_part.setdefault(w["part"], {"base": [], "x": [], "y": [], "hover": []})
+        t["base"].append(w["start_ms"])
+        t["x"].append(max(w["end_ms"] - w["start_ms"], 0.0))
+        t["y"].append(ylab[w["rank"]])
+        t["hover"].append(f"{esc(PART_NAMES.get(w['part'], w['part']))}: "
+                          f"{ms(w['end_ms'] - w['start_ms'])}")
+    for part in ("pipeline", "transfer", "wait", "host"):
+        t = by_part.get(part)
+        if not t:
+            continue
+        traces.append({
+            "type": "bar", "orientation": "h", "name": esc(PART_NAMES.get(part, part)),
+            "base": t["base"], "x": t["x"], "y": t["y"], "width": 0.8, "opacity": 0.55,
+            "marker": {"color": PART_COLORS[part], "line": {"width": 0}},
+            "hovertext": t["hover"], "hoverinfo": "text", "legendgroup": "wait",
+        })
+    # Compute segments, by the kind of the action they fall in.
+    by_kind: dict[str | None, dict[str, list[Any]]] = {}
+    for c in v.compute:
+        if c["rank"] not in ylab:
+            continue
+        t = by_kind.setdefault(c.get("kind"), {"base": [], "x": [], "y": [], "hover": []})
+        t["base"].append(c["start_ms"])
+        t["x"].append(max(c["end_ms"] - c["start_ms"], 0.0))
+        t["y"].append(ylab[c["rank"]])
+        t["hover"].append(f"compute {ms(c['end_ms'] - c['start_ms'])}"
+                          + (f" in {esc(c['kind'])}{c.get('mb', '')} (stage {c.get('stage')})"
+                             if c.get("kind") else " outside any action"))
+    for kind, t in sorted(by_kind.items(), key=lambda kv: str(kv[0])):
+        traces.append({
+            "type": "bar", "orientation": "h",
+            "name": f"{esc(KIND_NAMES.get(kind or '', kind or 'other'))} compute",
+            "base": t["base"], "x": t["x"], "y": t["y"], "width": 0.5,
+            "marker": {"color": _kind_color(kind), "line": {"width": 0}},
+            "hovertext": t["hover"], "hoverinfo": "text", "legendgroup": "compute",
+        })
+    # Action spans: outlines with labels, on top.
+    spans: dict[str, dict[str, list[Any]]] = {}
     for a in v.actions:
-        t = by_kind.setdefault(a["kind"], {"base": [], "x": [], "y": [], "text": [], "hover": []})
+        t = spans.setdefault(a["kind"], {"base": [], "x": [], "y": [], "text": [], "hover": []})
         t["base"].append(a["start_ms"])
         t["x"].append(max(a["end_ms"] - a["start_ms"], 0.0))
-        t["y"].append(f"rank {a['rank']}")
-        mb = "" if a["mb"] is None else str(a["mb"])
-        t["text"].append(f"{esc(a['kind'])}{mb}")
+        t["y"].append(ylab[a["rank"]])
+        t["text"].append(_action_label(a, multi))
+        span_ns = max(a["end_ms"] - a["start_ms"], 0.0) * 1e6
+        share = a["busy_ns"] / span_ns if span_ns else 0.0
         t["hover"].append(
-            f"{esc(KIND_NAMES.get(a['kind'], a['kind']))} mb {mb or '?'} · stage {a['stage']}"
-            f"<br>{a['start_ms']:.3f} → {a['end_ms']:.3f} ms"
-            + (f"<br>compute {a['busy_ms']:.3f} ms" if isinstance(a["busy_ms"], (int, float)) else ""))
-    traces: list[dict[str, Any]] = []
-    if v.window_ms:
-        traces.append(_bubbles(v, ranks))
-    for kind, t in sorted(by_kind.items()):
+            f"<b>{esc(KIND_NAMES.get(a['kind'], a['kind']))}</b> microbatch {a.get('mb')}, "
+            f"stage {a.get('stage')}<br>span {ms(span_ns / 1e6)}: compute "
+            f"{ms(a['busy_ns'] / 1e6)} ({100 * share:.0f}%), waiting {ms(a['wait_ns'] / 1e6)}"
+            f"<br>{a['start_ms']:.3f} → {a['end_ms']:.3f} ms")
+    for kind, t in sorted(spans.items()):
         traces.append({
-            "type": "bar", "orientation": "h", "name": esc(KIND_NAMES.get(kind, kind)),
-            "base": t["base"], "x": t["x"], "y": t["y"], "text": t["text"],
-            "textposition": "inside", "insidetextanchor": "middle",
-            "marker": {"color": KIND_COLORS.get(kind, "#72B7B2"),
-                       "line": {"color": "white", "width": 1}},
-            "hovertext": t["hover"], "hoverinfo": "text",
+            "type": "bar", "orientation": "h", "name": f"{esc(KIND_NAMES.get(kind, kind))} span",
+            "base": t["base"], "x": t["x"], "y": t["y"], "width": 0.8, "text": t["text"],
+            "textposition": "inside", "insidetextanchor": "middle", "textangle": 0,
+            "textfont": {"size": 10, "color": "#111"},
+            "marker": {"color": "rgba(255,255,255,0)",
+                       "line": {"color": _kind_color(kind), "width": 1.5}},
+            "hovertext": t["hover"], "hoverinfo": "text", "legendgroup": "span",
+            "showlegend": False,
         })
+    cut = " (first actions only)" if v.actions_cut else ""
     return {
         "data": traces,
         "layout": base_layout(
-            title=f"Schedule of step {v.step} (bubbles shaded)", height=140 + 48 * len(ranks),
-            barmode="overlay", bargap=0.25,
+            title=f"Schedule of step {v.step}{cut}: outlined = an action's span (kind, "
+                  "microbatch), solid = compute inside it, shaded = waiting",
+            height=170 + 56 * len(ranks), barmode="overlay", bargap=0.2,
             xaxis={"title": {"text": "time since run start (ms, aligned clock)"},
                    "range": list(v.window_ms) if v.window_ms else None},
-            yaxis={"type": "category", "categoryorder": "array",
-                   "categoryarray": [f"rank {r}" for r in ranks], "autorange": "reversed"},
-            legend={"orientation": "h", "y": -0.25}, uniformtext={"minsize": 8, "mode": "hide"},
+            yaxis={"type": "category", "categoryorder": "array", "categoryarray": cats,
+                   "autorange": "reversed", "automargin": True},
+            legend={"orientation": "h", "y": -0.22},
+            uniformtext={"minsize": 8, "mode": "hide"},
         ),
     }
 
 
-def _bubbles(v: PipelineView, ranks: list[int]) -> dict[str, Any]:
-    """Idle gaps of each rank inside the step window, as light bars behind the actions."""
-    assert v.window_ms is not None
-    w0, w1 = v.window_ms
-    base, xs, ys, hover = [], [], [], []
-    for rank in ranks:
-        spans = sorted((a["start_ms"], a["end_ms"]) for a in v.actions if a["rank"] == rank)
-        cursor = w0
-        for s, e in spans + [(w1, w1)]:
-            if s > cursor:
-                base.append(cursor)
-                xs.append(s - cursor)
-                ys.append(f"rank {rank}")
-                hover.append(f"bubble: {s - cursor:.3f} ms idle")
-            cursor = max(cursor, e)
-    return {"type": "bar", "orientation": "h", "name": "bubble (idle)", "base": base, "x": xs,
-            "y": ys, "marker": {"color": "rgba(228,87,86,0.15)", "line": {"width": 0}},
-            "hovertext": hover, "hoverinfo": "text", "width": 0.9}
+def _denominator(s: dict[str, Any]) -> float:
+    """The stage's window, or the sum of its parts when they exceed it (bubble and stall are
+    measured over the step, which can be longer than the pipeline's window)."""
+    parts = sum(float(s.get(k) or 0) for k in ("busy_ns", "bubble_ns", "stall_ns"))
+    return max(float(s.get("window_ns") or 0), parts)
 
 
 def bubble_figure(v: PipelineView) -> Figure:
-    """Per rank: measured bubble share split into leading/internal/trailing, with the schedule's
-    textbook prediction and the inherent share (replay with the measured op times) as lines."""
+    """Per rank (steady steps): compute, the bubble the schedule needs, the stall beyond it, as
+    shares of the pipeline window, with the schedule's textbook bubble as a line."""
     if not v.available or not v.stages:
         return empty_figure(v.note or "No pipeline stages.")
     labels = [f"rank {s['rank']}" for s in v.stages]
     traces: list[dict[str, Any]] = []
-    for part, color in (("leading", "#F58518"), ("internal", "#E45756"), ("trailing", "#B279A2")):
-        ys = [(s.get(f"{part}_ms") or 0) / s["window_ms"] if s.get("window_ms") else None
-              for s in v.stages]
-        traces.append({"type": "bar", "name": f"{part} idle", "x": labels, "y": ys,
+    for key, name, color in (("busy_ns", "compute", KIND_COLORS["F"]),
+                             ("bubble_ns", "bubble (the schedule needs it)", PART_COLORS["bubble"]),
+                             ("stall_ns", "stall (beyond the schedule)", PART_COLORS["stall"])):
+        ys = [float(s.get(key) or 0) / d if (d := _denominator(s)) else None for s in v.stages]
+        traces.append({"type": "bar", "name": name, "x": labels, "y": ys,
                        "marker": {"color": color},
-                       "hovertemplate": f"%{{x}}: {part} idle %{{y:.1%}} of the step<extra></extra>"})
-    inherent = [(s.get("inherent_idle_ms") or 0) / s["window_ms"] if s.get("window_ms") else None
-                for s in v.stages]
-    traces.append({"type": "scatter", "mode": "markers+lines", "name": "inherent (replay)",
-                   "x": labels, "y": inherent, "line": {"dash": "dot", "color": "#333"},
-                   "hovertemplate": "%{x}: inherent bubble %{y:.1%}<extra></extra>"})
+                       "hovertemplate": f"%{{x}}: {name} %{{y:.1%}} of the window<extra></extra>"})
     textbook = v.metrics.get("textbook_bubble_share")
     shapes = []
     if isinstance(textbook, (int, float)):
         shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": textbook,
-                       "y1": textbook, "line": {"color": "#4C78A8", "dash": "dash", "width": 2}})
+                       "y1": textbook, "line": {"color": "#333", "dash": "dash", "width": 2}})
         traces.append({"type": "scatter", "mode": "lines", "name":
-                       f"schedule prediction {textbook:.1%} ({esc(v.metrics.get('schedule'))})",
-                       "x": [None], "y": [None], "line": {"color": "#4C78A8", "dash": "dash"}})
+                       f"textbook bubble {textbook:.1%} ({esc(v.metrics.get('schedule'))})",
+                       "x": [None], "y": [None], "line": {"color": "#333", "dash": "dash"}})
     return {
         "data": traces,
         "layout": base_layout(
-            title="Bubble share per rank (idle / step window, median over steps)",
+            title="Per rank: the pipeline window split into compute, bubble and stall "
+                  "(steady steps)",
             height=360, barmode="stack", shapes=shapes,
-            yaxis={"tickformat": ".0%", "title": {"text": "share of the step"}},
+            yaxis={"tickformat": ".0%", "title": {"text": "share of the window"},
+                   "range": [0, 1.02]},
             legend={"orientation": "h", "y": -0.25},
         ),
     }

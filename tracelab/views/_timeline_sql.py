@@ -28,7 +28,9 @@ FILTERS = (
 LANES = f"""
 WITH l AS (
     SELECT {LANE_SELECT}, count(*) AS n,
-           count(*) FILTER (WHERE e.category = 'communication') AS comm_n
+           count(*) FILTER (WHERE e.category = 'communication') AS comm_n,
+           count(*) FILTER (WHERE e.category NOT IN ('annotation', 'other')) AS work_n,
+           count(*) FILTER (WHERE e.name LIKE 'ProfilerStep#%') AS step_n
     FROM events e
     WHERE e.run_id = $run {FILTERS}
     GROUP BY ALL
@@ -44,7 +46,8 @@ tn AS (
     SELECT rank, pid, tid, any_value(value) AS value FROM lanes
     WHERE run_id = $run AND kind = 'thread_name' GROUP BY ALL
 )
-SELECT l.rank, l.on_device, l.pid, l.tid, l.lbl, l.n, l.comm_n, pn.value, pn.labels, tn.value
+SELECT l.rank, l.on_device, l.pid, l.tid, l.lbl, l.n, l.comm_n, pn.value, pn.labels, tn.value,
+       l.work_n, l.step_n
 FROM l
 LEFT JOIN pn ON pn.rank = l.rank AND pn.pid = l.pid
 LEFT JOIN tn ON tn.rank = l.rank AND tn.pid = l.pid AND tn.tid = l.tid
@@ -88,35 +91,58 @@ WITH lanes AS (
 ev AS (
     SELECT {LANE_SELECT},
            (e.category = 'annotation' AND (e.on_device OR e.name LIKE 'ProfilerStep#%')) AS wrapper,
+           CASE WHEN e.category = 'compute' THEN 0 WHEN e.category = 'communication' THEN 1
+                WHEN e.category IN ('memcpy', 'memset') THEN 2
+                WHEN e.category IN ('cpu_op', 'runtime', 'sync', 'python') THEN 3
+                ELSE 4 END AS grp,
            greatest(e.ts_ns - o.off_ns, $a) AS s,
            least(e.ts_ns - o.off_ns + e.dur_ns, $b) AS t
     {_VISIBLE}
 )
-SELECT lanes.lane, ev.s, ev.t, ev.wrapper
+SELECT lanes.lane, ev.s, ev.t, ev.wrapper, ev.grp
 FROM ev JOIN lanes USING ({LANE_COLS})
 """
 
 
-#: Collectives matched across ranks (the analyzers' matching, tracelab.analyzers._collectives),
-#: arriving inside the window, with the lane of the event each came from (NULL lane for the
-#: collector's own records). Positional binds: the match query's (run, source, offsets), then
-#: run, a, b, ranks filter (list), limit.
-def collectives_sql(matched: str) -> str:
-    return f"""
-SELECT m.key, m.op, m.rank, m.a_ns, {LANE_SELECT.replace("e.", "ev.")}
-FROM ({matched}) m
-LEFT JOIN events ev ON ev.run_id = ? AND ev.rank = m.rank AND ev.idx = m.event_idx
-WHERE m.a_ns >= ? AND m.a_ns <= ? AND (len(?::INTEGER[]) = 0 OR list_contains(?::INTEGER[], m.rank))
-ORDER BY m.key, m.rank
-LIMIT ?
+#: Collectives matched across ranks (the derived layer's matched_collectives, reference clock)
+#: arriving inside the window, with the lane key of the event each came from (NULL for the
+#: collector's own records).
+LINKS = f"""
+SELECT m.match_key, m.op, m.rank, m.start_ns, {LANE_SELECT.replace("e.", "ev.")}
+FROM matched_collectives m
+LEFT JOIN events ev ON ev.run_id = m.run_id AND ev.rank = m.rank AND ev.idx = m.event_idx
+WHERE m.run_id = $run AND m.start_ns >= $a AND m.start_ns <= $b
+  AND (len($ranks) = 0 OR list_contains($ranks, m.rank))
+ORDER BY m.match_key, m.rank
+LIMIT $limit
 """
 
-
-#: Step spans on the aligned clock, per step, over the chosen ranks.
-STEPS = f"""
-SELECT s.step, min(s.start_ns - o.off_ns) AS s,
-       max(coalesce(s.device_end_ns, s.end_ns) - o.off_ns) AS t
-FROM steps s JOIN {OFFSETS} o USING (rank)
-WHERE s.run_id = $run AND (len($ranks) = 0 OR list_contains($ranks, s.rank))
-GROUP BY s.step ORDER BY s.step
+#: Step spans (step_spans: the steps every surface counts, reference clock), per step, over
+#: the chosen ranks.
+STEPS = """
+SELECT step, min(start_ns) AS s, max(end_ns) AS t
+FROM step_spans
+WHERE run_id = $run AND (len($ranks) = 0 OR list_contains($ranks, rank))
+GROUP BY step ORDER BY step
 """
+
+#: The lost-time model's segments (time_parts) overlapping the window, clipped to it.
+_PARTS_WHERE = """
+FROM time_parts
+WHERE run_id = $run AND start_ns < $b AND end_ns > $a
+  AND (len($ranks) = 0 OR list_contains($ranks, rank))
+  AND (len($steps) = 0 OR list_contains($steps, step))
+"""
+PARTS_COUNT = "SELECT count(*)" + _PARTS_WHERE
+PARTS_ROWS = ("SELECT rank, greatest(start_ns, $a) AS s, least(end_ns, $b) AS t, part"
+              + _PARTS_WHERE + " ORDER BY rank, s LIMIT $limit")
+#: Ranks that have lost-time segments at all (they get a "time" lane).
+PARTS_RANKS = """
+SELECT DISTINCT rank FROM step_parts
+WHERE run_id = $run AND (len($ranks) = 0 OR list_contains($ranks, rank)) ORDER BY rank
+"""
+#: The same segments for binning: the rank's position in $r_ranks and the part's index in
+#: $names (0-based), start and end clipped to the window; unsorted.
+PARTS_BINNABLE = ("SELECT list_position($r_ranks, rank) - 1 AS pos, "
+                  "coalesce(list_position($names, part), len($names)) - 1 AS pidx, "
+                  "greatest(start_ns, $a) AS s, least(end_ns, $b) AS t" + _PARTS_WHERE)

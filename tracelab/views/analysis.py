@@ -13,69 +13,36 @@ import time
 import traceback
 from collections import OrderedDict
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
 
-from tracelab.results import Finding, Result
+from tracelab.analyzers import Analysis
+
+__all__ = ["Analysis", "AnalysisCache", "AnalysisKey", "analyze_run", "run_key"]
 
 AnalysisKey = tuple[str, int, str]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Analysis:
-    """Every analyzer's result for one run, and the analyzers that failed (name -> message)."""
-
-    results: tuple[Result, ...] = ()
-    errors: dict[str, str] = field(default_factory=dict)
-    elapsed_s: float = 0.0
-
-    def get(self, name: str) -> Result | None:
-        return next((r for r in self.results if r.analyzer == name), None)
-
-    def findings(self) -> list[Finding]:
-        """All findings, worst first: severity, then time lost per step."""
-        found = [f for r in self.results for f in r.findings]
-        return sorted(
-            found,
-            key=lambda f: (-int(f.severity), -(f.impact_ms_per_step or 0.0), f.code),
-        )
-
-    def table(self, analyzer: str, name: str) -> list[dict[str, Any]]:
-        result = self.get(analyzer)
-        return list(result.tables.get(name, [])) if result else []
-
-    def metric(self, analyzer: str, name: str) -> Any:
-        result = self.get(analyzer)
-        return result.metrics.get(name) if result else None
-
-
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int) -> Analysis:
-    """Run every registered analyzer on the run, each on its own cursor, keeping failures apart."""
+    """The one runner (tracelab.analyzers.run), failures isolated: what `tracelab analyze` and
+    the reports show. Even a failure outside any analyzer (a broken store) is kept as an error
+    rather than taking a view down."""
+    from tracelab.analyzers import run
+
     start = time.perf_counter()
     try:
-        from tracelab.analyzers import REGISTRY
-    except ImportError as exc:  # the analyzers package is broken: say so, keep serving
-        return Analysis(errors={"analyzers": f"cannot load the analyzers: {exc}"})
-    results: list[Result] = []
-    errors: dict[str, str] = {}
-    for name, analyzer in REGISTRY.items():
-        cur = con.cursor()
-        try:
-            results.append(analyzer.analyze(cur, run_id, dict(analyzer.defaults)))
-        except Exception as exc:  # noqa: BLE001 - one broken analyzer must not hide the rest
-            last = traceback.extract_tb(exc.__traceback__)[-1:]
-            where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
-            errors[name] = f"{type(exc).__name__}: {exc}{where}"
-        finally:
-            cur.close()
-    return Analysis(results=tuple(results), errors=errors, elapsed_s=time.perf_counter() - start)
+        return run(con, run_id)
+    except Exception as exc:  # noqa: BLE001 - a view shows the error instead of a 500
+        last = traceback.extract_tb(exc.__traceback__)[-1:]
+        where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+        return Analysis(context=None, errors={"analyzers": f"{type(exc).__name__}: {exc}{where}"},
+                        elapsed_s=time.perf_counter() - start)
 
 
 def run_key(con: duckdb.DuckDBPyConnection, db_path: str, run_id: int) -> AnalysisKey | None:
     """The cache key of a run, or None when the run is gone."""
-    row = con.execute("SELECT created_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    rows = con.execute("SELECT created_at FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    row = rows[0] if rows else None
     if row is None:
         return None
     return (os.path.realpath(db_path), run_id, str(row[0]))

@@ -1,8 +1,10 @@
-"""Memory: peak per rank and per stage against capacity, the imbalance, and memory over time.
+"""Memory: the peak per rank against capacity, the stage imbalance against what the schedule
+predicts, and memory over time.
 
-Peaks and imbalance come from the memory analyzer (so the page and `tracelab analyze` agree);
-the time series is binned here in SQL: at most MAX_SERIES_RANKS ranks (the highest peaks) and
-SERIES_BINS points each, whatever the number of allocation events.
+Peaks, capacity and imbalance are the memory analyzer's (raw bytes; the page and `tracelab
+analyze` agree); the source is named (device allocator peak, the trace's allocator events, or
+the process RSS). The time series is binned in SQL: at most MAX_SERIES_RANKS ranks (the highest
+peaks) and SERIES_BINS points each, whatever the number of allocation events.
 """
 
 from __future__ import annotations
@@ -12,12 +14,24 @@ from typing import Any
 
 import duckdb
 
+from tracelab.render.text import size
 from tracelab.views._run import RunContext
 from tracelab.views.analysis import Analysis
 
 SERIES_BINS = 400
 MAX_SERIES_RANKS = 16
+MIB = 1024**2
 GIB = 1024**3
+
+#: What the memory analyzer's `source` measures, in words.
+SOURCES = {
+    "step_peak": "device allocator peak per step (the collector's torch.cuda.max_memory_allocated)",
+    "trace": "allocator events in the trace ([memory]); a lower bound of the true peak",
+    "rss": "process RSS on the CPU (the collector's sample per step; includes the "
+           "interpreter and libraries, not only tensors)",
+}
+SHORT_SOURCES = {"step_peak": "allocated (device allocator)", "trace": "allocated (trace events)",
+                 "rss": "process RSS"}
 
 SERIES_SQL = """
 WITH m AS (
@@ -35,15 +49,27 @@ GROUP BY ALL ORDER BY m.rank, bin
 """
 
 
+def unit_for(max_bytes: float | None) -> tuple[str, float]:
+    """(unit, divisor) for an axis whose largest value is `max_bytes`: MiB below 1 GiB."""
+    if max_bytes is not None and max_bytes >= GIB:
+        return "GiB", float(GIB)
+    return "MiB", float(MIB)
+
+
 @dataclass(frozen=True, kw_only=True)
 class MemorySeries:
-    """Per rank: bin start (ms since run start) and the max allocated/reserved (GiB) in each bin."""
+    """Per rank: bin start (ms since run start) and the max allocated/reserved bytes per bin."""
 
     ranks: list[int]
     t_ms: dict[int, list[float]]
-    allocated_gib: dict[int, list[float | None]]
-    reserved_gib: dict[int, list[float | None]]
+    allocated_bytes: dict[int, list[int | None]]
+    reserved_bytes: dict[int, list[int | None]]
     total_ranks: int
+
+    @property
+    def max_bytes(self) -> int | None:
+        vals = [v for xs in self.allocated_bytes.values() for v in xs if v is not None]
+        return max(vals) if vals else None
 
 
 def memory_series(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> MemorySeries:
@@ -56,14 +82,14 @@ def memory_series(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> MemorySeri
     rows = con.execute(SERIES_SQL, [p["off_ranks"], p["off_ns"], ctx.run_id, MAX_SERIES_RANKS,
                                     SERIES_BINS, SERIES_BINS]).fetchall()
     t: dict[int, list[float]] = {}
-    alloc: dict[int, list[float | None]] = {}
-    res: dict[int, list[float | None]] = {}
+    alloc: dict[int, list[int | None]] = {}
+    res: dict[int, list[int | None]] = {}
     for rank, _bin, a, rsv, t0 in rows:
         rank = int(rank)
         t.setdefault(rank, []).append(round(ctx.to_ms(t0), 6))
-        alloc.setdefault(rank, []).append(None if a is None else round(a / GIB, 6))
-        res.setdefault(rank, []).append(None if rsv is None else round(rsv / GIB, 6))
-    return MemorySeries(ranks=sorted(t), t_ms=t, allocated_gib=alloc, reserved_gib=res,
+        alloc.setdefault(rank, []).append(None if a is None else int(a))
+        res.setdefault(rank, []).append(None if rsv is None else int(rsv))
+    return MemorySeries(ranks=sorted(t), t_ms=t, allocated_bytes=alloc, reserved_bytes=res,
                         total_ranks=int(total))
 
 
@@ -72,54 +98,66 @@ class MemoryView:
     available: bool
     note: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
-    #: Per rank: peak_gib, capacity_gib, headroom (peak / capacity), stage, source.
+    #: The analyzer's per-rank rows (rank, stage, peak_bytes, reserved_bytes, capacity_bytes,
+    #: headroom_used, lower_bound), raw bytes.
     ranks: list[dict[str, Any]] = field(default_factory=list)
-    #: Per stage: peak_gib (max over the stage's ranks), and the expected pattern when known.
+    #: Per stage (pipelines): peak_bytes, over_mean, expected_over_mean.
     stages: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def source(self) -> str:
+        return str(self.metrics.get("source") or "")
+
+    @property
+    def source_text(self) -> str:
+        return SOURCES.get(self.source, self.source or "unknown")
+
+    @property
+    def peak_label(self) -> str:
+        """What the peaks are: 'process RSS', 'allocated (device allocator)', ..."""
+        return SHORT_SOURCES.get(self.source, "peak")
+
+    @property
+    def capacity_bytes(self) -> int | None:
+        caps = [int(r["capacity_bytes"]) for r in self.ranks if r.get("capacity_bytes")]
+        cap = self.metrics.get("capacity_bytes")
+        return int(cap) if cap else (max(caps) if caps else None)
+
     def headline(self) -> str:
-        """The imbalance and headroom in one sentence."""
+        """The peak, its source, the headroom and the imbalance in one or two sentences."""
         m = self.metrics
         parts = []
-        if m.get("peak_gib_max") is not None:
-            bound = " (a lower bound: trace events only)" if m.get("peak_is_lower_bound") else ""
-            parts.append(f"highest peak {m['peak_gib_max']:.3g} GiB{bound}")
-        caps = [float(r["headroom_used"]) for r in self.ranks
-                if r.get("headroom_used") is not None]
-        if caps:
-            parts.append(f"up to {100 * max(caps):.3g}% of device capacity used")
+        if m.get("peak_bytes_max") is not None:
+            peak_rank = max(self.ranks, key=lambda r: r.get("peak_bytes") or 0, default=None)
+            where = f" on rank {peak_rank['rank']}" if peak_rank else ""
+            bound = " (a lower bound)" if m.get("peak_is_lower_bound") else ""
+            parts.append(f"Highest peak {size(m['peak_bytes_max'])}{where}{bound}, "
+                         f"measured as {self.peak_label}")
+        cap = self.capacity_bytes
+        if cap:
+            used = [float(r["headroom_used"]) for r in self.ranks
+                    if r.get("headroom_used") is not None]
+            parts.append(f"device capacity {size(cap)}"
+                         + (f", up to {100 * max(used):.0f}% used" if used else ""))
+        else:
+            parts.append("device capacity unknown (no capacity in the trace)")
         if m.get("max_over_mean") is not None:
             exp = m.get("expected_max_over_mean")
-            parts.append(f"stage imbalance max/mean {m['max_over_mean']:.3g}"
-                         + (f" (the {m.get('schedule')} schedule predicts {exp:.3g})" if exp else "")
-                         + (f", max/min {m['max_over_min']:.3g}" if m.get("max_over_min") else ""))
-        return "; ".join(parts).capitalize() + "." if parts else ""
-
-
-def _gib(x: Any) -> float | None:
-    return None if x is None else round(float(x) / GIB, 6)
+            parts.append(f"stage imbalance max/mean {m['max_over_mean']:.2f}"
+                         + (f" (the {m.get('schedule')} schedule's activations predict "
+                            f"{exp:.2f})" if exp else ""))
+        return "; ".join(parts) + "." if parts else ""
 
 
 def memory_view(analysis: Analysis) -> MemoryView:
-    """The memory analyzer's per-rank and per-stage peaks, in GiB, with capacity."""
+    """The memory analyzer's per-rank and per-stage peaks (bytes), with capacity."""
     result = analysis.get("memory")
     if result is None:
         return MemoryView(available=False,
                           note=analysis.errors.get("memory", "the memory analyzer did not run"))
-    ranks = []
-    for row in result.tables.get("ranks", []):
-        out = dict(row)
-        for key in list(row):
-            if key.endswith("_bytes"):
-                out[key.replace("_bytes", "_gib")] = _gib(row[key])
-        ranks.append(out)
-    stages = []
-    for row in result.tables.get("stages", []):
-        out = dict(row)
-        for key in list(row):
-            if key.endswith("_bytes"):
-                out[key.replace("_bytes", "_gib")] = _gib(row[key])
-        stages.append(out)
+    ranks = sorted((dict(r) for r in result.tables.get("ranks", [])), key=lambda r: r["rank"])
+    stages = sorted((dict(r) for r in result.tables.get("stages", [])),
+                    key=lambda r: r["stage"])
     return MemoryView(available=bool(ranks), metrics=dict(result.metrics), ranks=ranks,
                       stages=stages, note=" ".join(result.notes)
                       or ("" if ranks else "No memory samples in this run."))

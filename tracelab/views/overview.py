@@ -1,34 +1,56 @@
-"""The overview of a run: step time per rank x step, the time breakdown per rank, the findings."""
+"""The overview of a run: where the time goes (the lost-time parts per rank, root cause first),
+the headline numbers, and the step time per rank x step.
+
+Every number comes from the derived layer or the runner's Analysis (docs/metrics.md): the step
+time is the steps analyzer's `step_ns` (= the budget's), the parts are the breakdown analyzer's
+per-rank `<part>_ns` over the steady steps (step_parts), the overlap is `overlap_share_mean`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
+from tracelab.render.text import duration
+from tracelab.results import Finding
 from tracelab.views._run import RunContext
 from tracelab.views.analysis import Analysis
 
-#: Most ranks and steps in the heatmap (the rest is summarized in the note).
+#: Most ranks and steps in the heatmap (the rest is summarized in the title).
 MAX_HEAT_RANKS = 256
 MAX_HEAT_STEPS = 200
+#: Most ranks drawn in "where the time goes" (the rest: the job's row covers them).
+MAX_PART_RANKS = 64
 
-#: Parts of the breakdown as drawn; they add up to the rank's window. The analyzer's compute
-#: includes the time communication overlaps it, so it is split into compute_only (no
-#: communication running) and overlapped_comm (compute with communication underneath).
-BREAKDOWN_PARTS = ("compute_only", "overlapped_comm", "exposed_comm", "exposed_memcpy", "idle")
+#: The lost-time parts of step_parts; they add up to the step.
+STEP_PARTS = ("compute", "transfer", "memcpy", "wait", "bubble", "stall", "host", "idle")
+#: What each part means, in words a performance engineer reads at a glance.
+PART_LABELS = {
+    "compute": "compute",
+    "transfer": "communication (exposed)",
+    "memcpy": "memcpy / memset (exposed)",
+    "wait": "waiting for other ranks",
+    "bubble": "pipeline bubble (schedule)",
+    "stall": "pipeline stall",
+    "host": "host (Python, data, launches)",
+    "idle": "device idle (sync)",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepMatrix:
-    """Step time (ms) per rank (rows) and step (columns); None where a rank lacks the step."""
+    """Step time (ns) per rank (rows) and step (columns) from step_spans; None where a rank
+    lacks the step. `reference_ns` is the run's step time (the colour scale's zero)."""
 
     ranks: list[int]
     steps: list[int]
-    ms: list[list[float | None]]
+    ns: list[list[int | None]]
+    steady: list[bool]
     total_ranks: int
     total_steps: int
+    reference_ns: float | None = None
 
     @property
     def truncated(self) -> bool:
@@ -36,94 +58,143 @@ class StepMatrix:
 
 
 STEP_MATRIX_SQL = """
-WITH d AS (
-    SELECT rank, step, (coalesce(device_end_ns, end_ns) - start_ns) / 1e6 AS ms
-    FROM steps WHERE run_id = ?
-),
-r AS (SELECT DISTINCT rank FROM d ORDER BY rank LIMIT ?),
-s AS (SELECT DISTINCT step FROM d ORDER BY step LIMIT ?)
-SELECT d.rank, d.step, d.ms FROM d JOIN r USING (rank) JOIN s USING (step)
+WITH r AS (SELECT DISTINCT rank FROM step_spans WHERE run_id = $run ORDER BY rank LIMIT $nr),
+s AS (SELECT step, bool_and(steady) AS steady FROM step_spans WHERE run_id = $run
+      GROUP BY step ORDER BY step LIMIT $ns)
+SELECT d.rank, d.step, d.dur_ns, s.steady
+FROM step_spans d JOIN r USING (rank) JOIN s USING (step) WHERE d.run_id = $run
 """
 
 
-def step_matrix(con: duckdb.DuckDBPyConnection, run_id: int) -> StepMatrix:
-    """Step durations (host start to the later of host end and device end), bounded."""
+def step_matrix(con: duckdb.DuckDBPyConnection, run_id: int,
+                reference_ns: float | None = None) -> StepMatrix:
+    """Each rank's step times (step_spans.dur_ns: steps tile the run), bounded."""
     totals = con.execute(
-        "SELECT count(DISTINCT rank), count(DISTINCT step) FROM steps WHERE run_id = ?", [run_id]
-    ).fetchone() or (0, 0)
-    rows = con.execute(STEP_MATRIX_SQL, [run_id, MAX_HEAT_RANKS, MAX_HEAT_STEPS]).fetchall()
-    ranks = sorted({int(r) for r, _, _ in rows})
-    steps = sorted({int(s) for _, s, _ in rows})
+        "SELECT count(DISTINCT rank), count(DISTINCT step) FROM step_spans WHERE run_id = ?",
+        [run_id]).fetchone() or (0, 0)
+    rows = con.execute(STEP_MATRIX_SQL, {"run": run_id, "nr": MAX_HEAT_RANKS,
+                                         "ns": MAX_HEAT_STEPS}).fetchall()
+    ranks = sorted({int(r) for r, _, _, _ in rows})
+    steady_of = {int(s): bool(st) for _, s, _, st in rows}
+    steps = sorted(steady_of)
     ri = {r: i for i, r in enumerate(ranks)}
     si = {s: i for i, s in enumerate(steps)}
-    grid: list[list[float | None]] = [[None] * len(steps) for _ in ranks]
-    for r, s, v in rows:
-        grid[ri[int(r)]][si[int(s)]] = round(float(v), 4)
-    return StepMatrix(ranks=ranks, steps=steps, ms=grid, total_ranks=int(totals[0]),
-                      total_steps=int(totals[1]))
+    grid: list[list[int | None]] = [[None] * len(steps) for _ in ranks]
+    for r, s, v, _ in rows:
+        grid[ri[int(r)]][si[int(s)]] = int(v)
+    return StepMatrix(ranks=ranks, steps=steps, ns=grid, steady=[steady_of[s] for s in steps],
+                      total_ranks=int(totals[0]), total_steps=int(totals[1]),
+                      reference_ns=reference_ns)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Breakdown:
-    """Per rank, ms of each part over the rank's profiled window (from the breakdown analyzer);
-    `window` is the sum of the parts."""
+class PartRow:
+    """One part of "where the time goes": its mean ns per steady step (the job), per rank, and
+    the finding that claims it (root cause first), if any."""
 
+    part: str
+    label: str
+    job_ns: float
+    share: float
+    rank_ns: list[float]
+    finding: Finding | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeSplit:
+    """The lost-time model of a run as the Overview draws it: parts in root-cause order (parts
+    claimed by the findings, in the findings' order, then the other losses, compute last)."""
+
+    step_ns: float
     ranks: list[int]
-    parts: dict[str, list[float | None]]
-    window_ms: list[float | None]
-    overlap_pct: list[float | None]
-    mode: list[str]
-    notes: tuple[str, ...] = ()
+    #: Per rank: its own mean steady step.
+    rank_step_ns: list[float]
+    parts: list[PartRow] = field(default_factory=list)
+    total_ranks: int = 0
 
 
-def breakdown(analysis: Analysis, max_ranks: int = MAX_HEAT_RANKS) -> Breakdown | None:
-    """The breakdown analyzer's per-rank table, or None when it produced none."""
-    rows = sorted(analysis.table("breakdown", "ranks"), key=lambda x: x.get("rank", 0))[:max_ranks]
-    if not rows:
+def part_order(analysis: Analysis, present: dict[str, float]) -> list[tuple[str, Finding | None]]:
+    """(part, the finding that claims it first) in root-cause order."""
+    out: list[tuple[str, Finding | None]] = []
+    seen: set[str] = set()
+    for f in analysis.findings:
+        if f.claim is None or not f.impact_ns_per_step:
+            continue
+        for part, _ in f.claim.parts:
+            if part in STEP_PARTS and part not in seen and present.get(part, 0) > 0:
+                out.append((part, f))
+                seen.add(part)
+    rest = sorted((p for p in STEP_PARTS if p not in seen and p != "compute"
+                   and present.get(p, 0) > 0), key=lambda p: -present[p])
+    out += [(p, None) for p in rest]
+    if present.get("compute", 0) > 0 and "compute" not in seen:
+        out.append(("compute", None))
+    return out
+
+
+def time_split(analysis: Analysis, max_ranks: int = MAX_PART_RANKS) -> TimeSplit | None:
+    """Per rank, the mean steady step split into the lost-time parts (breakdown analyzer's
+    per-rank table = step_parts over the steady steps); None without a budget."""
+    bud = analysis.budget
+    rows = sorted(analysis.table("breakdown", "ranks"), key=lambda x: int(x.get("rank", 0)))
+    if bud is None or not rows or not bud.step_ns:
         return None
-    parts = {p: [_num(x.get(f"{p}_ms")) for x in rows] for p in BREAKDOWN_PARTS}
-    parts["compute_only"] = [
-        None if x.get("compute_ms") is None
-        else round(float(x["compute_ms"]) - float(x.get("overlapped_comm_ms") or 0.0), 6)
-        for x in rows
-    ]
-    result = analysis.get("breakdown")
-    return Breakdown(
-        ranks=[int(x["rank"]) for x in rows], parts=parts,
-        window_ms=[_num(x.get("window_ms")) for x in rows],
-        overlap_pct=[_num(x.get("overlap_pct")) for x in rows],
-        mode=[str(x.get("mode", "")) for x in rows],
-        notes=result.notes if result else (),
-    )
+    shown = rows[:max_ranks]
 
+    def per_step(x: dict[str, Any], key: str) -> float:
+        steps = max(int(x.get("steps") or 0), 1)
+        return float(x.get(key) or 0) / steps
 
-def _num(value: Any) -> float | None:
-    return None if value is None else float(value)
+    parts = []
+    for part, finding in part_order(analysis, dict(bud.parts)):
+        job = float(bud.parts.get(part, 0.0))
+        parts.append(PartRow(part=part, label=PART_LABELS[part], job_ns=job,
+                             share=job / bud.step_ns, finding=finding,
+                             rank_ns=[per_step(x, f"{part}_ns") for x in shown]))
+    return TimeSplit(step_ns=float(bud.step_ns), ranks=[int(x["rank"]) for x in shown],
+                     rank_step_ns=[per_step(x, "window_ns") for x in shown], parts=parts,
+                     total_ranks=len(rows))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Summary:
-    """Headline numbers of a run for the overview's first line."""
+    """Headline numbers of a run for the overview's first lines."""
 
     items: list[tuple[str, str]]
+    #: One sentence: the step time and the largest loss with its cause.
+    headline: str = ""
 
 
-def summary(ctx: RunContext, analysis: Analysis, matrix: StepMatrix) -> Summary:
-    vals = [v for row in matrix.ms for v in row if v is not None]
-    vals.sort()
-    items = [
-        ("ranks", f"{len(ctx.ranks)}" + (f" of {ctx.world_size}" if ctx.world_size else "")),
-        ("steps", str(matrix.total_steps)),
-        ("events", f"{ctx.event_count:,}"),
-        ("profiled span", f"{ctx.span_ms:,.1f} ms"),
-    ]
-    if vals:
-        items.append(("median step", f"{vals[len(vals) // 2]:,.3f} ms"))
-    overlap = analysis.metric("breakdown", "overlap_pct_mean")
+CLOCKS = {"measured": "aligned (measured offsets)",
+          "estimated": "aligned (offsets estimated from collectives)",
+          "same_host": "one host, one clock", "none": "not aligned"}
+
+
+def summary(ctx: RunContext, analysis: Analysis) -> Summary:
+    """The run's headline: the step time (steps.step_ns), steady steps, overlap
+    (breakdown.overlap_share_mean), clocks, and the worst finding."""
+    step_ns = analysis.metric("steps", "step_ns")
+    steady = analysis.metric("steps", "steady_steps")
+    total = analysis.metric("steps", "steps")
+    items = [("ranks", f"{len(ctx.ranks)}" + (f" of {ctx.world_size}" if ctx.world_size else ""))]
+    if total is not None:
+        items.append(("steps", f"{total} ({steady} steady)"))
+    items.append(("step time", duration(step_ns) if step_ns is not None else "-"))
+    overlap = analysis.metric("breakdown", "overlap_share_mean")
     if overlap is not None:
-        items.append(("comm/compute overlap", f"{overlap:.1f}%"))
-    items.append(("clocks", {"measured": "aligned (measured offsets)",
-                             "estimated": "aligned (offsets estimated from collectives)",
-                             "same_host": "one host, one clock",
-                             "none": "not aligned"}.get(ctx.offset_source, ctx.offset_source)))
-    return Summary(items=items)
+        items.append(("comm/compute overlap", f"{100 * overlap:.1f}%"))
+    items.append(("events", f"{ctx.event_count:,}"))
+    items.append(("clocks", CLOCKS.get(ctx.offset_source, ctx.offset_source)))
+    head = ""
+    if step_ns is not None:
+        head = f"Step time {duration(step_ns)}"
+        if steady:
+            head += f" (mean of {steady} steady step{'s' if steady != 1 else ''})"
+        costly = [f for f in analysis.findings if f.impact_ns_per_step]
+        if costly:
+            f = costly[0]
+            share = f" ({100 * f.impact_share:.0f}% of the step)" if f.impact_share else ""
+            head += (f". Biggest loss: {duration(f.impact_ns_per_step)} per step{share}, "
+                     f"{f.code}: {f.title}")
+        head += "."
+    return Summary(items=items, headline=head)

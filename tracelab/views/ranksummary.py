@@ -19,20 +19,15 @@ OUTLIER_Z = 3.5
 #: Most outliers listed (the worst first).
 MAX_OUTLIERS = 16
 
+#: Per rank: median steady step (step_spans) and exposed communication per steady step
+#: (step_parts transfer + wait: the lost-time model's communication), events.
 SUMMARY_SQL = """
 WITH st AS (
-    SELECT rank, median(coalesce(device_end_ns, end_ns) - start_ns) / 1e6 AS step_ms,
-           count(*) AS steps
-    FROM steps WHERE run_id = $run GROUP BY rank
-),
-ev AS (
-    SELECT rank, sum(dur_ns) FILTER (WHERE category = 'communication') / 1e6 AS comm_ms,
-           count(*) AS events
-    FROM events WHERE run_id = $run GROUP BY rank
+    SELECT rank, median(step_ns) / 1e6 AS step_ms, avg(transfer_ns + wait_ns) / 1e6 AS comm_ms
+    FROM step_parts WHERE run_id = $run AND steady GROUP BY rank
 )
-SELECT k.rank, st.step_ms, coalesce(ev.comm_ms, 0) / greatest(coalesce(st.steps, 1), 1),
-       coalesce(ev.events, 0)
-FROM ranks k LEFT JOIN st USING (rank) LEFT JOIN ev USING (rank)
+SELECT k.rank, st.step_ms, st.comm_ms, k.event_count
+FROM ranks k LEFT JOIN st USING (rank)
 WHERE k.run_id = $run
 ORDER BY k.rank
 """
@@ -73,7 +68,7 @@ def _robust_z(values: dict[int, float]) -> dict[int, tuple[float, float]]:
 
 
 def rank_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> RankSummary:
-    rows = con.execute(SUMMARY_SQL.replace("$run", "?"), [run_id, run_id, run_id]).fetchall()
+    rows = con.execute(SUMMARY_SQL, {"run": run_id}).fetchall()
     ranks = [int(r[0]) for r in rows]
     step = [None if r[1] is None else round(float(r[1]), 4) for r in rows]
     comm = [None if r[2] is None else round(float(r[2]), 4) for r in rows]

@@ -1,16 +1,17 @@
-"""Stragglers: arrival skew per collective, wait per rank, and the blamed ranks with evidence.
+"""Stragglers: who arrives last, who waits for whom, and what it costs per step.
 
-The analyzer's per-(collective, rank) table grows with ranks x collectives; this view pages the
-collectives (COLLECTIVES_PER_PAGE at a time for the arrival heatmap) and caps the skew series at
-MAX_SKEW_POINTS (the largest skews are kept), so every page has a bounded size.
+Per-rank figures are the stragglers analyzer's (`ranks`: wait_ns_per_step, the wait it caused,
+its what-if saving); per collective, its `collectives` table; arrivals come from the derived
+layer's matched_collectives, one page of collectives at a time (COLLECTIVES_PER_PAGE), and the
+skew series is capped at MAX_SKEW_POINTS (the largest kept), so every page is bounded.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+import duckdb
 
 from tracelab.views._run import RunContext
 from tracelab.views.analysis import Analysis
@@ -19,28 +20,46 @@ COLLECTIVES_PER_PAGE = 40
 MAX_SKEW_POINTS = 2000
 MAX_HEAT_RANKS = 256
 
+ARRIVALS_SQL = """
+SELECT match_key, rank, start_ns FROM matched_collectives
+WHERE run_id = ? AND list_contains(?::VARCHAR[], match_key)
+"""
+SKEW_SQL = """
+SELECT match_key, max(start_ns) - min(start_ns) AS skew_ns FROM matched_collectives
+WHERE run_id = ? GROUP BY match_key
+"""
+
 
 @dataclass(frozen=True, kw_only=True)
 class StragglerView:
     available: bool
     note: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
-    #: Per collective, in time order: label, step, skew_ms (last minus first arrival), last_rank,
-    #: blameable, at_ms (last arrival, ms since run start).
+    #: Per collective, in time order: key, label, step, skew_ns (last minus first arrival),
+    #: lateness_ns, last_rank, blameable, at_ms (last arrival, ms since run start).
     skew: list[dict[str, Any]] = field(default_factory=list)
     skew_cut: bool = False
-    #: Arrival heatmap of one page of collectives: ranks x collectives, ms after the first arrival.
+    #: Arrival heatmap of one page of collectives: ranks x collectives, ns after the first.
     page: int = 1
     pages: int = 1
     heat_labels: list[str] = field(default_factory=list)
     heat_ranks: list[int] = field(default_factory=list)
-    heat_ms: list[list[float | None]] = field(default_factory=list)
-    #: Per rank: total and median wait (ms) and the analyzer's blame columns.
+    heat_ns: list[list[int | None]] = field(default_factory=list)
+    #: The analyzer's per-rank rows (raw ns), plus "blamed".
     ranks: list[dict[str, Any]] = field(default_factory=list)
     blamed: list[int] = field(default_factory=list)
 
 
-def straggler_view(analysis: Analysis, ctx: RunContext, page: int = 1) -> StragglerView:
+def _label(c: dict[str, Any]) -> str:
+    """A short collective label: op, step and its place in the step ('all_reduce s4 #1')."""
+    key = str(c.get("key", ""))
+    tail = key.rsplit(":", 1)[-1] if ":" in key else key
+    step = f" s{c['step']}" if c.get("step") is not None else ""
+    return f"{c.get('op', '?')}{step} #{tail}"
+
+
+def straggler_view(con: duckdb.DuckDBPyConnection, analysis: Analysis, ctx: RunContext,
+                   page: int = 1) -> StragglerView:
     result = analysis.get("stragglers")
     if result is None:
         return StragglerView(available=False,
@@ -48,52 +67,41 @@ def straggler_view(analysis: Analysis, ctx: RunContext, page: int = 1) -> Stragg
     if not result.metrics.get("matched"):
         return StragglerView(available=False, note=" ".join(result.notes)
                              or "No collectives matched across ranks.")
-    colls = result.tables.get("collectives", [])
-    waits = result.tables.get("waits", [])
-    arrivals: dict[str, dict[int, int]] = defaultdict(dict)
-    wait_by_rank: dict[int, list[float]] = defaultdict(list)
-    for w in waits:
-        arrivals[w["key"]][int(w["rank"])] = int(w["arrival_ns"])
-        if w.get("wait_ms") is not None:
-            wait_by_rank[int(w["rank"])].append(float(w["wait_ms"]))
-    skew = []
-    for c in colls:
-        arr = arrivals.get(c["key"], {})
-        skew_ms = round((max(arr.values()) - min(arr.values())) / 1e6, 6) if arr else None
-        skew.append({
-            "key": c["key"], "label": f"{c['op']} {c['key']}", "step": c.get("step"),
-            "skew_ms": skew_ms,
-            "last_rank": c.get("last_rank"), "blameable": bool(c.get("blameable")),
-            "at_ms": round(ctx.to_ms(c["last_arrival_ns"]), 6)
-            if c.get("last_arrival_ns") is not None else None,
-        })
+    colls = sorted(result.tables.get("collectives", []),
+                   key=lambda c: (c.get("last_arrival_ns") or 0, str(c.get("key"))))
+    skews = {str(k): int(v) for k, v in con.execute(SKEW_SQL, [ctx.run_id]).fetchall()}
+    skew = [{
+        "key": c["key"], "label": _label(c), "step": c.get("step"),
+        "skew_ns": skews.get(str(c["key"])), "lateness_ns": c.get("lateness_ns"),
+        "last_rank": c.get("last_rank"), "blameable": bool(c.get("blameable")),
+        "at_ms": None if c.get("last_arrival_ns") is None
+        else round(ctx.to_ms(c["last_arrival_ns"]), 6),
+    } for c in colls]
     cut = len(skew) > MAX_SKEW_POINTS
-    shown = skew
     if cut:
-        keep = {id(x) for x in sorted(skew, key=lambda x: -(x["skew_ms"] or 0))[:MAX_SKEW_POINTS]}
-        shown = [x for x in skew if id(x) in keep]
+        keep = {id(x) for x in sorted(skew, key=lambda x: -(x["skew_ns"] or 0))[:MAX_SKEW_POINTS]}
+        skew = [x for x in skew if id(x) in keep]
     pages = max(1, -(-len(colls) // COLLECTIVES_PER_PAGE))
     page = min(max(1, page), pages)
     page_colls = colls[(page - 1) * COLLECTIVES_PER_PAGE: page * COLLECTIVES_PER_PAGE]
-    ranks = sorted({r for c in page_colls for r in arrivals.get(c["key"], {})})[:MAX_HEAT_RANKS]
-    heat: list[list[float | None]] = []
+    keys = [str(c["key"]) for c in page_colls]
+    arrivals: dict[str, dict[int, int]] = {}
+    for key, rank, start in con.execute(ARRIVALS_SQL, [ctx.run_id, keys]).fetchall():
+        arrivals.setdefault(str(key), {})[int(rank)] = int(start)
+    ranks = sorted({r for a in arrivals.values() for r in a})[:MAX_HEAT_RANKS]
+    heat: list[list[int | None]] = []
     for rank in ranks:
-        row: list[float | None] = []
-        for c in page_colls:
-            arr = arrivals.get(c["key"], {})
-            row.append(round((arr[rank] - min(arr.values())) / 1e6, 6) if rank in arr else None)
+        row: list[int | None] = []
+        for key in keys:
+            arr = arrivals.get(key, {})
+            row.append(arr[rank] - min(arr.values()) if rank in arr else None)
         heat.append(row)
-    rank_rows: dict[int, dict[str, Any]] = {
-        int(x["rank"]): dict(x) for x in result.tables.get("ranks", [])}
-    for rank, ws in wait_by_rank.items():
-        rank_rows.setdefault(rank, {"rank": rank})["wait_ms_median"] = round(
-            statistics.median(ws), 6)
     blamed = [int(r) for r in (result.metrics.get("stragglers") or [])]
-    for info in rank_rows.values():
-        info["blamed"] = "yes" if info["rank"] in blamed else ""
+    rank_rows = [dict(x, blamed="yes" if int(x["rank"]) in blamed else "")
+                 for x in sorted(result.tables.get("ranks", []), key=lambda x: int(x["rank"]))]
     return StragglerView(
         available=True, note=" ".join(result.notes), metrics=dict(result.metrics),
-        skew=shown, skew_cut=cut, page=page, pages=pages,
-        heat_labels=[f"{c['op']} {c['key']}" for c in page_colls], heat_ranks=ranks,
-        heat_ms=heat, ranks=[rank_rows[r] for r in sorted(rank_rows)], blamed=blamed,
+        skew=skew, skew_cut=cut, page=page, pages=pages,
+        heat_labels=[_label(c) for c in page_colls], heat_ranks=ranks, heat_ns=heat,
+        ranks=rank_rows, blamed=blamed,
     )

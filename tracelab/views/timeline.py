@@ -38,6 +38,15 @@ MAX_STEP_MARKS = 200
 LONG_EVENT_NS = 10_000_000
 #: Characters of an event's args shown on hover (the detail panel shows them all).
 ARGS_CHARS = 80
+#: Most lost-time segments drawn one by one in a window (more: stacked shares per bin).
+MAX_PART_SEGMENTS = 3000
+#: Sub-rows of a rank's "time" lane when aggregated: each bin is a stacked column of the parts'
+#: shares at this resolution (10: one sub-row per 10% of the bin).
+PART_SUBROWS = 10
+#: The lost-time model's parts as time_parts labels them, in stacking order.
+TIME_PARTS = ("compute", "transfer", "memcpy", "wait", "pipeline", "host", "idle")
+#: What event lanes are busy with when aggregated (the `grp` of _timeline_sql.BINNABLE).
+EVENT_GROUPS = ("compute", "communication", "memcpy", "host ops", "annotations")
 
 LaneKey = tuple[int, bool, int, int, str]
 
@@ -58,6 +67,8 @@ class Lane:
     comm_count: int = 0
     #: The trace's string pid/tid for lanes that had no numeric ids ('' otherwise).
     lane_label: str = ""
+    #: The rank's main thread (the host lane holding its ProfilerStep spans, else the busiest).
+    main: bool = False
 
     @property
     def key(self) -> LaneKey:
@@ -103,6 +114,26 @@ class Aggregate:
     centers_ms: list[float]
     busy: list[list[float | None]]
     count: list[list[int]]
+    #: Per lane and bin: the index in EVENT_GROUPS of what the lane was busiest with (None
+    #: where idle).
+    group: list[list[int | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parts:
+    """What each rank's time was (the lost-time model, time_parts) in the window: one by one
+    (`segments`: rank, start_ms, end_ms, part) when few, else per bin (`stack`: per rank,
+    PART_SUBROWS x bins of indices into TIME_PARTS, bottom to top, None where the bin holds no
+    step; `shares`: per rank, part -> share of each bin)."""
+
+    ranks: tuple[int, ...] = ()
+    mode: Literal["segments", "bins", "none"] = "none"
+    segments: list[tuple[int, float, float, str]] = field(default_factory=list)
+    bin_ms: float = 0.0
+    centers_ms: list[float] = field(default_factory=list)
+    stack: dict[int, list[list[int | None]]] = field(default_factory=dict)
+    #: Per rank: each part's share of the whole window (for the lane label and tests).
+    window_share: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,13 +161,26 @@ class TimelineData:
     links_cut: bool = False
     steps: tuple[tuple[int, float, float], ...] = ()
     offset_source: str = "none"
+    parts: Parts = field(default_factory=Parts)
 
 
 def lanes(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest) -> list[Lane]:
-    """The lanes of the run under the rank and category filters, ordered rank, host, device."""
+    """The lanes of the run under the rank and category filters, ordered rank, host (main thread
+    first), device. Lanes that hold no work (only wrappers such as the profiler's own
+    'Spans/PyTorch Profiler' span) are left out."""
     rows = query(con, sql.LANES, {**ctx.params(), **_filters(req)})
+    kept = [r for r in rows if r[10] > 0 or (r[5] > 0 and not r[4] and r[11] > 0)]
+    main: dict[int, tuple[int, int, int]] = {}  # rank -> (step spans, events, row position)
+    for i, r in enumerate(kept):
+        if not r[1]:
+            best = main.get(r[0])
+            if best is None or (r[11], r[5]) > best[:2]:
+                main[r[0]] = (r[11], r[5], i)
+    mains = {v[2] for v in main.values()}
+    order = sorted(range(len(kept)), key=lambda i: (kept[i][0], bool(kept[i][1]), i not in mains, i))
     out: list[Lane] = []
-    for rank, on_device, pid, tid, lbl, n, comm_n, pname, plabels, tname in rows:
+    for i in order:
+        rank, on_device, pid, tid, lbl, n, comm_n, pname, plabels, tname, _work, _steps = kept[i]
         if lbl:
             label = f"r{rank} {lbl}"
         else:
@@ -146,10 +190,13 @@ def lanes(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest)
                 proc = pname or f"pid {pid}"
             thread = (tname or "").strip() or (f"stream {tid}" if on_device else f"thread {tid}")
             label = f"r{rank} {proc} / {thread}"
+        if i in mains:
+            label = f"r{rank} main thread · {label.split(' ', 1)[1]}"
         out.append(Lane(
             index=len(out), rank=int(rank), on_device=bool(on_device),
             pid=None if pid == -1 else int(pid), tid=None if tid == -1 else int(tid),
             label=label, event_count=int(n), comm_count=int(comm_n), lane_label=lbl,
+            main=i in mains,
         ))
     return out
 
@@ -162,7 +209,7 @@ def step_spans(
     con: duckdb.DuckDBPyConnection, ctx: RunContext, ranks: tuple[int, ...] = ()
 ) -> list[tuple[int, float, float]]:
     """(step, start ms, end ms) of each profiler step over `ranks` (all when empty)."""
-    rows = query(con, sql.STEPS, {**ctx.params(), "ranks": list(ranks)})
+    rows = query(con, sql.STEPS, {"run": ctx.run_id, "ranks": list(ranks)})
     return [(int(s), ctx.to_ms(a), ctx.to_ms(b)) for s, a, b in rows]
 
 
@@ -197,7 +244,7 @@ def timeline(
     a, b = ctx.to_ns(t0), max(ctx.to_ns(t1), ctx.to_ns(t0) + 1)
     offs: list[int] = [ctx.offsets_ns.get(r, 0) for r in ctx.ranks] or [0]
     params: dict[str, object] = {
-        **ctx.params(), **_filters(req), "a": a, "b": b,
+        **ctx.params(), **_filters(req), "a": a, "b": b, "steps": list(req.steps),
         "prune_hi": b + max(offs), "prune_lo": a + min(offs) - LONG_EVENT_NS,
         "long_ns": LONG_EVENT_NS,
     }
@@ -207,7 +254,8 @@ def timeline(
     steps = shown_steps if len(shown_steps) <= MAX_STEP_MARKS else ()
     if visible == 0 or not lane_list:
         return TimelineData(mode="empty", lanes=lanes_t, t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms,
-                            visible_events=visible, steps=steps, offset_source=ctx.offset_source)
+                            visible_events=visible, steps=steps, offset_source=ctx.offset_source,
+                            parts=time_parts(con, ctx, params, req.width_px, binned=False))
     index = {lane.key: lane.index for lane in lane_list}
     links: tuple[Link, ...] = ()
     cut = visible > LINKS_EVENT_LIMIT
@@ -221,7 +269,8 @@ def timeline(
     return TimelineData(
         mode="raw" if raw is not None else "aggregate", raw=raw, aggregate=agg, links=links,
         links_cut=cut, lanes=lanes_t, t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms,
-        visible_events=visible, steps=steps, offset_source=ctx.offset_source)
+        visible_events=visible, steps=steps, offset_source=ctx.offset_source,
+        parts=time_parts(con, ctx, params, req.width_px, binned=raw is None))
 
 
 def _raw(
@@ -258,7 +307,7 @@ def _aggregate(
     lane_list: list[Lane], width_px: int,
 ) -> Aggregate:
     n_lanes = len(lane_list)
-    nbins = max(20, min(MAX_BINS, width_px // 3, MAX_CELLS // max(n_lanes, 1)))
+    nbins = _nbins(width_px, n_lanes)
     a, b = int(params["a"]), int(params["b"])  # type: ignore[call-overload]
     w = max(1, -(-(b - a) // nbins))
     nbins = -(-(b - a) // w)
@@ -274,45 +323,98 @@ def _aggregate(
     lane, s = lane[order], s[order]
     t = np.asarray(cols["t"], dtype=np.int64)[order]
     work = ~np.asarray(cols["wrapper"], dtype=bool)[order]
+    grp = np.asarray(cols["grp"], dtype=np.int64)[order]
     busy_ns = _bins.union_busy(lane[work], s[work], t[work], n_lanes, a, w, nbins)
     counts = _bins.start_counts(lane, s, n_lanes, a, w, nbins)
     share = np.round(np.minimum(busy_ns / w, 1.0), 2)
+    # What each lane was busiest with: summed time per (lane, group) and bin (no sort needed;
+    # nested ops of one group count more than once, which only sharpens the ranking).
+    ng = len(EVENT_GROUPS)
+    key = lane[work] * ng + grp[work]
+    by_group = _bins.sum_binned(key, s[work], t[work], n_lanes * ng, a, w, nbins)
+    by_group = by_group.reshape(n_lanes, ng, nbins)
+    dominant = np.argmax(by_group, axis=1)
     busy: list[list[float | None]] = [
         [None if n == 0 and v == 0 else float(v) for v, n in zip(srow, crow, strict=True)]
         for srow, crow in zip(share.tolist(), counts.tolist(), strict=True)
     ]
+    group = [[None if v is None or v == 0 else int(g) for v, g in zip(brow, grow, strict=True)]
+             for brow, grow in zip(busy, dominant.tolist(), strict=True)]
     centers = [round(ctx.to_ms(a + i * w) + w / 2e6, 6) for i in range(nbins)]
-    return Aggregate(bin_ms=w / 1e6, centers_ms=centers, busy=busy, count=counts.tolist())
+    return Aggregate(bin_ms=w / 1e6, centers_ms=centers, busy=busy, count=counts.tolist(),
+                     group=group)
+
+
+def _nbins(width_px: int, n_lanes: int) -> int:
+    return max(20, min(MAX_BINS, width_px // 3, MAX_CELLS // max(n_lanes, 1)))
+
+
+def time_parts(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
+               width_px: int, *, binned: bool) -> Parts:
+    """What each rank's time was in the window (time_parts): its segments one by one when
+    `binned` is False and there are at most MAX_PART_SEGMENTS, else stacked shares per bin."""
+    p = {"run": ctx.run_id, "ranks": params["ranks"], "a": params["a"], "b": params["b"],
+         "steps": params.get("steps", [])}
+    ranks = tuple(int(r[0]) for r in query(con, sql.PARTS_RANKS, p))
+    if not ranks:
+        return Parts()
+    a, b = int(params["a"]), int(params["b"])  # type: ignore[call-overload]
+    n = int(query(con, sql.PARTS_COUNT, p)[0][0])
+    if not binned and n <= MAX_PART_SEGMENTS:
+        rows = query(con, sql.PARTS_ROWS, {**p, "limit": MAX_PART_SEGMENTS})
+        segs = [(int(r), round(ctx.to_ms(x), 6), round(ctx.to_ms(y), 6), str(part))
+                for r, x, y, part in rows]
+        share: dict[int, dict[str, float]] = {}
+        for r, x, y, part in segs:
+            d = share.setdefault(r, {})
+            d[part] = d.get(part, 0.0) + (y - x) * 1e6 / max(b - a, 1)
+        return Parts(ranks=ranks, mode="segments", segments=segs, window_share=share)
+    nbins = _nbins(width_px, len(ranks) * 2)
+    w = max(1, -(-(b - a) // nbins))
+    nbins = -(-(b - a) // w)
+    np_ = len(TIME_PARTS)
+    cols = con.execute(sql.PARTS_BINNABLE, bind(sql.PARTS_BINNABLE, {
+        **p, "r_ranks": list(ranks), "names": list(TIME_PARTS)})).fetchnumpy()
+    key = np.asarray(cols["pos"], dtype=np.int64) * np_ + np.asarray(cols["pidx"], dtype=np.int64)
+    s = np.asarray(cols["s"], dtype=np.int64)
+    t = np.asarray(cols["t"], dtype=np.int64)
+    # A rank's segments are disjoint: their sum per bin is their union, in any order.
+    ns = _bins.sum_binned(key, s, t, len(ranks) * np_, a, w, nbins)
+    ns = ns.reshape(len(ranks), np_, nbins)
+    shares = ns / float(w)
+    cum = np.cumsum(shares, axis=1)  # ranks x parts x bins
+    levels = (np.arange(PART_SUBROWS) + 0.5) / PART_SUBROWS
+    stack: dict[int, list[list[int | None]]] = {}
+    window: dict[int, dict[str, float]] = {}
+    for ri, r in enumerate(ranks):
+        # Sub-row j of bin i shows the part whose cumulative share interval covers level j.
+        idx = (cum[ri][:, None, :] < levels[None, :, None]).sum(axis=0)  # subrows x bins
+        total = cum[ri][-1]
+        grid = [[None if lv >= total[i] + 1e-9 else int(min(v, np_ - 1))
+                 for i, v in enumerate(row)] for row, lv in zip(idx.tolist(), levels, strict=True)]
+        stack[r] = grid
+        tot = ns[ri].sum(axis=1) / max(b - a, 1)
+        window[r] = {name: float(tot[i]) for i, name in enumerate(TIME_PARTS) if tot[i] > 0}
+    centers = [round(ctx.to_ms(a + i * w) + w / 2e6, 6) for i in range(nbins)]
+    return Parts(ranks=ranks, mode="bins", bin_ms=w / 1e6, centers_ms=centers, stack=stack,
+                 window_share=window)
 
 
 def _links(
     con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
     index: dict[LaneKey, int], lane_list: list[Lane],
 ) -> tuple[tuple[Link, ...], bool]:
-    """Collectives matched across ranks, as the analyzers match them (process group and sequence
-    number, else occurrence order), drawn through each rank's arrival. A point sits on the lane
-    of the event it came from, else on the rank's busiest communication lane."""
-    try:
-        from tracelab.analyzers._collectives import choose_source, matched_sql
-    except ImportError:
-        return (), False
-    source = choose_source(con, ctx.run_id)
-    if source is None:
-        return (), False
+    """Collectives matched across ranks (the derived layer's matched_collectives), drawn through
+    each rank's arrival. A point sits on the lane of the event it came from, else on the rank's
+    busiest communication lane."""
     anchor: dict[int, tuple[int, int]] = {}
     for ln in lane_list:
         best = anchor.get(ln.rank)
         if best is None or ln.comm_count > best[1]:
             anchor[ln.rank] = (ln.index, ln.comm_count)
-    ranks, offs = ctx.params()["off_ranks"], ctx.params()["off_ns"]
-    rel = "(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::BIGINT[]) AS off_ns)"
-    wanted = list(params["ranks"])  # type: ignore[call-overload]
     limit = MAX_LINKS * max(len(ctx.ranks), 1) + 1
-    rows = con.execute(
-        sql.collectives_sql(matched_sql(rel)),
-        [ctx.run_id, source, ranks, offs, ctx.run_id, params["a"], params["b"], wanted, wanted,
-         limit],
-    ).fetchall()
+    rows = query(con, sql.LINKS, {"run": ctx.run_id, "a": params["a"], "b": params["b"],
+                                  "ranks": params["ranks"], "limit": limit})
     if len(rows) >= limit:
         return (), True
     groups: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
