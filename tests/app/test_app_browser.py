@@ -40,7 +40,11 @@ if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
                 allow_module_level=True)
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    JavascriptException,
+    NoAlertPresentException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -72,7 +76,8 @@ def driver() -> Iterator[webdriver.Chrome]:
 def wait(drv: webdriver.Chrome) -> WebDriverWait:
     """A wait that polls again when Dash re-renders the element a condition was reading
     (a stale element means "not ready yet", not a failure)."""
-    return WebDriverWait(drv, TIMEOUT_S, ignored_exceptions=(StaleElementReferenceException,))
+    return WebDriverWait(drv, TIMEOUT_S, ignored_exceptions=(StaleElementReferenceException,
+                                                            JavascriptException))
 
 
 def shot(drv: webdriver.Chrome, name: str) -> None:
@@ -256,10 +261,14 @@ def _follow_findings(server: str, drv: webdriver.Chrome, db: Path, run: str) -> 
         found = analyze_run(con, rid)
         windows, typical = step_windows(con, rid)
     followed = 0
-    for i, f in enumerate(found.findings):
+    open_page(drv, f"{server}/overview?run={run}", f"Overview of {run}", 2)
+    codes = [li.get_attribute("data-code") for li in drv.find_elements(By.CSS_SELECTOR, "li.finding")]
+    assert sorted(codes) == sorted(f.code for f in found.findings)
+    for i, code in enumerate(codes):
+        f = [x for x in found.findings if x.code == code][codes[:i].count(code)]
         open_page(drv, f"{server}/overview?run={run}", f"Overview of {run}", 2)
         items = drv.find_elements(By.CSS_SELECTOR, "li.finding")
-        assert items[i].get_attribute("data-code") == f.code  # the runner's order
+        assert items[i].get_attribute("data-code") == f.code
         links = items[i].find_elements(By.LINK_TEXT, "Show in timeline")
         if not links:
             assert f.view not in ("timeline", "stragglers", "pipeline") or \
