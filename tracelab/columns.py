@@ -18,10 +18,13 @@ import pyarrow.compute as pc
 
 from tracelab.classify import DEVICE_CATS, classify
 from tracelab.decode import ABSENT
+from tracelab.validate import INT32_MAX
 
 #: Kineto categories whose events carry correlation/stream ids worth extracting.
 ID_CATS = tuple(DEVICE_CATS) + ("cuda_runtime", "cuda_driver", "cpu_op")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+#: Largest step number (the store's `step` columns are int32).
+STEP_MAX = INT32_MAX
 
 
 def lane_columns(
@@ -115,6 +118,8 @@ def step_spans(names: pa.Array, ts_ns: np.ndarray, dur_ns: np.ndarray, on_device
             rows[n] = [min(rows[n][0], lo), max(rows[n][1], hi)]
         else:
             rows[n] = [lo, hi]
+    if rows and max(rows) > STEP_MAX:
+        raise ValueError(f"ProfilerStep#{max(rows)}: step numbers are 0..{STEP_MAX}")
     order = sorted(rows, key=lambda n: rows[n][0])
     return pa.table(
         {

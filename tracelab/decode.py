@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from tracelab import validate
 from tracelab.errors import TraceFormatError
 
 try:
@@ -70,7 +71,10 @@ class DecodedTrace:
 
 def decode(buf: bytes | mmap.mmap, path: Path) -> DecodedTrace:
     """Decode a trace's bytes (or a read-only map of them); raises TraceFormatError naming
-    `path` and the fix. Nothing returned refers to `buf`, which the caller may close."""
+    `path` and the fix. Nothing returned refers to `buf`, which the caller may close. A leading
+    UTF-8 byte-order mark is skipped (RFC 8259 lets a parser ignore it)."""
+    if buf[:3] == validate.BOM:
+        buf = bytes(buf[3:])
     if _kineto is not None:
         scanned = _kineto.scan(buf)
         if scanned is not None:
@@ -102,6 +106,12 @@ def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap) -> DecodedTrace:
         odd[(i, "pid")] = None
     for i in np.flatnonzero(tid_kind == 0).tolist():
         odd[(i, "tid")] = None
+    # An integer equal to the ABSENT sentinel (-2**63) is kept as an odd value, like the
+    # reference decoder does, so that it is never mistaken for "absent".
+    for i in np.flatnonzero((pid_kind == 1) & (pid == ABSENT)).tolist():
+        odd[(i, "pid")] = int(ABSENT)
+    for i in np.flatnonzero((tid_kind == 1) & (tid == ABSENT)).tolist():
+        odd[(i, "tid")] = int(ABSENT)
     other = np.frombuffer(s["other"], dtype=np.int64).reshape(-1, 4)
     for i, field, start, end in other.tolist():
         odd[(i, "pid" if field == 0 else "tid")] = msgspec.json.decode(buf[start:end])
@@ -151,7 +161,7 @@ _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _IDS_DECODER = msgspec.json.Decoder(_Ids)
 
 
-def decode_error(path: Path, exc: Exception, buf: bytes = b"") -> TraceFormatError:
+def decode_error(path: Path, exc: BaseException, buf: bytes = b"") -> TraceFormatError:
     """The error for a trace msgspec could not decode, with what to do about it."""
     text = str(exc)
     if buf.find(b"NaN") >= 0 or buf.find(b"Infinity") >= 0:
@@ -159,13 +169,36 @@ def decode_error(path: Path, exc: Exception, buf: bytes = b"") -> TraceFormatErr
             f"it holds NaN or Infinity, which JSON does not allow ({text}): a NaN or infinite "
             "duration or timestamp. Fix the exporter or drop this rank (--skip-bad)."
         )
-    elif "truncated" in text.lower() or "end of" in text.lower():
-        hint = "the JSON ends early: the file is truncated. Copy or export it again."
-    elif "utf-8" in text.lower():
-        hint = f"it is not valid UTF-8 ({text}). Re-export the trace with a current profiler."
     else:
-        hint = f"it is not valid Kineto JSON ({text})."
+        hint = validate.json_error_hint(buf, exc).replace("valid JSON", "valid Kineto JSON")
     return TraceFormatError(hint, str(path))
+
+
+def time_error(path: Path, index: int, name: str, field: str, value_ns: float | int,
+               base_ns: int = 0) -> TraceFormatError:
+    """An event whose time lies outside +-validate.TIME_LIMIT_NS (alone or after the base)."""
+    where = f"{field} {value_ns / 1000:g} us" + (f" after the base time {base_ns} ns"
+                                                 if base_ns else "")
+    return TraceFormatError(
+        f"event #{index} ({name!r}) has {where}, beyond the {validate.TIME_LIMIT_NS} ns "
+        "(146 years) that tracelab stores. The exporter wrote a bad time; fix it or drop this "
+        "rank (--skip-bad).",
+        str(path),
+    )
+
+
+def base_time_ns(top: dict[str, bytes], path: Path) -> int:
+    """`baseTimeNanoseconds`: an integer within +-TIME_LIMIT_NS; absent or null means 0."""
+    raw = top.get("baseTimeNanoseconds")
+    value = msgspec.json.decode(raw) if raw is not None else None
+    if value is None:
+        return 0
+    if type(value) is not int or abs(value) > validate.TIME_LIMIT_NS:
+        raise TraceFormatError(
+            f"baseTimeNanoseconds is {str(value)[:40]}: it must be an integer number of ns "
+            f"within +-{validate.TIME_LIMIT_NS}. Fix the exporter or drop this rank (--skip-bad).",
+            str(path))
+    return value
 
 
 def _us_to_ns(us: np.ndarray) -> np.ndarray:
@@ -190,6 +223,12 @@ def _times(events: list[_Event], raw_events: bytes, base_ns: int, path: Path
     dur_missing = np.fromiter((d is None for d in dur_f), dtype=np.bool_, count=len(dur_f))
     ts_arr = np.asarray([0.0 if t is None else t for t in ts_f], dtype=np.float64)
     dur_arr = np.asarray([0.0 if d is None else d for d in dur_f], dtype=np.float64)
+    limit_us = validate.TIME_LIMIT_NS / 1000
+    for field, arr in (("ts", ts_arr), ("dur", dur_arr)):
+        bad = ~(np.abs(arr) < limit_us)  # NaN too
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise time_error(path, i, events[i].name, field, float(arr[i]) * 1000)
     if (
         base_ns == 0 and len(ts_arr)
         and np.abs(ts_arr).max() >= _FLOAT_EXACT_LIMIT_US
@@ -220,7 +259,7 @@ def _ids(raw_args: list[bytes]) -> dict[str, np.ndarray]:
             continue
         try:
             decoded.append(_IDS_DECODER.decode(a))
-        except msgspec.ValidationError:  # args that are not an object carry no ids
+        except (msgspec.ValidationError, RecursionError):  # not an object: no ids
             decoded.append(empty)
     return {key: _int_column(list(map(attrgetter(field), decoded)))
             for key, field in zip(ID_KEYS, _ID_FIELDS, strict=True)}
@@ -230,6 +269,8 @@ def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
     """The reference decoder: typed msgspec structs, args kept as raw JSON bytes."""
     try:
         top = _TOP_DECODER.decode(buf)
+    except RecursionError as exc:
+        raise decode_error(path, exc, buf) from None
     except msgspec.ValidationError as exc:
         raise TraceFormatError(
             "the top level is not a JSON object, so this is not a Kineto trace "
@@ -246,12 +287,17 @@ def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
         )
     try:
         events = _EVENTS_DECODER.decode(top["traceEvents"])
+    except RecursionError as exc:
+        raise decode_error(path, exc, buf) from None
     except msgspec.ValidationError as exc:
+        if "out of range" in str(exc):
+            raise TraceFormatError(
+                f"a number is too large for a 64-bit float ({exc}). Fix the exporter or drop "
+                "this rank (--skip-bad).", str(path)) from None
         raise TraceFormatError(f"unexpected event shape: {exc}", str(path)) from exc
     except msgspec.DecodeError as exc:
-        raise decode_error(path, exc) from exc
-    base_raw = top.get("baseTimeNanoseconds")
-    base_ns = int(msgspec.json.decode(base_raw)) if base_raw is not None else 0
+        raise decode_error(path, exc, bytes(top["traceEvents"])) from exc
+    base_ns = base_time_ns(top, path)
     ts_ns, dur_ns, ts_missing, dur_missing = _times(events, top["traceEvents"], base_ns, path)
     pids = list(map(attrgetter("pid"), events))
     tids = list(map(attrgetter("tid"), events))
