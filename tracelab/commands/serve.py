@@ -34,10 +34,36 @@ def _app_module() -> Any:
     return app
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail now, before any thread starts, when the server could not listen on (host, port):
+    a port out of range, a host that does not resolve, or an address in use. (A failure
+    inside app.run came after the warm-up thread had started, and aborted the process.)"""
+    import socket
+
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port must be 1..65535, not {port}.")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"--host {host!r} does not resolve ({exc}).") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(addr)
+        except OSError as exc:
+            busy = exc.errno == 98 or "in use" in str(exc).lower()
+            raise UsageError(
+                f"cannot listen on {host}:{port}: "
+                + ("the port is in use by another program. Stop it, or pick another --port."
+                   if busy else f"{exc.strerror or exc}.")) from None
+
+
 def serve(db: str, host: str, port: int, *, warm: bool = True) -> int:
     """Serve the store at `db` until interrupted."""
     from tracelab.store import open_store
 
+    check_port(host, port)
     with open_store(db, read_only=True):  # fail now, with the store's own message
         pass
     app = _app_module().create_app(db, warm=warm)
@@ -77,6 +103,20 @@ def demo_runs(folder: Path) -> list[tuple[str, Path]]:
     return runs
 
 
+def _runs_not_from(db: str, runs: list[tuple[str, Path]]) -> set[str]:
+    """The demo's run names that `db` already holds from other sources: never replaced."""
+    import json
+
+    from tracelab.store import open_store
+
+    if not Path(db).exists():
+        return set()
+    with open_store(db) as con:
+        stored = dict(con.execute("SELECT name, source FROM runs").fetchall())
+    return {name for name, path in runs
+            if name in stored and json.loads(stored[name]) != [str(path)]}
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from tracelab.ingest import ingest
 
@@ -94,7 +134,12 @@ def run_demo(args: argparse.Namespace) -> int:
         tmp = tempfile.mkdtemp(prefix="tracelab-demo-")
         atexit.register(shutil.rmtree, tmp, ignore_errors=True)
         db = os.path.join(tmp, "demo.duckdb")
+    theirs = _runs_not_from(db, runs)
     for name, path in runs:
+        if name in theirs:
+            print(f"tracelab demo: run {name!r} is already in {db} and was not made by demo "
+                  f"from {path}: left as it is (use a new --db to see the demo's).", flush=True)
+            continue
         report = ingest([str(path)], db=db, run=name, if_exists="replace", skip_bad=True)
         state = "unchanged" if report.unchanged else f"{len(report.ranks)} ranks, {report.events:,} events"
         print(f"tracelab demo: run {name!r} from {path}: {state}", flush=True)
