@@ -142,10 +142,59 @@ def load_converted(trace_path: str | os.PathLike[str]) -> TraceInfo | None:
         return None
     if info.format != CONVERTED_FORMAT or info.file_bytes != path.stat().st_size:
         return None
+    if not _valid_converted(folder, info):
+        return None
     with path.open("rb") as fh:
         if hashlib.file_digest(fh, "sha256").hexdigest() != info.sha256:
             return None
     return info
+
+
+#: What each Parquet file of a converted trace holds (events: EVENTS_SCHEMA).
+STEPS_SCHEMA = pa.schema([("step", pa.int32()), ("start_ns", pa.int64()),
+                          ("end_ns", pa.int64()), ("device_end_ns", pa.int64())])
+MEMORY_SCHEMA = pa.schema([("ts_ns", pa.int64()), ("step", pa.int32()), ("args", pa.string())]
+                          + [(c, pa.int64()) for c, _ in (
+                              ("device_type", 0), ("device_id", 0), ("bytes", 0),
+                              ("total_allocated", 0), ("total_reserved", 0))])
+LANES_SCHEMA = pa.schema([("pid", pa.int64()), ("tid", pa.int64()), ("kind", pa.string()),
+                          ("value", pa.string()), ("sort_index", pa.int64())])
+
+
+def _valid_converted(folder: Path, info: TraceInfo) -> bool:
+    """Whether a converted folder is what convert_trace writes: its metadata typed and in
+    range (tracelab.validate), each Parquet file readable with the expected columns, as many
+    events as the metadata says, and every time within the limits. A folder that is not (stale,
+    damaged or forged) is ignored and the trace converted again."""
+    lim = validate.TIME_LIMIT_NS
+    try:
+        validate.rank_and_world(info.rank, info.world_size, "trace.json", folder)
+        for value in (info.file_bytes, info.event_count, info.memory_event_count):
+            validate.integer(value, "a count", folder, lo=0, hi=validate.INT64_MAX,
+                             optional=False)
+        validate.integer(info.base_time_ns, "base_time_ns", folder, lo=-lim, hi=lim,
+                         optional=False)
+        if not isinstance(info.sha256, str) or not isinstance(info.metadata, dict):
+            return False
+        expected = {"events": EVENTS_SCHEMA, "steps": STEPS_SCHEMA, "memory": MEMORY_SCHEMA,
+                    "lanes": LANES_SCHEMA}
+        for kind, schema in expected.items():
+            if not pq.read_schema(folder / f"{kind}.parquet").equals(schema,
+                                                                      check_metadata=False):
+                return False
+        events = pq.read_table(folder / "events.parquet", columns=["ts_ns", "dur_ns", "step"])
+        if events.num_rows != info.event_count or not events.num_rows:
+            return False
+        ts, dur = events.column("ts_ns"), events.column("dur_ns")
+        if ts.null_count or dur.null_count or pc.min(dur).as_py() < 0:
+            return False
+        end = pc.add_checked(ts, dur)
+        if pc.min(ts).as_py() < -lim or pc.max(end).as_py() > lim:
+            return False
+        step = pc.min(events.column("step")).as_py()
+        return step is None or step >= 0
+    except (InputError, OSError, pa.ArrowException, TypeError, ValueError):
+        return False
 
 
 @contextlib.contextmanager

@@ -146,3 +146,51 @@ def test_the_scanner_and_validate_share_the_nesting_limit() -> None:
     if _kineto is None:
         pytest.skip("C scanner not built")
     assert _kineto.MAX_DEPTH == validate.MAX_DEPTH
+
+
+def _forge(kind: str, folder: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    meta = folder / "trace.json"
+    if kind == "rank_string":
+        info = json.loads(meta.read_text())
+        info["rank"] = "0"
+        meta.write_text(json.dumps(info))
+    elif kind == "event_count":
+        info = json.loads(meta.read_text())
+        info["event_count"] += 5
+        meta.write_text(json.dumps(info))
+    elif kind == "old_columns":
+        pq.write_table(pa.table({"ts": [1]}), folder / "events.parquet")
+    elif kind == "overflowing_times":
+        table = pq.read_table(folder / "events.parquet")
+        dur = pa.array([2**62] * table.num_rows, pa.int64())
+        pq.write_table(table.set_column(table.schema.get_field_index("dur_ns"), "dur_ns", dur),
+                       folder / "events.parquet")
+    elif kind == "truncated_parquet":
+        data = (folder / "steps.parquet").read_bytes()
+        (folder / "steps.parquet").write_bytes(data[: len(data) // 2])
+    elif kind == "metadata_not_json":
+        meta.write_text("{")
+
+
+@pytest.mark.parametrize("kind", ["rank_string", "event_count", "old_columns",
+                                  "overflowing_times", "truncated_parquet", "metadata_not_json"])
+def test_stale_or_forged_converted_folder_is_converted_again(kind: str, store: Path,
+                                                             tmp_path: Path) -> None:
+    """Item 12: a `.tracelab` folder beside a trace is registered only when it is exactly what
+    convert_trace writes; otherwise the trace itself is converted (and validated) again."""
+    from tracelab.convert import convert_trace, converted_dir
+
+    from .kineto import write
+
+    path = write(tmp_path / "cap" / "window-0.pt.trace.json", trace(rank=0, world=1))
+    convert_trace(path, converted_dir(path))
+    _forge(kind, converted_dir(path))
+    res = cli("ingest", str(path), "--db", str(store), "--run", kind)
+    assert res.code == 0, res.err
+    got = cli("sql", f"SELECT count(*), max(dur_ns) FROM events JOIN runs USING (run_id) "
+              f"WHERE runs.name = '{kind}'", "--db", str(store), "--format", "csv").out.split()
+    assert got[1] == "4,100000", got
+    still_works(store)
