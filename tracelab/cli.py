@@ -29,6 +29,7 @@ COMMANDS = (
     "tracelab.commands.ingest",
     "tracelab.commands.convert",
     "tracelab.commands.runs",
+    "tracelab.commands.delete",
     "tracelab.commands.sql",
     "tracelab.commands.export",
     "tracelab.commands.analyze",

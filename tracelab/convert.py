@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,7 +41,7 @@ from tracelab.decode import (
     DecodedTrace,
     base_time_ns,
     decode,
-    decode_error,
+    decode_member,
     time_error,
 )
 from tracelab.errors import InputError, TraceFormatError
@@ -256,7 +255,7 @@ def _distributed_info(top: dict[str, bytes], path: Path) -> dict[str, Any]:
     raw = top.get("distributedInfo")
     if raw is None:
         return {}
-    info = msgspec.json.decode(raw)
+    info = decode_member(raw, path)
     if info is None:
         return {}
     try:
@@ -297,10 +296,7 @@ def _metadata(top: dict[str, bytes], path: Path) -> dict[str, Any]:
     for key, raw in top.items():
         if key in skip or len(raw) > 65536:
             continue
-        try:
-            out[key] = msgspec.json.decode(raw)
-        except RecursionError as exc:
-            raise decode_error(path, exc) from None
+        out[key] = decode_member(raw, path)
     return out
 
 
@@ -400,7 +396,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     )
     _write_memory(d, mem, base_ns, steps, out / "memory.parquet")
     _write_steps(steps, ts_ns + dur_ns, device_np, step, out / "steps.parquet")
-    _write_lanes(d, lanes, out / "lanes.parquet")
+    _write_lanes(d, lanes, out / "lanes.parquet", path)
     del table
 
     info = TraceInfo(
@@ -411,8 +407,8 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
         world_size=_int_or_none(dist.get("world_size")),
         backend=dist.get("backend"),
         process_groups=list(dist.get("pg_config") or []),
-        host=_host(top),
-        **_device(top),
+        host=_host(top, path),
+        **_device(top, path),
         base_time_ns=base_ns,
         event_count=len(xs),
         memory_event_count=len(mem),
@@ -423,17 +419,17 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     (out / "trace.json").write_text(info.to_json())
     return info
 
-def _host(top: dict[str, bytes]) -> str | None:
+def _host(top: dict[str, bytes], path: Path) -> str | None:
     for key in ("host_name", "hostname"):
         if key in top:
-            value = msgspec.json.decode(top[key])
+            value = decode_member(top[key], path)
             return value if isinstance(value, str) else None
     return None
 
 
-def _device(top: dict[str, bytes]) -> dict[str, Any]:
+def _device(top: dict[str, bytes], path: Path) -> dict[str, Any]:
     raw = top.get("deviceProperties")
-    props = msgspec.json.decode(raw) if raw is not None else None
+    props = decode_member(raw, path) if raw is not None else None
     if not isinstance(props, list) or not props or not isinstance(props[0], dict):
         return {"device": None, "device_memory_bytes": None, "device_properties": None}
     first = props[0]
@@ -480,12 +476,12 @@ def _write_memory(d: DecodedTrace, mem: np.ndarray, base_ns: int, steps: pa.Tabl
         data[column] = pa.array(values, mask=values == ABSENT)
     pq.write_table(pa.table(data), path, compression=_CODEC)
 
-def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path) -> None:
+def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path, trace: Path) -> None:
     rows: dict[str, list[Any]] = {"pid": [], "tid": [], "kind": [], "value": [], "sort_index": []}
     idx = pa.array(lanes, pa.int64())
     for i, kind, text in zip(lanes.tolist(), d.name.take(idx).to_pylist(),
                              d.args.take(idx).to_pylist(), strict=True):
-        args = msgspec.json.decode(text) if text else {}
+        args = decode_member(text, trace) if text else {}
         if not isinstance(args, dict):
             continue
         value = args.get("name", args.get("labels"))

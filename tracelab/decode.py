@@ -78,7 +78,7 @@ def decode(buf: bytes | mmap.mmap, path: Path) -> DecodedTrace:
     if _kineto is not None:
         scanned = _kineto.scan(buf)
         if scanned is not None:
-            return _from_scan(scanned, buf)
+            return _from_scan(scanned, buf, path)
     # msgspec.Raw values point into the buffer they were decoded from: give it its own copy,
     # so that no error traceback can pin the caller's map.
     return decode_reference(buf if isinstance(buf, bytes) else bytes(buf), path)
@@ -95,7 +95,7 @@ def _strings(offsets: bytes, data: bytes, valid: bytes | None, n: int) -> pa.Arr
                                                         pa.py_buffer(data)], null_count=nulls)
 
 
-def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap) -> DecodedTrace:
+def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap, path: Path) -> DecodedTrace:
     n = s["n"]
     pid_kind = np.frombuffer(s["pid_kind"], dtype=np.uint8)
     tid_kind = np.frombuffer(s["tid_kind"], dtype=np.uint8)
@@ -114,7 +114,7 @@ def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap) -> DecodedTrace:
         odd[(i, "tid")] = int(ABSENT)
     other = np.frombuffer(s["other"], dtype=np.int64).reshape(-1, 4)
     for i, field, start, end in other.tolist():
-        odd[(i, "pid" if field == 0 else "tid")] = msgspec.json.decode(buf[start:end])
+        odd[(i, "pid" if field == 0 else "tid")] = decode_member(buf[start:end], path)
     args = _strings(s["args_off"], s["args_data"], s["args_valid"], n)
     return DecodedTrace(
         n=n,
@@ -128,7 +128,7 @@ def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap) -> DecodedTrace:
         dur_missing=np.frombuffer(s["dur_kind"], dtype=np.uint8) == 0,
         args=args,
         ids={k: np.frombuffer(v, dtype=np.int64) for k, v in s["ids"].items()},
-        top={msgspec.json.decode(key): buf[start:end] for key, start, end in s["top"]},
+        top={decode_member(key, path): buf[start:end] for key, start, end in s["top"]},
     )
 
 
@@ -174,6 +174,16 @@ def decode_error(path: Path, exc: BaseException, buf: bytes = b"") -> TraceForma
     return TraceFormatError(hint, str(path))
 
 
+def decode_member(raw: bytes, path: Path) -> Any:
+    """One JSON value of a trace that the scanner validated as text (a top-level member, an
+    odd pid, an event's args): decoded, or a TraceFormatError naming the file (a number past
+    a float's range, nesting past the stack)."""
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise decode_error(path, exc, bytes(raw)) from None
+
+
 def time_error(path: Path, index: int, name: str, field: str, value_ns: float | int,
                base_ns: int = 0) -> TraceFormatError:
     """An event whose time lies outside +-validate.TIME_LIMIT_NS (alone or after the base)."""
@@ -190,7 +200,7 @@ def time_error(path: Path, index: int, name: str, field: str, value_ns: float | 
 def base_time_ns(top: dict[str, bytes], path: Path) -> int:
     """`baseTimeNanoseconds`: an integer within +-TIME_LIMIT_NS; absent or null means 0."""
     raw = top.get("baseTimeNanoseconds")
-    value = msgspec.json.decode(raw) if raw is not None else None
+    value = decode_member(raw, path) if raw is not None else None
     if value is None:
         return 0
     if type(value) is not int or abs(value) > validate.TIME_LIMIT_NS:
