@@ -95,7 +95,8 @@ def _strings(offsets: bytes, data: bytes, valid: bytes | None, n: int) -> pa.Arr
                                                         pa.py_buffer(data)], null_count=nulls)
 
 
-def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap, path: Path) -> DecodedTrace:
+def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap, path: Path = Path("<trace>")
+               ) -> DecodedTrace:
     n = s["n"]
     pid_kind = np.frombuffer(s["pid_kind"], dtype=np.uint8)
     tid_kind = np.frombuffer(s["tid_kind"], dtype=np.uint8)
