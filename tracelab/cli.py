@@ -63,7 +63,15 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that `finally` blocks run (like KeyboardInterrupt)."""
 
 
+#: Set once SIGTERM arrived: DuckDB turns a signal during a query into its own
+#: InterruptException (and later statements into "transaction is aborted"), which then means
+#: "terminated", not a bug.
+_terminated = False
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    global _terminated
+    _terminated = True
     raise Terminated()
 
 
@@ -171,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                 _quiet_broken_pipe()
                 return 0
             except Exception as exc:  # no traceback for users: see the module docstring
+                if _terminated:
+                    print("terminated", file=sys.stderr)
+                    return 143
+                if type(exc).__name__ == "InterruptException":  # Ctrl-C inside DuckDB
+                    print("interrupted", file=sys.stderr)
+                    return 130
                 code = _store_error(command, exc)
                 return code if code is not None else _internal_error(command, exc)
     finally:
