@@ -171,3 +171,39 @@ def test_terminal_output_has_no_escape_sequences(tmp_path: Path) -> None:
     assert "evil" in _on_a_terminal(["sql", "SELECT name FROM events", "--db", str(db)])
     piped = cli("sql", "SELECT name FROM events", "--db", str(db), "--format", "json").out
     assert "\\u001b[2J" in piped  # data for programs keeps the text, escaped by JSON
+
+
+def test_delete_removes_one_run_and_leaves_the_others(store: Path, tmp_path: Path) -> None:
+    """Item 1: a run can be removed (there was no delete command)."""
+    before = snapshot(store)
+    ingest([run_set(tmp_path / "other")], db=store, run="other", progress=False)
+    assert cli("delete", "other", "--db", str(store)).code == 0
+    assert snapshot(store) == before
+    res = cli("delete", "other", "--db", str(store))
+    assert res.code == 2 and "no run named 'other'" in res.err
+    still_works(store)
+
+
+def test_skip_bad_skips_any_per_file_failure(store: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 7: a failure that is not an input error (a bug met on one file) is skipped and
+    recorded with --skip-bad, and without it is one line naming the file (exit 70)."""
+    import tracelab.ingest
+
+    folder = run_set(tmp_path / "three", ranks=3)
+    real = tracelab.ingest._convert_one
+
+    def flaky(path: str, out: str) -> object:
+        if path.endswith("rank-1.json"):
+            raise KeyError("sentinel")
+        return real(path, out)
+
+    monkeypatch.setattr(tracelab.ingest, "_convert_one", flaky)
+    before = snapshot(store)
+    res = cli("ingest", str(folder), "--db", str(store), "--workers", "1")
+    assert res.code == 70 and "rank-1.json" in res.err and "KeyError" in res.err
+    assert snapshot(store) == before
+    res = cli("ingest", str(folder), "--db", str(store), "--workers", "1", "--skip-bad")
+    assert res.code == 0, res.err
+    assert "skipped" in res.out and "rank-1.json" in res.out and "KeyError" in res.out
+    assert "2/3" in cli("runs", "--db", str(store)).out
