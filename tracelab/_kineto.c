@@ -20,8 +20,8 @@
  * input is not valid JSON or is valid but outside this fast path (a ts/dur with an exponent or
  * beyond int64 ns, an escaped `ph`, a lone surrogate in any string, nesting deeper than
  * MAX_DEPTH, two `traceEvents` members, a non-object event, or a field of an unexpected JSON
- * type). Error messages therefore always come from the reference decoder, and this scanner only ever has to
- * agree with it on input both accept (tests/foundation/test_fast_scan.py).
+ * type). Error messages therefore always come from the reference decoder, and this scanner
+ * only ever has to agree with it on input both accept (tests/foundation/test_fast_scan.py).
  *
  * Every read is bounds-checked against the buffer's length; the buffer is never modified.
  */
