@@ -19,10 +19,10 @@
  *
  * It returns None, and the caller falls back to the reference decoder (msgspec), whenever the
  * input is not valid JSON or is valid but outside this fast path (a ts/dur with an exponent or
- * beyond int64 ns, an escaped `ph`, a lone surrogate, nesting deeper than MAX_DEPTH, two
- * `traceEvents` members, a non-object event, or a field of an unexpected JSON type). Error
- * messages therefore always come from the reference decoder, and this scanner only ever has to
- * agree with it on input both accept (tests/foundation/test_fast_scan.py).
+ * beyond int64 ns, an escaped `ph`, a lone surrogate in any string, nesting deeper than
+ * MAX_DEPTH, two `traceEvents` members, a non-object event, or a field of an unexpected JSON
+ * type). Error messages therefore always come from the reference decoder, and this scanner
+ * only ever has to agree with it on input both accept (tests/foundation/test_fast_scan.py).
  *
  * Every read is bounds-checked against the buffer's length; the buffer is never modified.
  */
@@ -203,7 +203,22 @@ static int scan_string(P *p, Str *out) {
                 if (i + 5 >= p->n) return DECLINE;
                 for (int k = 2; k < 6; k++)
                     if (hexval(s[i + k]) < 0) return DECLINE;
+                /* Half a surrogate pair is not text: in any string, kept raw or not. */
+                uint32_t cp = (uint32_t)(hexval(s[i + 2]) << 12 | hexval(s[i + 3]) << 8 |
+                                         hexval(s[i + 4]) << 4 | hexval(s[i + 5]));
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return DECLINE;
                 i += 6;
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (i + 5 >= p->n || s[i] != '\\' || s[i + 1] != 'u') return DECLINE;
+                    uint32_t lo = 0;
+                    for (int k = 2; k < 6; k++) {
+                        int h = hexval(s[i + k]);
+                        if (h < 0) return DECLINE;
+                        lo = lo << 4 | (uint32_t)h;
+                    }
+                    if (lo < 0xDC00 || lo > 0xDFFF) return DECLINE;
+                    i += 6;
+                }
                 continue;
             }
             if (!strchr("\"\\/bfnrt", e) || e == 0) return DECLINE;
@@ -867,5 +882,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__kineto(void) {
     init_tables();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH)) Py_CLEAR(m);
+    return m;
 }

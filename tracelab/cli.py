@@ -1,25 +1,35 @@
 """The `tracelab` console script: one entry point, one module per subcommand.
 
 Each module in COMMANDS exposes `register(subparsers)`, which adds its parser and sets
-`func(args) -> int` as the default. Errors from tracelab.errors map to exit codes
-(2 usage, 3 input); anything else is a bug and keeps its traceback.
+`func(args) -> int` as the default. Errors from tracelab.errors map to exit codes (2 usage,
+3 input). No traceback reaches a user: anything else is a bug, printed as one line that names
+the command, the file when known and where to report it, exit 70 (TRACELAB_DEBUG=1 prints the
+traceback). A closed pipe (`tracelab analyze | head`) ends the command quietly; SIGTERM unwinds
+like Ctrl-C, so that an ingest removes its staging folder and stops its workers.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import traceback
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 from tracelab import __version__
-from tracelab.errors import TracelabError
+from tracelab.errors import InternalError, TracelabError
+from tracelab.validate import run_name, strip_control
 
 #: Subcommand modules, in the order `tracelab --help` lists them.
 COMMANDS = (
     "tracelab.commands.ingest",
     "tracelab.commands.convert",
     "tracelab.commands.runs",
+    "tracelab.commands.delete",
     "tracelab.commands.sql",
     "tracelab.commands.rederive",
     "tracelab.commands.export",
@@ -43,6 +53,100 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Where an internal error asks to be reported.
+REPORT_TO = "the tracelab issue tracker"
+#: Exit code of an internal error (sysexits.h EX_SOFTWARE; 1 is the report's "regression").
+INTERNAL_ERROR_EXIT = InternalError.exit_code
+#: Options that name runs or baselines: checked as names before any command runs.
+_NAME_OPTIONS = ("run", "baseline", "candidate", "name")
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that `finally` blocks run (like KeyboardInterrupt)."""
+
+
+#: Set once SIGTERM arrived: DuckDB turns a signal during a query into its own
+#: InterruptException (and later statements into "transaction is aborted"), which then means
+#: "terminated", not a bug.
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    global _terminated
+    _terminated = True
+    raise Terminated()
+
+
+class _TerminalText:
+    """A text stream to a terminal that drops escape sequences and control characters."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(strip_control(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _safe_terminal() -> Iterator[None]:
+    saved = sys.stdout, sys.stderr
+    for attr in ("stdout", "stderr"):
+        stream = getattr(sys, attr)
+        with contextlib.suppress(Exception):
+            if stream.isatty():
+                setattr(sys, attr, _TerminalText(stream))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _check_names(args: argparse.Namespace) -> None:
+    for option in _NAME_OPTIONS:
+        value = getattr(args, option, None)
+        if isinstance(value, str) and not os.path.exists(value):
+            run_name(value, option=f"--{option}")
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader went away: send the rest of stdout nowhere, so that flushing at exit cannot
+    raise again (Python's documented recipe)."""
+    with contextlib.suppress(Exception):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _internal_error(command: str, exc: BaseException) -> int:
+    where = getattr(exc, "path", None) or getattr(exc, "filename", None)
+    cause = exc.__cause__ if isinstance(exc, InternalError) and exc.__cause__ else exc
+    what = f"{type(cause).__name__}: {cause}".strip().replace("\n", " ")
+    if len(what) > 300:
+        what = what[:297] + "..."
+    if os.environ.get("TRACELAB_DEBUG") == "1":
+        traceback.print_exception(exc)
+    file = f" while reading {where}" if where and str(where) not in what else ""
+    print(f"tracelab {command}: internal error{file}: {what}. This is a bug in tracelab: "
+          f"please report it to {REPORT_TO} with this line and the command "
+          "(TRACELAB_DEBUG=1 shows the traceback).", file=sys.stderr)
+    return INTERNAL_ERROR_EXIT
+
+
+def _store_error(command: str, exc: BaseException) -> int | None:
+    """DuckDB's own errors that mean a damaged store or a full disk, not a bug: exit 3."""
+    if not type(exc).__module__.startswith(("duckdb", "_duckdb")):
+        return None
+    text = str(exc).replace("\n", " ")
+    if not any(w in text.lower() for w in ("corrupt", "checksum", "no space", "i/o error",
+                                           "serialization", "failed to read")):
+        return None
+    print(f"tracelab {command}: error: the store cannot be read ({type(exc).__name__}: "
+          f"{text[:300]}). It may be damaged: re-ingest into a new --db.", file=sys.stderr)
+    return 3
+
+
 def main(argv: list[str] | None = None) -> int:
     # numpy's OpenBLAS starts a thread per core at import, which spin-waits for work; nothing
     # in tracelab does linear algebra, and in a profiled ingest on 2 cores that spinning took
@@ -53,14 +157,41 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    command = args.command
+    previous = signal.getsignal(signal.SIGTERM)
+    with contextlib.suppress(ValueError):  # not the main thread (tests calling main)
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return int(args.func(args) or 0)
-    except TracelabError as exc:
-        print(f"tracelab {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        with _safe_terminal():
+            try:
+                _check_names(args)
+                return int(args.func(args) or 0)
+            except InternalError as exc:
+                return _internal_error(command, exc)
+            except TracelabError as exc:
+                print(f"tracelab {command}: error: {exc}", file=sys.stderr)
+                return exc.exit_code
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                return 130
+            except Terminated:
+                print("terminated", file=sys.stderr)
+                return 143
+            except BrokenPipeError:
+                _quiet_broken_pipe()
+                return 0
+            except Exception as exc:  # no traceback for users: see the module docstring
+                if _terminated:
+                    print("terminated", file=sys.stderr)
+                    return 143
+                if type(exc).__name__ == "InterruptException":  # Ctrl-C inside DuckDB
+                    print("interrupted", file=sys.stderr)
+                    return 130
+                code = _store_error(command, exc)
+                return code if code is not None else _internal_error(command, exc)
+    finally:
+        with contextlib.suppress(ValueError, TypeError):
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

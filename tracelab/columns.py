@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from tracelab.classify import DEVICE_CATS, RUNTIME_CATS, canonical_cat, classify
 from tracelab.classify import on_device as runs_on_device
 from tracelab.decode import ABSENT
+from tracelab.validate import INT32_MAX
 
 #: Kineto categories (canonical names) whose events carry correlation/stream ids worth extracting.
 ID_CATS = tuple(DEVICE_CATS) + RUNTIME_CATS + ("cpu_op",)
@@ -49,6 +50,9 @@ def _int_text(value: Any, field: str) -> int | None:
         return None
     v = int(m.group(1))
     return v if -2**63 < v < 2**63 else None
+
+#: Largest step number (the store's `step` columns are int32).
+STEP_MAX = INT32_MAX
 
 
 def lane_columns(
@@ -172,6 +176,8 @@ def step_spans(names: pa.Array, ts_ns: np.ndarray, dur_ns: np.ndarray, on_device
             rows[n] = [min(rows[n][0], lo), max(rows[n][1], hi)]
         else:
             rows[n] = [lo, hi]
+    if rows and max(rows) > STEP_MAX:
+        raise ValueError(f"ProfilerStep#{max(rows)}: step numbers are 0..{STEP_MAX}")
     order = sorted(rows, key=lambda n: rows[n][0])
     return pa.table(
         {

@@ -26,19 +26,25 @@ import mmap
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracelab import columns, gunzip
-from tracelab.decode import ABSENT, DecodedTrace, decode
-from tracelab.errors import TraceFormatError
+from tracelab import columns, gunzip, validate
+from tracelab.decode import (
+    ABSENT,
+    DecodedTrace,
+    base_time_ns,
+    decode,
+    decode_member,
+    time_error,
+)
+from tracelab.errors import InputError, TraceFormatError
 
 #: Version of the converted form (the Parquet files' columns). A folder of another version,
 #: e.g. left by an older collector, is converted again rather than registered.
@@ -69,7 +75,9 @@ class TraceInfo:
     format: int = 1
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        # Not dataclasses.asdict: it deep-copies the free-form metadata recursively, two
+        # Python frames a level, so a trace nested 512 levels deep ran out of stack.
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def from_json(cls, text: str) -> TraceInfo:
@@ -133,10 +141,59 @@ def load_converted(trace_path: str | os.PathLike[str]) -> TraceInfo | None:
         return None
     if info.format != CONVERTED_FORMAT or info.file_bytes != path.stat().st_size:
         return None
+    if not _valid_converted(folder, info):
+        return None
     with path.open("rb") as fh:
         if hashlib.file_digest(fh, "sha256").hexdigest() != info.sha256:
             return None
     return info
+
+
+#: What each Parquet file of a converted trace holds (events: EVENTS_SCHEMA).
+STEPS_SCHEMA = pa.schema([("step", pa.int32()), ("start_ns", pa.int64()),
+                          ("end_ns", pa.int64()), ("device_end_ns", pa.int64())])
+MEMORY_SCHEMA = pa.schema([("ts_ns", pa.int64()), ("step", pa.int32()), ("args", pa.string())]
+                          + [(c, pa.int64()) for c, _ in (
+                              ("device_type", 0), ("device_id", 0), ("bytes", 0),
+                              ("total_allocated", 0), ("total_reserved", 0))])
+LANES_SCHEMA = pa.schema([("pid", pa.int64()), ("tid", pa.int64()), ("kind", pa.string()),
+                          ("value", pa.string()), ("sort_index", pa.int64())])
+
+
+def _valid_converted(folder: Path, info: TraceInfo) -> bool:
+    """Whether a converted folder is what convert_trace writes: its metadata typed and in
+    range (tracelab.validate), each Parquet file readable with the expected columns, as many
+    events as the metadata says, and every time within the limits. A folder that is not (stale,
+    damaged or forged) is ignored and the trace converted again."""
+    lim = validate.TIME_LIMIT_NS
+    try:
+        validate.rank_and_world(info.rank, info.world_size, "trace.json", folder)
+        for value in (info.file_bytes, info.event_count, info.memory_event_count):
+            validate.integer(value, "a count", folder, lo=0, hi=validate.INT64_MAX,
+                             optional=False)
+        validate.integer(info.base_time_ns, "base_time_ns", folder, lo=-lim, hi=lim,
+                         optional=False)
+        if not isinstance(info.sha256, str) or not isinstance(info.metadata, dict):
+            return False
+        expected = {"events": EVENTS_SCHEMA, "steps": STEPS_SCHEMA, "memory": MEMORY_SCHEMA,
+                    "lanes": LANES_SCHEMA}
+        for kind, schema in expected.items():
+            if not pq.read_schema(folder / f"{kind}.parquet").equals(schema,
+                                                                      check_metadata=False):
+                return False
+        events = pq.read_table(folder / "events.parquet", columns=["ts_ns", "dur_ns", "step"])
+        if events.num_rows != info.event_count or not events.num_rows:
+            return False
+        ts, dur = events.column("ts_ns"), events.column("dur_ns")
+        if ts.null_count or dur.null_count or pc.min(dur).as_py() < 0:
+            return False
+        end = pc.add_checked(ts, dur)
+        if pc.min(ts).as_py() < -lim or pc.max(end).as_py() > lim:
+            return False
+        step = pc.min(events.column("step")).as_py()
+        return step is None or step >= 0
+    except (InputError, OSError, pa.ArrowException, TypeError, ValueError):
+        return False
 
 
 @contextlib.contextmanager
@@ -189,23 +246,57 @@ def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
+#: distributedInfo fields tracelab reads, and what each must be (tracelab.validate).
+_DIST_FIELDS = {"rank": validate.RANK_ID, "world_size": ("int", 1, validate.INT32_MAX),
+                "backend": validate.TEXT, "pg_config": validate.ARRAY}
+
+
 def _distributed_info(top: dict[str, bytes], path: Path) -> dict[str, Any]:
     raw = top.get("distributedInfo")
     if raw is None:
         return {}
-    info = msgspec.json.decode(raw)
-    if not isinstance(info, dict):
-        raise TraceFormatError("distributedInfo is not an object.", str(path))
+    info = decode_member(raw, path)
+    if info is None:
+        return {}
+    try:
+        validate.fields(info, _DIST_FIELDS, "distributedInfo", path)
+        validate.rank_and_world(info.get("rank"), info.get("world_size"), "distributedInfo",
+                                path)
+        for group in info.get("pg_config") or []:
+            validate.fields(group, {"ranks": validate.INTS, "pg_size": validate.INT32},
+                            "distributedInfo.pg_config entry", path)
+    except InputError as exc:
+        raise TraceFormatError(str(exc).removeprefix(f"{path}: "), str(path)) from None
     return info
 
 
-def _metadata(top: dict[str, bytes]) -> dict[str, Any]:
+def _check_times(ts_ns: np.ndarray, dur_ns: np.ndarray, base_ns: int, names: pa.Array,
+                 sel: np.ndarray, path: Path) -> None:
+    """Every time, duration and end, after adding the base, within +-TIME_LIMIT_NS; `sel` maps
+    each row to its event's index in the trace."""
+    lim = validate.TIME_LIMIT_NS
+    if not len(ts_ns):
+        return
+    for field, arr in (("ts", ts_ns), ("dur", dur_ns)):
+        bad = (arr >= lim) | (arr <= -lim)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise time_error(path, int(sel[i]), names[i].as_py(), field, int(arr[i]))
+    end = ts_ns + dur_ns  # both under 2**62 in magnitude: no overflow
+    for field, arr in (("ts + dur", end), ("ts", ts_ns)):
+        hi, lo = int(arr.max()) + base_ns, int(arr.min()) + base_ns
+        if hi > lim or lo < -lim:
+            i = int(np.argmax(arr)) if hi > lim else int(np.argmin(arr))
+            raise time_error(path, int(sel[i]), names[i].as_py(), field, int(arr[i]), base_ns)
+
+
+def _metadata(top: dict[str, bytes], path: Path) -> dict[str, Any]:
     skip = {"distributedInfo", "deviceProperties"}
     out: dict[str, Any] = {}
     for key, raw in top.items():
         if key in skip or len(raw) > 65536:
             continue
-        out[key] = msgspec.json.decode(raw)
+        out[key] = decode_member(raw, path)
     return out
 
 
@@ -239,8 +330,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
             str(path),
         )
     dist = _distributed_info(top, path)
-    base_raw = top.get("baseTimeNanoseconds")
-    base_ns = int(msgspec.json.decode(base_raw)) if base_raw is not None else 0
+    base_ns = base_time_ns(top, path)
 
     if d.ts_missing[xs].any():
         bad = int(np.argmax(d.ts_missing[xs]))
@@ -258,9 +348,12 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     order = np.argsort(d.ts_ns[xs], kind="stable")
     sel = xs[order]
     take = pa.array(sel)
+    name_arr = d.name.take(take).cast(pa.string())
+    _check_times(d.ts_ns[sel], d.dur_ns[sel], base_ns, name_arr, sel, path)
+    _check_times(d.ts_ns[mem], np.zeros(len(mem), np.int64), base_ns,
+                 d.name.take(pa.array(mem, pa.int64())), mem, path)
     ts_ns = d.ts_ns[sel] + base_ns
     dur_ns = d.dur_ns[sel]
-    name_arr = d.name.take(take).cast(pa.string())
     cat_arr = d.cat.take(take).cast(pa.string())
     category, on_device = columns.classify_columns(cat_arr, name_arr)
     pid_col, tid_col, label_col = columns.lane_columns(d.pid[sel], d.tid[sel],
@@ -268,7 +361,11 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     stream, correlation, external_id = columns.id_columns(
         {k: v[sel] for k, v in d.ids.items()}, cat_arr, on_device, tid_col)
     device_np = on_device.to_numpy(zero_copy_only=False)
-    steps = columns.step_spans(name_arr, ts_ns, dur_ns, device_np)
+    try:
+        steps = columns.step_spans(name_arr, ts_ns, dur_ns, device_np)
+    except ValueError as exc:  # a step number beyond int32
+        raise TraceFormatError(f"{exc}. Fix the trace or drop this rank (--skip-bad).",
+                               str(path)) from None
     step = columns.step_column(ts_ns, device_np, correlation, steps)
     table = pa.Table.from_arrays(
         [
@@ -299,7 +396,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     )
     _write_memory(d, mem, base_ns, steps, out / "memory.parquet")
     _write_steps(steps, ts_ns + dur_ns, device_np, step, out / "steps.parquet")
-    _write_lanes(d, lanes, out / "lanes.parquet")
+    _write_lanes(d, lanes, out / "lanes.parquet", path)
     del table
 
     info = TraceInfo(
@@ -310,36 +407,38 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
         world_size=_int_or_none(dist.get("world_size")),
         backend=dist.get("backend"),
         process_groups=list(dist.get("pg_config") or []),
-        host=_host(top),
-        **_device(top),
+        host=_host(top, path),
+        **_device(top, path),
         base_time_ns=base_ns,
         event_count=len(xs),
         memory_event_count=len(mem),
         ignored_event_count=d.n - len(xs) - len(mem) - len(lanes),
-        metadata=_metadata(top),
+        metadata=_metadata(top, path),
         format=CONVERTED_FORMAT,
     )
     (out / "trace.json").write_text(info.to_json())
     return info
 
-def _host(top: dict[str, bytes]) -> str | None:
+def _host(top: dict[str, bytes], path: Path) -> str | None:
     for key in ("host_name", "hostname"):
         if key in top:
-            value = msgspec.json.decode(top[key])
+            value = decode_member(top[key], path)
             return value if isinstance(value, str) else None
     return None
 
 
-def _device(top: dict[str, bytes]) -> dict[str, Any]:
+def _device(top: dict[str, bytes], path: Path) -> dict[str, Any]:
     raw = top.get("deviceProperties")
-    props = msgspec.json.decode(raw) if raw is not None else None
+    props = decode_member(raw, path) if raw is not None else None
     if not isinstance(props, list) or not props or not isinstance(props[0], dict):
         return {"device": None, "device_memory_bytes": None, "device_properties": None}
     first = props[0]
     mem = first.get("totalGlobalMem")
+    name = first.get("name")
     return {
-        "device": first.get("name"),
-        "device_memory_bytes": mem if isinstance(mem, int) else None,
+        "device": name if isinstance(name, str) else None,
+        "device_memory_bytes": mem if type(mem) is int and 0 <= mem <= validate.INT64_MAX
+        else None,
         "device_properties": props,
     }
 
@@ -377,12 +476,12 @@ def _write_memory(d: DecodedTrace, mem: np.ndarray, base_ns: int, steps: pa.Tabl
         data[column] = pa.array(values, mask=values == ABSENT)
     pq.write_table(pa.table(data), path, compression=_CODEC)
 
-def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path) -> None:
+def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path, trace: Path) -> None:
     rows: dict[str, list[Any]] = {"pid": [], "tid": [], "kind": [], "value": [], "sort_index": []}
     idx = pa.array(lanes, pa.int64())
     for i, kind, text in zip(lanes.tolist(), d.name.take(idx).to_pylist(),
                              d.args.take(idx).to_pylist(), strict=True):
-        args = msgspec.json.decode(text) if text else {}
+        args = decode_member(text, trace) if text else {}
         if not isinstance(args, dict):
             continue
         value = args.get("name", args.get("labels"))
@@ -392,7 +491,9 @@ def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path) -> None:
         rows["tid"].append(None if tid == ABSENT or not kind.startswith("thread") else tid)
         rows["kind"].append(kind)
         rows["value"].append(value if isinstance(value, str) else None)
-        rows["sort_index"].append(_int_or_none(sort_index))
+        sort_index = _int_or_none(sort_index)
+        rows["sort_index"].append(sort_index if sort_index is None or
+                                  abs(sort_index) <= validate.INT64_MAX else None)
     table = pa.table(
         rows,
         schema=pa.schema(

@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from tracelab import validate
 from tracelab.errors import TraceFormatError
 
 try:
@@ -72,11 +73,14 @@ class DecodedTrace:
 
 def decode(buf: bytes | mmap.mmap, path: Path) -> DecodedTrace:
     """Decode a trace's bytes (or a read-only map of them); raises TraceFormatError naming
-    `path` and the fix. Nothing returned refers to `buf`, which the caller may close."""
+    `path` and the fix. Nothing returned refers to `buf`, which the caller may close. A leading
+    UTF-8 byte-order mark is skipped (RFC 8259 lets a parser ignore it)."""
+    if buf[:3] == validate.BOM:
+        buf = bytes(buf[3:])
     if _kineto is not None:
         scanned = _kineto.scan(buf)
         if scanned is not None:
-            return _from_scan(scanned, buf)
+            return _from_scan(scanned, buf, path)
     # msgspec.Raw values point into the buffer they were decoded from: give it its own copy,
     # so that no error traceback can pin the caller's map.
     return decode_reference(buf if isinstance(buf, bytes) else bytes(buf), path)
@@ -93,7 +97,8 @@ def _strings(offsets: bytes, data: bytes, valid: bytes | None, n: int) -> pa.Arr
                                                         pa.py_buffer(data)], null_count=nulls)
 
 
-def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap) -> DecodedTrace:
+def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap, path: Path = Path("<trace>")
+               ) -> DecodedTrace:
     n = s["n"]
     pid_kind = np.frombuffer(s["pid_kind"], dtype=np.uint8)
     tid_kind = np.frombuffer(s["tid_kind"], dtype=np.uint8)
@@ -104,9 +109,15 @@ def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap) -> DecodedTrace:
         odd[(i, "pid")] = None
     for i in np.flatnonzero(tid_kind == 0).tolist():
         odd[(i, "tid")] = None
+    # An integer equal to the ABSENT sentinel (-2**63) is kept as an odd value, like the
+    # reference decoder does, so that it is never mistaken for "absent".
+    for i in np.flatnonzero((pid_kind == 1) & (pid == ABSENT)).tolist():
+        odd[(i, "pid")] = int(ABSENT)
+    for i in np.flatnonzero((tid_kind == 1) & (tid == ABSENT)).tolist():
+        odd[(i, "tid")] = int(ABSENT)
     other = np.frombuffer(s["other"], dtype=np.int64).reshape(-1, 4)
     for i, field, start, end in other.tolist():
-        odd[(i, "pid" if field == 0 else "tid")] = msgspec.json.decode(buf[start:end])
+        odd[(i, "pid" if field == 0 else "tid")] = decode_member(buf[start:end], path)
     args = _strings(s["args_off"], s["args_data"], s["args_valid"], n)
     return DecodedTrace(
         n=n,
@@ -120,7 +131,7 @@ def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap) -> DecodedTrace:
         dur_missing=np.frombuffer(s["dur_kind"], dtype=np.uint8) == 0,
         args=args,
         ids={k: np.frombuffer(v, dtype=np.int64) for k, v in s["ids"].items()},
-        top={msgspec.json.decode(key): buf[start:end] for key, start, end in s["top"]},
+        top={decode_member(key, path): buf[start:end] for key, start, end in s["top"]},
     )
 
 
@@ -153,7 +164,7 @@ _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _IDS_DECODER = msgspec.json.Decoder(_Ids)
 
 
-def decode_error(path: Path, exc: Exception, buf: bytes = b"") -> TraceFormatError:
+def decode_error(path: Path, exc: BaseException, buf: bytes = b"") -> TraceFormatError:
     """The error for a trace msgspec could not decode, with what to do about it."""
     text = str(exc)
     if buf.find(b"NaN") >= 0 or buf.find(b"Infinity") >= 0:
@@ -161,13 +172,46 @@ def decode_error(path: Path, exc: Exception, buf: bytes = b"") -> TraceFormatErr
             f"it holds NaN or Infinity, which JSON does not allow ({text}): a NaN or infinite "
             "duration or timestamp. Fix the exporter or drop this rank (--skip-bad)."
         )
-    elif "truncated" in text.lower() or "end of" in text.lower():
-        hint = "the JSON ends early: the file is truncated. Copy or export it again."
-    elif "utf-8" in text.lower():
-        hint = f"it is not valid UTF-8 ({text}). Re-export the trace with a current profiler."
     else:
-        hint = f"it is not valid Kineto JSON ({text})."
+        hint = validate.json_error_hint(buf, exc).replace("valid JSON", "valid Kineto JSON")
     return TraceFormatError(hint, str(path))
+
+
+def decode_member(raw: bytes, path: Path) -> Any:
+    """One JSON value of a trace that the scanner validated as text (a top-level member, an
+    odd pid, an event's args): decoded, or a TraceFormatError naming the file (a number past
+    a float's range, nesting past the stack)."""
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise decode_error(path, exc, bytes(raw)) from None
+
+
+def time_error(path: Path, index: int, name: str, field: str, value_ns: float | int,
+               base_ns: int = 0) -> TraceFormatError:
+    """An event whose time lies outside +-validate.TIME_LIMIT_NS (alone or after the base)."""
+    where = f"{field} {value_ns / 1000:g} us" + (f" after the base time {base_ns} ns"
+                                                 if base_ns else "")
+    return TraceFormatError(
+        f"event #{index} ({name!r}) has {where}, beyond the {validate.TIME_LIMIT_NS} ns "
+        "(146 years) that tracelab stores. The exporter wrote a bad time; fix it or drop this "
+        "rank (--skip-bad).",
+        str(path),
+    )
+
+
+def base_time_ns(top: dict[str, bytes], path: Path) -> int:
+    """`baseTimeNanoseconds`: an integer within +-TIME_LIMIT_NS; absent or null means 0."""
+    raw = top.get("baseTimeNanoseconds")
+    value = decode_member(raw, path) if raw is not None else None
+    if value is None:
+        return 0
+    if type(value) is not int or abs(value) > validate.TIME_LIMIT_NS:
+        raise TraceFormatError(
+            f"baseTimeNanoseconds is {str(value)[:40]}: it must be an integer number of ns "
+            f"within +-{validate.TIME_LIMIT_NS}. Fix the exporter or drop this rank (--skip-bad).",
+            str(path))
+    return value
 
 
 def _us_to_ns(us: np.ndarray) -> np.ndarray:
@@ -192,6 +236,12 @@ def _times(events: list[_Event], raw_events: bytes, base_ns: int, path: Path
     dur_missing = np.fromiter((d is None for d in dur_f), dtype=np.bool_, count=len(dur_f))
     ts_arr = np.asarray([0.0 if t is None else t for t in ts_f], dtype=np.float64)
     dur_arr = np.asarray([0.0 if d is None else d for d in dur_f], dtype=np.float64)
+    limit_us = validate.TIME_LIMIT_NS / 1000
+    for field, arr in (("ts", ts_arr), ("dur", dur_arr)):
+        bad = ~(np.abs(arr) < limit_us)  # NaN too
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise time_error(path, i, events[i].name, field, float(arr[i]) * 1000)
     if (
         base_ns == 0 and len(ts_arr)
         and np.abs(ts_arr).max() >= _FLOAT_EXACT_LIMIT_US
@@ -222,7 +272,7 @@ def _ids(raw_args: list[bytes]) -> dict[str, np.ndarray]:
             continue
         try:
             decoded.append(_IDS_DECODER.decode(a))
-        except msgspec.ValidationError:  # args that are not an object carry no ids
+        except (msgspec.ValidationError, RecursionError):  # not an object: no ids
             decoded.append(empty)
     return {key: _int_column(list(map(attrgetter(field), decoded)))
             for key, field in zip(ID_KEYS, _ID_FIELDS, strict=True)}
@@ -232,6 +282,8 @@ def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
     """The reference decoder: typed msgspec structs, args kept as raw JSON bytes."""
     try:
         top = _TOP_DECODER.decode(buf)
+    except RecursionError as exc:
+        raise decode_error(path, exc, buf) from None
     except msgspec.ValidationError as exc:
         raise TraceFormatError(
             "the top level is not a JSON object, so this is not a Kineto trace "
@@ -248,12 +300,17 @@ def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
         )
     try:
         events = _EVENTS_DECODER.decode(top["traceEvents"])
+    except RecursionError as exc:
+        raise decode_error(path, exc, buf) from None
     except msgspec.ValidationError as exc:
+        if "out of range" in str(exc):
+            raise TraceFormatError(
+                f"a number is too large for a 64-bit float ({exc}). Fix the exporter or drop "
+                "this rank (--skip-bad).", str(path)) from None
         raise TraceFormatError(f"unexpected event shape: {exc}", str(path)) from exc
     except msgspec.DecodeError as exc:
-        raise decode_error(path, exc) from exc
-    base_raw = top.get("baseTimeNanoseconds")
-    base_ns = int(msgspec.json.decode(base_raw)) if base_raw is not None else 0
+        raise decode_error(path, exc, bytes(top["traceEvents"])) from exc
+    base_ns = base_time_ns(top, path)
     ts_ns, dur_ns, ts_missing, dur_missing = _times(events, top["traceEvents"], base_ns, path)
     pids = list(map(attrgetter("pid"), events))
     tids = list(map(attrgetter("tid"), events))

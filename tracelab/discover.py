@@ -8,13 +8,13 @@ command line must be a trace.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracelab import validate as v
 from tracelab.errors import InputError
 
 #: Suffix of a trace's pre-converted columnar folder (see tracelab.convert.converted_dir).
@@ -24,6 +24,28 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 MANIFEST = "manifest.json"
 CAPTURE_FORMAT = "tracelab.capture"
 CAPTURE_FORMAT_VERSION = 1
+
+#: What each field of the capture's JSON may hold (docs/capture-format.md; tracelab.validate).
+MANIFEST_FIELDS = {
+    "run_name": v.TEXT, "world_size": ("int", 1, v.INT32_MAX), "created_unix_ns": v.TIME,
+    "versions": v.OBJECT, "parallelism": v.OBJECT, "pipeline": v.OBJECT, "schedule": v.OBJECT,
+    "windows": v.ARRAY, "argv": v.ARRAY, "ranks": v.ARRAY,
+}
+PIPELINE_FIELDS = {"schedule": v.TEXT, "stages": ("int", 1, v.INT32_MAX),
+                   "microbatches": ("int", 1, v.INT32_MAX)}
+RANK_FIELDS = {
+    "rank": v.RANK_ID, "host": v.TEXT, "device": v.TEXT, "device_memory_bytes": v.SIZE,
+    "backend": v.TEXT, "coords": v.OBJECT, "pp_stage": ("int", 0, v.INT32_MAX),
+    "pp_stages": ("ints", 0, v.INT32_MAX), "process_groups": v.ARRAY, "traces": v.TEXTS,
+    "collectives": v.TEXT, "collective_seq": v.TEXT, "memory": v.ARRAY,
+    "memory_snapshot": v.TEXT, "clock": v.OBJECT, "windows": v.ARRAY, "collector_error": v.TEXT,
+}
+MEMORY_FIELDS = {"step": v.STEP, "ts_ns": v.TIME, "device_type": v.TEXT, "device_id": v.INT32,
+                 "peak_allocated_bytes": v.SIZE, "peak_reserved_bytes": v.SIZE,
+                 "rss_bytes": v.SIZE, "rss_is_peak": v.BOOL}
+CLOCK_FIELDS = {"offset_ns": v.TIME, "uncertainty_ns": v.TIME, "reference_rank": v.RANK_ID}
+GROUP_FIELDS = {"pg_name": v.TEXT, "pg_desc": v.TEXT, "ranks": ("ints", 0, v.INT32_MAX - 1),
+                "backend": v.TEXT}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,35 +94,58 @@ def is_trace_name(path: Path) -> bool:
     return path.name.endswith(TRACE_SUFFIXES) and path.name != MANIFEST
 
 
+def check_rank_entry(entry: Any, what: str, path: Path) -> dict[str, Any]:
+    """One RANK object (a manifest entry or a rank.json), every field ingest reads typed."""
+    v.fields(entry, RANK_FIELDS, what, path)
+    if not isinstance(entry.get("rank"), int):
+        raise InputError(f"{what} has no integer 'rank': {str(entry)[:200]}", str(path))
+    where = f"{what} (rank {entry['rank']})"
+    for key, value in (entry.get("coords") or {}).items():
+        v.integer(value, f"{where}: coords {key!r}", path, lo=0, hi=v.INT32_MAX)
+    for peak in entry.get("memory") or []:
+        v.fields(peak, MEMORY_FIELDS, f"{where}: a memory entry", path)
+    v.fields(entry.get("clock") or {}, CLOCK_FIELDS, f"{where}: clock", path)
+    for group in entry.get("process_groups") or []:
+        v.fields(group, GROUP_FIELDS, f"{where}: a process group", path)
+    return entry
+
+
 def load_capture(root: Path) -> Capture:
     """Read and check a capture folder's manifest.json (or its rank-*/rank.json parts)."""
     manifest_path = root / MANIFEST
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"unreadable capture manifest ({exc}).", str(manifest_path)) from exc
+    manifest = v.read_json(manifest_path, "capture manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != CAPTURE_FORMAT:
         raise InputError(
             f"not a tracelab capture manifest (format must be {CAPTURE_FORMAT!r}).",
             str(manifest_path),
         )
     version = manifest.get("format_version")
-    if version != CAPTURE_FORMAT_VERSION:
+    if version != CAPTURE_FORMAT_VERSION or type(version) is not int:
+        found = (f"the {type(version).__name__} {version!r}" if type(version) is not int
+                 else str(version))
         raise InputError(
-            f"capture format version {version}, but this tracelab reads version "
-            f"{CAPTURE_FORMAT_VERSION}. Upgrade tracelab or re-capture.",
+            f"capture format version {found}, but this tracelab reads version "
+            f"{CAPTURE_FORMAT_VERSION} (the integer). Upgrade tracelab or re-capture.",
             str(manifest_path),
         )
+    v.fields(manifest, MANIFEST_FIELDS, "the manifest", manifest_path)
+    v.fields(manifest.get("pipeline") or {}, PIPELINE_FIELDS, "the manifest: pipeline",
+             manifest_path)
+    return _capture(root, manifest, manifest.get("ranks") or [], manifest_path)
+
+
+def _capture(root: Path, manifest: dict[str, Any], entries: list[Any], where: Path) -> Capture:
+    world = manifest.get("world_size")
     ranks: dict[int, dict[str, Any]] = {}
-    for entry in manifest.get("ranks") or []:
-        rank = entry.get("rank")
-        if not isinstance(rank, int):
-            raise InputError(f"a rank entry has no integer 'rank': {entry!r:.200}", str(manifest_path))
+    for entry in entries:
+        check_rank_entry(entry, "a rank entry", where)
+        rank = entry["rank"]
         if rank in ranks:
-            raise InputError(f"rank {rank} is listed twice.", str(manifest_path))
+            raise InputError(f"rank {rank} is listed twice.", str(where))
+        v.rank_and_world(rank, world, "the manifest's", where)
         ranks[rank] = entry
     if not ranks:
-        raise InputError("the manifest lists no ranks.", str(manifest_path))
+        raise InputError("the manifest lists no ranks.", str(where))
     return Capture(root=root, manifest=manifest, ranks=ranks)
 
 
@@ -109,10 +154,7 @@ def load_capture_parts(root: Path) -> Capture:
     per-rank rank.json parts, with run-level fields unknown."""
     entries = []
     for part in sorted(root.glob("rank-*/rank.json")):
-        try:
-            entries.append(json.loads(part.read_text()))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"unreadable rank part ({exc}).", str(part)) from exc
+        entries.append(check_rank_entry(v.read_json(part, "rank part"), "the rank part", part))
     manifest = {
         "format": CAPTURE_FORMAT,
         "format_version": CAPTURE_FORMAT_VERSION,
@@ -121,13 +163,32 @@ def load_capture_parts(root: Path) -> Capture:
         "ranks": entries,
         "rebuilt_from_parts": True,
     }
-    ranks = {int(e["rank"]): e for e in entries if isinstance(e.get("rank"), int)}
-    return Capture(root=root, manifest=manifest, ranks=ranks)
+    return _capture(root, manifest, entries, root)
+
+
+def capture_path(capture: Capture, rel: Any, what: str) -> Path:
+    """A path the manifest names, confined to the capture folder: relative, no '..', and no
+    symlink leading outside the folder."""
+    where = str(capture.root / MANIFEST)
+    if not isinstance(rel, str) or not rel:
+        raise InputError(f"{what} must be a path relative to the capture folder, not "
+                         f"{rel!r:.80}.", where)
+    parts = Path(rel).parts
+    if Path(rel).is_absolute() or ".." in parts:
+        raise InputError(f"{what} {rel!r} leaves the capture folder: paths in a manifest are "
+                         "relative to it, without '..'. Fix the manifest.", where)
+    path = capture.root / rel
+    root = capture.root.resolve()
+    if path.exists() and root not in path.resolve().parents:
+        raise InputError(f"{what} {rel!r} is a symlink to {path.resolve()}, outside the "
+                         "capture folder. Copy the file into the capture instead.", where)
+    return path
 
 
 def _capture_files(capture: Capture) -> tuple[list[TraceFile], list[InputError]]:
     files: list[TraceFile] = []
     problems: list[InputError] = []
+    claimed: dict[Path, int] = {}
     for rank, entry in sorted(capture.ranks.items()):
         traces = entry.get("traces") or []
         if not traces:
@@ -140,7 +201,12 @@ def _capture_files(capture: Capture) -> tuple[list[TraceFile], list[InputError]]
             ))
             continue
         for window, rel in enumerate(traces):
-            path = capture.root / rel
+            path = capture_path(capture, rel, f"rank {rank}'s trace")
+            owner = claimed.setdefault(path.resolve(), rank)
+            if owner != rank:
+                raise InputError(
+                    f"{rel} is listed as a trace of rank {owner} and of rank {rank}: one file "
+                    "holds one rank. Fix the manifest.", str(capture.root / MANIFEST))
             if not path.is_file():
                 problems.append(InputError(
                     f"rank {rank}'s trace {rel} is listed in the manifest but missing. "

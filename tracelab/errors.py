@@ -49,3 +49,15 @@ class StoreLockedError(StoreError):
 
 class RunNotFoundError(UsageError):
     """A run name that is not in the store."""
+
+
+class InternalError(TracelabError):
+    """A bug in tracelab, met while handling one input file: the CLI prints one line naming the
+    file and where to report it (TRACELAB_DEBUG=1 adds the traceback), and --skip-bad skips the
+    file like a bad one."""
+
+    exit_code = 70  # EX_SOFTWARE (sysexits.h): never 1, which `report` uses for a regression
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)

@@ -14,14 +14,14 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tracelab import __version__, load_sql
+from tracelab import __version__, load_sql, validate
+from tracelab import workers as lifecycle
 from tracelab.convert import (
     PARQUET_KINDS,
     TraceInfo,
@@ -30,9 +30,15 @@ from tracelab.convert import (
     load_converted,
 )
 from tracelab.discover import Capture, Discovery, TraceFile, discover, tensorboard_name
-from tracelab.errors import InputError, RankConflictError, TracelabError, UsageError
+from tracelab.errors import (
+    InputError,
+    InternalError,
+    RankConflictError,
+    TracelabError,
+    UsageError,
+)
 from tracelab.defaults import DEFAULT_DB
-from tracelab.records import load_capture_records
+from tracelab.records import check_capture_records, load_capture_records
 
 if TYPE_CHECKING:
     import duckdb
@@ -81,10 +87,13 @@ class _NoPandas:
             raise ImportError("conversion workers do not use pandas")
 
 
-def _worker_init() -> None:
-    """Conversion workers never use pandas, but pyarrow imports it (a third of a second per
-    worker) the first time it checks whether an argument is a pandas object. Let that check run
-    once while pandas cannot be imported, so pyarrow records it as absent in this process."""
+def _worker_init(parent_pid: int | None = None) -> None:
+    """Conversion workers die with their parent (tracelab.workers). They never use pandas, but
+    pyarrow imports it (a third of a second per worker) the first time it checks whether an
+    argument is a pandas object. Let that check run once while pandas cannot be imported, so
+    pyarrow records it as absent in this process."""
+    if parent_pid is not None:
+        lifecycle.init_worker(parent_pid)
     if "pandas" in sys.modules:
         return
     import pyarrow as pa
@@ -94,6 +103,25 @@ def _worker_init() -> None:
         pa.scalar(0)
     finally:
         sys.meta_path.remove(_NoPandas)
+
+
+def _file_error(exc: BaseException, path: Path) -> TracelabError:
+    """A per-file failure: input errors as they are, anything else an InternalError naming the
+    file (--skip-bad skips either)."""
+    if isinstance(exc, TracelabError):
+        return exc
+    err = InternalError(f"{type(exc).__name__}: {exc}", str(path))
+    err.__cause__ = exc
+    return err
+
+
+def _share_groups(info: TraceInfo, seen: dict[str, list[dict[str, Any]]]) -> TraceInfo:
+    """One shared copy of each distinct process-group config: every rank's trace repeats the
+    groups with all their member ranks, so keeping a copy per rank made the ingest's memory
+    grow with ranks squared (2,048 ranks: 158 MB of pg_config lists)."""
+    key = json.dumps(info.process_groups, sort_keys=True)
+    shared = seen.setdefault(key, info.process_groups)
+    return info if shared is info.process_groups else replace(info, process_groups=shared)
 
 
 def _convert_all(
@@ -106,38 +134,57 @@ def _convert_all(
     returns per-file-index results and errors (never raises for input)."""
     done: dict[int, tuple[TraceInfo, Path]] = {}
     errors: dict[int, TracelabError] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     out_dirs = [staging / f"f{i}" for i in range(len(files))]
     for i, tf in enumerate(files):
         # Converted on its rank already (collector): register it, parse nothing.
-        pre = load_converted(tf.path)
+        try:
+            pre = load_converted(tf.path)
+        except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+            errors[i] = _file_error(exc, tf.path)
+            continue
         if pre is not None:
-            done[i] = (replace(pre, file=str(tf.path)), converted_dir(tf.path))
-    todo = [i for i in range(len(files)) if i not in done]
+            done[i] = (_share_groups(replace(pre, file=str(tf.path)), groups),
+                       converted_dir(tf.path))
+    todo = [i for i in range(len(files)) if i not in done and i not in errors]
     if workers == 0 or not todo:
         for n, i in enumerate(todo, 1):
             tf = files[i]
             try:
-                done[i] = (_convert_one(str(tf.path), str(out_dirs[i])), out_dirs[i])
-            except InputError as exc:
-                errors[i] = exc
+                done[i] = (_share_groups(_convert_one(str(tf.path), str(out_dirs[i])), groups),
+                           out_dirs[i])
+            except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+                errors[i] = _file_error(exc, tf.path)
             if progress:
                 progress(n, len(todo))
         return done, errors
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=_worker_init) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=_worker_init,
+                               initargs=(os.getpid(),))
+    try:
         futures = {
             pool.submit(_convert_one, str(files[i].path), str(out_dirs[i])): i for i in todo
         }
         # While the workers convert, load what the store's load will need (DuckDB: a fifth of
         # a second of imports otherwise spent after the last file is converted).
         import tracelab.store  # noqa: F401
-        for n, fut in enumerate(as_completed(futures), 1):
-            i = futures[fut]
-            try:
-                done[i] = (fut.result(), out_dirs[i])
-            except InputError as exc:
-                errors[i] = exc
-            if progress:
-                progress(n, len(todo))
+        # Not as_completed, which keeps every future (and its result) until the last: each
+        # future is dropped once read, so only the shared process groups stay (_share_groups).
+        pending, n = set(futures), 0
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = futures.pop(fut)
+                try:
+                    done[i] = (_share_groups(fut.result(), groups), out_dirs[i])
+                except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+                    errors[i] = _file_error(exc, files[i].path)
+                n += 1
+                if progress:
+                    progress(n, len(todo))
+    except BaseException:
+        lifecycle.kill_pool(pool)  # Ctrl-C, SIGTERM: stop now, not after the current files
+        raise
+    pool.shutdown()
     return done, errors
 
 
@@ -210,6 +257,7 @@ def _resolve_ranks(
     done: dict[int, tuple[TraceInfo, Path]],
     user_ranks: Mapping[str, int],
     paths: Sequence[str | os.PathLike[str]] = (),
+    world_size: int | None = None,
 ) -> tuple[dict[int, ConvertedRank], dict[int, TracelabError], str | None]:
     """Group converted files by rank; missing or doubly-claimed ranks become per-file errors.
 
@@ -224,6 +272,13 @@ def _resolve_ranks(
         rank = _match_user_rank(tf.path, user_ranks)
         if rank is None:
             rank = tf.rank if tf.rank is not None else info.rank
+        world = world_size if world_size is not None else info.world_size
+        if rank is not None and world is not None and rank >= world:
+            errors[i] = RankConflictError(
+                f"rank {rank} is not below the world size {world} (ranks are 0..{world - 1}). "
+                "Map the file to its rank with --rank FILE=N, or check the capture's "
+                "world_size.", str(tf.path))
+            continue
         if rank is None:
             rankless.append(i)
             continue
@@ -314,20 +369,28 @@ def ingest(
     if found.problems and not skip_bad:
         raise found.problems[0]
     capture = found.captures[0] if found.captures else None
-    name = run or _default_run_name(paths, capture)
+    named_by = (capture.root / "manifest.json" if capture is not None
+                and capture.manifest.get("run_name") else paths[0])
+    name = (validate.run_name(run) if run is not None else
+            validate.ingest_run_name(_default_run_name(paths, capture), str(named_by)))
+    for key, rank in (ranks or {}).items():
+        validate.integer(rank, f"--rank {key}", "--rank", lo=0, hi=validate.INT32_MAX - 1,
+                         optional=False)
     if workers is None:
         total = sum(tf.path.stat().st_size for tf in found.files)
         # A process pool costs more than it saves on small inputs; on large ones it is used
         # even for one file, which keeps this process free of the conversion's imports.
-        workers = 0 if total < _POOL_MIN_BYTES else min(os.cpu_count() or 1, len(found.files))
-    elif workers <= 1:
-        workers = 0
+        workers_n = 0 if total < _POOL_MIN_BYTES else min(os.cpu_count() or 1, len(found.files))
+    else:
+        workers_n = 0 if workers <= 1 else workers
     show = _progress_printer() if progress is None or progress else None
     db_path = Path(db)
-    staging = Path(tempfile.mkdtemp(prefix=".tracelab-ingest-", dir=_staging_parent(db_path)))
+    staging = lifecycle.make_staging(_staging_parent(db_path))
     try:
-        done, errors = _convert_all(found.files, staging, workers, show)
-        by_rank, rank_errors, note = _resolve_ranks(found.files, done, ranks or {}, paths)
+        done, errors = _convert_all(found.files, staging, workers_n, show)
+        manifest_world = capture.manifest.get("world_size") if capture is not None else None
+        by_rank, rank_errors, note = _resolve_ranks(found.files, done, ranks or {}, paths,
+                                                    manifest_world)
         errors.update(rank_errors)
         if errors and not skip_bad:
             exc = errors[min(errors)]
@@ -347,6 +410,9 @@ def ingest(
         skipped = [{"file": p.path or "", "error": str(p)} for p in found.problems] + [
             {"file": str(found.files[i].path), "error": str(errors[i])} for i in sorted(errors)
         ]
+        if capture is not None:
+            capture, bad_records = _drop_bad_records(capture, set(by_rank), skip_bad)
+            skipped += bad_records
         report = _write(
             db_path, staging, name, paths, capture, by_rank, skipped, found, if_exists,
             world=1 if note else None,
@@ -356,6 +422,21 @@ def ingest(
         return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _drop_bad_records(capture: Capture, ranks: set[int], skip_bad: bool
+                      ) -> tuple[Capture, list[dict[str, str]]]:
+    """Check the capture's collectives.jsonl files before anything is written: the first bad
+    one raises, or with skip_bad it is left out (its rank's traces are kept) and recorded."""
+    bad = check_capture_records(capture, ranks)
+    if not bad:
+        return capture, []
+    if not skip_bad:
+        raise bad[min(bad)]
+    kept = {r: ({k: v for k, v in e.items() if k != "collectives"} if r in bad else e)
+            for r, e in capture.ranks.items()}
+    return replace(capture, ranks=kept), [
+        {"file": exc.path or "", "error": str(exc)} for _, exc in sorted(bad.items())]
 
 
 def _staging_parent(db_path: Path) -> str | None:

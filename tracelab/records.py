@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracelab.discover import Capture
+from tracelab import validate as v
+from tracelab.discover import Capture, capture_path
 from tracelab.errors import InputError
 
 if TYPE_CHECKING:
@@ -21,30 +22,58 @@ _COLLECTIVE_FIELDS = (
     "out_bytes", "dtype", "peer", "enqueue_ns", "start_ns", "end_ns", "step",
 )
 _SOURCES = ("collector", "flight_recorder")
+#: What each field of a collective record may hold (tracelab.validate).
+RECORD_FIELDS = {
+    "op": v.TEXT, "source": v.TEXT, "pg_name": v.TEXT, "pg_desc": v.TEXT,
+    "pg_ranks": ("ints", 0, v.INT32_MAX - 1), "group_size": ("int", 0, v.INT32_MAX),
+    "seq": v.INT64, "in_bytes": v.SIZE, "out_bytes": v.SIZE, "dtype": v.TEXT,
+    "peer": v.RANK_ID, "enqueue_ns": v.TIME, "start_ns": v.TIME, "end_ns": v.TIME,
+    "step": v.STEP, "window": v.INT32,
+}
 
 
 def read_collectives(path: Path) -> list[dict[str, Any]]:
     """Parse a collectives.jsonl file; every line must be one JSON object with an op."""
     rows: list[dict[str, Any]] = []
     try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"unreadable collective records ({exc}).", str(path)) from exc
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise InputError(f"unreadable collective records ({exc.strerror}).", str(path)) from None
+    if lines and lines[0].startswith(v.BOM):
+        lines[0] = lines[0][len(v.BOM):]
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            if n == len(lines):
+            rec = v.decode_json(line, path, f"collective record on line {n}")
+        except InputError:
+            if n == len(lines) and not line.endswith(b"}"):
                 break  # a last line cut off by a crash: keep everything before it
-            raise InputError(f"line {n} is not JSON ({exc}).", str(path)) from exc
+            raise
         if not isinstance(rec, dict) or not isinstance(rec.get("op"), str):
             raise InputError(f"line {n} is not a collective record (needs 'op').", str(path))
         if rec.get("source", "collector") not in _SOURCES:
             raise InputError(f"line {n}: unknown source {rec.get('source')!r}.", str(path))
+        v.fields(rec, RECORD_FIELDS, f"line {n}", path)
         rows.append(rec)
     return rows
+
+
+def check_capture_records(capture: Capture, ranks: set[int]) -> dict[int, InputError]:
+    """Read every collectives.jsonl of `ranks` before anything is written: rank -> the error
+    of its records file, for the ranks whose file is bad."""
+    bad: dict[int, InputError] = {}
+    for rank in sorted(ranks):
+        rel = capture.ranks.get(rank, {}).get("collectives")
+        if not rel:
+            continue
+        try:
+            path = capture_path(capture, rel, f"rank {rank}'s collectives")
+            if path.is_file():
+                read_collectives(path)
+        except InputError as exc:
+            bad[rank] = exc
+    return bad
 
 
 def load_capture_records(
@@ -57,7 +86,7 @@ def load_capture_records(
         entry = capture.ranks.get(rank, {})
         rel = entry.get("collectives")
         if rel:
-            path = capture.root / rel
+            path = capture_path(capture, rel, f"rank {rank}'s collectives")
             if path.is_file():
                 for rec in read_collectives(path):
                     values = [rec.get(k) for k in _COLLECTIVE_FIELDS]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import duckdb
 
-from tracelab.defaults import DEFAULT_DB
+from tracelab.defaults import DEFAULT_DB, env_seconds
 from tracelab.errors import RunNotFoundError, StoreError, StoreLockedError
 
 SCHEMA_VERSION = 2
@@ -36,8 +36,9 @@ DERIVED_VERSION = 1
 #: DuckDB's buffer memory for a writer. DuckDB keeps written blocks cached up to its limit (80%
 #: of RAM by default), which would make an ingest's RSS grow with the run's size.
 WRITER_MEMORY_LIMIT = os.environ.get("TRACELAB_WRITER_MEMORY_LIMIT", "1GB")
-#: How long an opener waits for another process to release the file, in seconds.
-DEFAULT_LOCK_TIMEOUT_S = float(os.environ.get("TRACELAB_LOCK_TIMEOUT_S", "60"))
+#: How long an opener waits for another process to release the file, in seconds
+#: (TRACELAB_LOCK_TIMEOUT_S overrides it, read at each open).
+DEFAULT_LOCK_TIMEOUT_S = 60.0
 
 
 def schema_sql() -> str:
@@ -176,7 +177,7 @@ def open_store(
     path: str | os.PathLike[str] = DEFAULT_DB,
     *,
     read_only: bool = True,
-    timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    timeout_s: float | None = None,
     stale_derived_ok: bool = False,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open the store for the duration of a `with` block, creating it when writing.
@@ -187,6 +188,8 @@ def open_store(
     Read-only opens of a missing file fail with a message that says how to create one.
     """
     path = os.fspath(path)
+    if timeout_s is None:
+        timeout_s = env_seconds("TRACELAB_LOCK_TIMEOUT_S", DEFAULT_LOCK_TIMEOUT_S)
     if read_only and path != ":memory:" and not Path(path).exists():
         raise StoreError(
             f"{path}: no store here. Create one with `tracelab ingest TRACES --db {path}`."

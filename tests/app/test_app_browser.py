@@ -251,7 +251,7 @@ def _follow_findings(server: str, drv: webdriver.Chrome, db: Path, run: str) -> 
     window that holds the finding's evidence, with its blamed and affected ranks drawn."""
     from tracelab.app.state import int_list
     from tracelab.store import open_store, run_id
-    from tracelab.views._run import run_context
+    from tracelab.views.context import run_context
     from tracelab.views.analysis import analyze_run
     from tracelab.views.findings import step_windows
 

@@ -10,7 +10,7 @@ from tracelab.ingest import ingest
 from tracelab.store import open_store, run_id
 from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
 from tracelab.views import timeline as tl
-from tracelab.views._run import run_context
+from tracelab.views.context import run_context
 from tracelab.views.analysis import analyze_run
 from tracelab.views.compare import HIST_BINS, comparison_rows, report, step_comparison
 from tracelab.views.findings import step_windows, target, targets

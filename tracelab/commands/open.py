@@ -14,7 +14,7 @@ from tracelab.commands.serve import DEFAULT_HOST, DEFAULT_PORT, PORT_ENV, defaul
 
 
 def run(args: argparse.Namespace) -> int:
-    port = args.port or default_port()  # before the ingest: a bad setting fails first
+    port = args.port if args.port is not None else default_port()  # before the ingest: a bad setting fails first
     reports = ingest_paths(args)
     return serve(args.db, DEFAULT_HOST, port, runs=[r.run for r in reports])
 

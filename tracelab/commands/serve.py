@@ -49,12 +49,38 @@ def _app_module() -> Any:
     return app
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail now, before any thread starts, when the server could not listen on (host, port):
+    a port out of range, a host that does not resolve, or an address in use. (A failure
+    inside app.run came after the warm-up thread had started, and aborted the process.)"""
+    import socket
+
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port must be 1..65535, not {port}.")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"--host {host!r} does not resolve ({exc}).") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(addr)
+        except OSError as exc:
+            busy = exc.errno == 98 or "in use" in str(exc).lower()
+            raise UsageError(
+                f"cannot listen on {host}:{port}: "
+                + ("the port is in use by another program. Stop it, or pick another --port."
+                   if busy else f"{exc.strerror or exc}.")) from None
+
+
 def serve(db: str, host: str, port: int, *, warm: bool = True,
           runs: Sequence[str] = ()) -> int:
     """Serve the store at `db` until interrupted. `runs` are analyzed first (into the app's
     cache, so that their pages open at once) and their Overview URLs printed."""
     from tracelab.store import open_store
 
+    check_port(host, port)
     with open_store(db, read_only=True):  # fail now, with the store's own message
         pass
     app = _app_module().create_app(db, warm=warm and not runs)
@@ -89,7 +115,7 @@ def _analyze_in_app(name: str) -> str:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    return serve(args.db, args.host, args.port or default_port(), warm=not args.no_warm)
+    return serve(args.db, args.host, args.port if args.port is not None else default_port(), warm=not args.no_warm)
 
 
 def sample_traces_dir() -> Path | None:
@@ -138,6 +164,20 @@ def _remove_at_exit(folder: str) -> None:
             return
 
 
+def _runs_not_from(db: str, runs: list[tuple[str, Path]]) -> set[str]:
+    """The demo's run names that `db` already holds from other sources: never replaced."""
+    import json
+
+    from tracelab.store import open_store
+
+    if not Path(db).exists():
+        return set()
+    with open_store(db) as con:
+        stored = dict(con.execute("SELECT name, source FROM runs").fetchall())
+    return {name for name, path in runs
+            if name in stored and json.loads(stored[name]) != [str(path)]}
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from tracelab.ingest import ingest
 
@@ -155,14 +195,19 @@ def run_demo(args: argparse.Namespace) -> int:
         tmp = tempfile.mkdtemp(prefix="tracelab-demo-")
         _remove_at_exit(tmp)
         db = os.path.join(tmp, "demo.duckdb")
+    theirs = _runs_not_from(db, runs)
     for name, path in runs:
+        if name in theirs:
+            print(f"tracelab demo: run {name!r} is already in {db} and was not made by demo "
+                  f"from {path}: left as it is (use a new --db to see the demo's).", flush=True)
+            continue
         report = ingest([str(path)], db=db, run=name, if_exists="replace", skip_bad=True)
         state = "unchanged" if report.unchanged else f"{len(report.ranks)} ranks, {report.events:,} events"
         print(f"tracelab demo: run {name!r} from {path}: {state}", flush=True)
     if args.no_serve:
         print(f"tracelab demo: store ready at {db}; serve it with `tracelab serve --db {db}`")
         return 0
-    return serve(db, args.host, args.port or default_port())
+    return serve(db, args.host, args.port if args.port is not None else default_port())
 
 
 def _add_server_options(p: argparse.ArgumentParser) -> None:

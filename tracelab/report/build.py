@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -54,8 +56,18 @@ def _runs_by_name(db: str) -> dict[str, list[str]]:
                 con.execute("SELECT name, source FROM runs").fetchall()}
 
 
-def _ingest_path(path: Path, role: str, db: str) -> str:
-    """Ingest `path` as a run whose name is tied to that path; returns the run name."""
+@dataclass(frozen=True, kw_only=True)
+class _Pending:
+    """A run this report ingested under a temporary name; it takes `name` only once the
+    report has been built, so that a failing report leaves the store as it was."""
+
+    name: str
+    temp: str
+    source: str
+
+
+def _ingest_path(path: Path, role: str, db: str) -> tuple[str, _Pending]:
+    """Ingest `path` as a pending run whose final name is tied to that path."""
     from tracelab.ingest import ingest
 
     source = str(path.resolve())
@@ -65,13 +77,61 @@ def _ingest_path(path: Path, role: str, db: str) -> str:
     for name in (base, f"{base}-{role}", f"{base}-{digest}"):
         if name not in existing or existing[name] == [source]:
             break
+    temp = f"{name}.report-pending-{os.getpid()}-{role}"
     # Small captures convert faster in this process than through a process pool.
     workers = 1 if _size_bytes(path) < SMALL_INPUT_BYTES else None
-    result = ingest([source], db=db, run=name, if_exists="replace", progress=False,
+    result = ingest([source], db=db, run=temp, if_exists="replace", progress=False,
                     workers=workers)
-    state = "unchanged" if result.unchanged else f"{len(result.ranks)} rank(s)"
-    _log(f"tracelab report: {role} {source} -> run {name!r} ({state})")
-    return name
+    _log(f"tracelab report: {role} {source} -> run {name!r} ({len(result.ranks)} rank(s))")
+    return temp, _Pending(name=name, temp=temp, source=source)
+
+
+def _content(con: duckdb.DuckDBPyConnection, name: str) -> tuple[int, object] | None:
+    """(run_id, what the run was ingested from: per-rank file hashes and skipped files)."""
+    row = con.execute("SELECT run_id, skipped FROM runs WHERE name = ?", [name]).fetchone()
+    if row is None:
+        return None
+    hashes = con.execute(
+        "SELECT rank, json_extract(trace_metadata, '$.tracelab_sha256')::VARCHAR FROM ranks "
+        "WHERE run_id = ? ORDER BY rank", [row[0]]).fetchall()
+    return int(row[0]), (row[1], hashes)
+
+
+def _final_ids(con: duckdb.DuckDBPyConnection, pending: list[_Pending]) -> dict[str, tuple[int, int | None]]:
+    """temp name -> (the id the run will have, the id of the run it replaces, if any): an
+    earlier run from identical files is kept as it is, and the pending copy dropped."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for p in pending:
+        new, old = _content(con, p.temp), _content(con, p.name)
+        assert new is not None
+        if old is not None and old[1] == new[1]:
+            out[p.temp] = (old[0], None)
+            _log(f"tracelab report: run {p.name!r} unchanged (identical files)")
+        else:
+            out[p.temp] = (new[0], old[0] if old is not None else None)
+    return out
+
+
+def _finish(store: str, pending: list[_Pending], ids: dict[str, tuple[int, int | None]] | None
+            ) -> None:
+    """Give each pending run its name (ids given: the report succeeded), or drop them all."""
+    from tracelab.store import delete_run
+
+    with open_store(store, read_only=False) as con:
+        con.execute("BEGIN TRANSACTION")
+        for p in pending:
+            row = con.execute("SELECT run_id FROM runs WHERE name = ?", [p.temp]).fetchone()
+            if row is None:
+                continue
+            temp_id = int(row[0])
+            keep, replaced = ids.get(p.temp, (temp_id, None)) if ids is not None else (-1, None)
+            if keep != temp_id:
+                delete_run(con, temp_id)
+                continue
+            if replaced is not None:
+                delete_run(con, replaced)
+            con.execute("UPDATE runs SET name = ? WHERE run_id = ?", [p.name, temp_id])
+        con.execute("COMMIT")
 
 
 def _lookup(con: duckdb.DuckDBPyConnection, arg: str, role: str, db: str) -> int:
@@ -112,23 +172,53 @@ def build_report(
 ) -> Report:
     """Resolve both arguments (ingesting paths), extract their metrics, and compare them."""
     with _store_for((baseline, candidate), db) as store:
-        names = []
-        for arg, role in ((baseline, "baseline"), (candidate, "candidate")):
-            path = Path(arg)
-            names.append(_ingest_path(path, role, store) if path.exists() else None)
-        if not Path(store).exists():
-            raise InputError(
-                "no store here, and the runs were given by name. Pass --db FILE, or give trace "
-                "or capture folders.", path=store)
-        with open_store(store) as con:
-            ids = []
-            for arg, role, name in zip((baseline, candidate), ("baseline", "candidate"), names,
-                                       strict=True):
-                ids.append(_lookup(con, name or arg, role, store))
-            if ids[0] == ids[1]:
-                _log("tracelab report: warning: baseline and candidate are the same run")
-            runs = [extract(con, rid, settings) for rid in ids]
-    return compare(runs[0], runs[1], settings)
+        pending: list[_Pending] = []
+        try:
+            report = _build(baseline, candidate, settings, store, pending)
+        except BaseException:
+            if pending:
+                with contextlib.suppress(Exception):
+                    _finish(store, pending, None)
+            raise
+    return report
+
+
+def _build(baseline: str, candidate: str, settings: ReportSettings, store: str,
+           pending: list[_Pending]) -> Report:
+    names = []
+    for arg, role in ((baseline, "baseline"), (candidate, "candidate")):
+        path = Path(arg)
+        same = [p for p in pending if path.exists() and p.source == str(path.resolve())]
+        if same:  # one folder given twice: one run
+            names.append(same[0].temp)
+        elif path.exists():
+            temp, p = _ingest_path(path, role, store)
+            pending.append(p)
+            names.append(temp)
+        else:
+            names.append(None)
+    if not Path(store).exists():
+        raise InputError(
+            "no store here, and the runs were given by name. Pass --db FILE, or give trace "
+            "or capture folders.", path=store)
+    with open_store(store) as con:
+        ids = []
+        for arg, role, name in zip((baseline, candidate), ("baseline", "candidate"), names,
+                                   strict=True):
+            ids.append(_lookup(con, name or arg, role, store))
+        if ids[0] == ids[1]:
+            _log("tracelab report: warning: baseline and candidate are the same run")
+        runs = [extract(con, rid, settings) for rid in ids]
+        final = _final_ids(con, pending)
+    by_temp = {p.temp: p for p in pending}
+    for i, name in enumerate(names):
+        if name is not None:  # report the run under the name it keeps
+            summary = replace(runs[i].run, name=by_temp[name].name, run_id=final[name][0])
+            runs[i] = replace(runs[i], run=summary)
+    report = compare(runs[0], runs[1], settings)
+    if pending:
+        _finish(store, pending, final)
+    return report
 
 
 def write_outputs(report: Report, formats: list[str], out: str | None) -> list[str]:
@@ -148,11 +238,19 @@ def write_outputs(report: Report, formats: list[str], out: str | None) -> list[s
             written.append("-")
             continue
         target = Path(out)
-        if len(formats) > 1 or target.is_dir() or out.endswith(("/", "\\")):
-            target.mkdir(parents=True, exist_ok=True)
-            target = target / renderers[fmt].filename
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            if len(formats) > 1 or target.is_dir() or out.endswith(("/", "\\")):
+                target.mkdir(parents=True, exist_ok=True)
+                target = target / renderers[fmt].filename
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{target}: cannot create the output folder ({exc.strerror}). "
+                             "Choose another --out.") from None
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{target}: cannot write the report ({exc.strerror}). Choose "
+                             "another --out.") from None
         written.append(str(target))
     return written

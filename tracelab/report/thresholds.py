@@ -157,6 +157,8 @@ class ReportSettings:
             raise UsageError(f"resamples must be at least 100, not {self.resamples}")
         if self.top_ops < 0:
             raise UsageError(f"top_ops must be 0 or more, not {self.top_ops}")
+        if not 0 <= self.seed < 2**63:
+            raise UsageError(f"seed must be 0 or more (below 2^63), not {self.seed}")
 
     def threshold(self, metric: str) -> Threshold:
         return self.thresholds.get(metric) or parse_threshold(metric, GATES[metric].default)
@@ -282,8 +284,15 @@ def load_settings(
         path = Path(search_dir) / DEFAULT_CONFIG_FILE
     if path is not None:
         used = str(path)
-        _apply(parse_config_text(path.read_text(encoding="utf-8"), source=used), used,
-               thresholds, opts)
+        try:
+            text = path.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"the thresholds file is not UTF-8 text ({exc.reason} at byte "
+                             f"{exc.start}); save it as UTF-8.", path=str(path)) from None
+        except OSError as exc:
+            raise InputError(f"cannot read the thresholds file ({exc.strerror}).",
+                             path=str(path)) from None
+        _apply(parse_config_text(text, source=used), used, thresholds, opts)
     if cli_thresholds:
         _apply(cli_thresholds, "--threshold", thresholds, opts)
         for name in cli_thresholds:

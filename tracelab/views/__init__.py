@@ -8,7 +8,7 @@ without a browser and reused by other renderers.
 Every function bounds what it returns (pages, bins, top-N), whatever the size of the trace: the
 timeline aggregates by zoom level (`timeline.py`), tables page (`PAGE_ROWS`), series are binned.
 Times are nanoseconds on the *aligned* clock (rank clock minus its offset to rank 0, see
-`_run.RunContext`) and are shown in milliseconds since the first event of the run.
+`context.RunContext`) and are shown in milliseconds since the first event of the run.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import duckdb
 
 from tracelab.render.text import value
 from tracelab.results import Finding
-from tracelab.views._run import RunContext
+from tracelab.views.context import RunContext
 
 #: Views a finding may point at; anything else falls back to the overview.
 VIEWS = ("overview", "timeline", "pipeline", "stragglers", "memory", "operators")

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 
 from tracelab.render.text import size
-from tracelab.views._run import RunContext
+from tracelab.views.context import RunContext
 from tracelab.views.analysis import Analysis
 
 SERIES_BINS = 400

@@ -15,7 +15,7 @@ import duckdb
 
 from tracelab.render.text import duration
 from tracelab.results import Finding
-from tracelab.views._run import RunContext
+from tracelab.views.context import RunContext
 from tracelab.views.analysis import Analysis
 
 #: Most ranks and steps in the heatmap (the rest is summarized in the title).

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from tracelab.views._run import RunContext
+from tracelab.views.context import RunContext
 from tracelab.views.analysis import Analysis
 
 #: Most actions drawn for one step (a step of a huge pipeline is summarized in the status).

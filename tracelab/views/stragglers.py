@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from tracelab.views._run import RunContext
+from tracelab.views.context import RunContext
 from tracelab.views.analysis import Analysis
 
 COLLECTIVES_PER_PAGE = 40

@@ -18,7 +18,7 @@ import numpy as np
 
 from tracelab.views import _bins
 from tracelab.views import _timeline_sql as sql
-from tracelab.views._run import RunContext
+from tracelab.views.context import RunContext
 from tracelab.views._sql import bind, query
 
 #: Above this many visible events, the timeline shows aggregates.

@@ -1,0 +1,117 @@
+"""Issue 15 item 8 proof: SIGKILL and SIGTERM at several points of a real 8-rank ingest (the
+430 MB, 1.7M-event set of benchmarks/datasets.py) leave the store unchanged, no process behind
+(a wrapper reading the ingest's stdout sees EOF at once), and no staging folder once the next
+ingest has run. TRACELAB_KILL_RANKS sets the number of ranks (default 8)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tracelab.ingest import ingest
+from tracelab.store import open_store
+
+from .hostile import REPO, snapshot
+from .kineto import run_set
+
+RANKS = int(os.environ.get("TRACELAB_KILL_RANKS", "8"))
+#: Where in the ingest to kill it, as a share of an uninterrupted ingest's time.
+POINTS = (0.1, 0.4, 0.7, 0.95)
+
+
+def _children(pid: int) -> set[int]:
+    """Every descendant of `pid` alive now."""
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = {int(c) for c in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo.extend(kids - out)
+            out |= kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _ingest_cmd(data: Path, db: Path) -> list[str]:
+    return [sys.executable, "-m", "tracelab.cli", "ingest", str(data), "--db", str(db),
+            "--run", "big", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
+    """The N-rank set, and how long an uninterrupted ingest of it takes here."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    sys.path.insert(0, str(REPO))
+    from benchmarks.datasets import rank_set
+
+    data = rank_set(RANKS)
+    db = tmp_path_factory.mktemp("timing") / "t.duckdb"
+    start = time.monotonic()
+    subprocess.run(_ingest_cmd(data, db), check=True, capture_output=True)
+    return data, time.monotonic() - start
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("point", POINTS)
+def test_killed_ingest_leaves_nothing_behind(sig: signal.Signals, point: float,
+                                             big: tuple[Path, float], tmp_path: Path) -> None:
+    data, full_s = big
+    db = tmp_path / "store.duckdb"
+    ingest([run_set(tmp_path / "good")], db=db, run="good", progress=False)
+    before = snapshot(db)
+    proc = subprocess.Popen(_ingest_cmd(data, db), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    seen: set[int] = set()
+    deadline = time.monotonic() + point * full_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen |= _children(proc.pid)
+        time.sleep(0.02)
+    seen |= _children(proc.pid)
+    if proc.poll() is not None:
+        pytest.skip(f"the ingest finished before {point:.0%} of {full_s:.1f} s")
+    proc.send_signal(sig)
+    start = time.monotonic()
+    out, err = proc.communicate(timeout=60)  # EOF: nothing else holds the pipes open
+    eof_s = time.monotonic() - start
+    assert eof_s < 15, f"stdout/stderr stayed open {eof_s:.1f} s after the kill"
+    assert b"Traceback" not in err, err.decode()[-2000:]
+    committed = proc.returncode == 0 or snapshot(db) != before
+    if sig == signal.SIGTERM and not committed:
+        assert proc.returncode == 143, err.decode()[-2000:]
+    for _ in range(100):
+        left = {p for p in seen if _alive(p)}
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, f"worker processes outlived the killed ingest: {sorted(left)}"
+    staging = list(tmp_path.glob(".tracelab-ingest-*"))
+    if sig == signal.SIGTERM:
+        assert not staging, "SIGTERM unwinds: the staging folder is removed at once"
+    if committed:
+        # On a loaded machine the signal can land after the write committed: then the run is
+        # there whole (never half-written) and the rest of the store as it was.
+        with open_store(db) as con:
+            ranks = dict(con.execute("SELECT name, rank_count FROM runs").fetchall())
+        assert ranks == {"good": 2, "big": RANKS}, ranks
+    else:
+        assert snapshot(db) == before
+    ingest([run_set(tmp_path / "next", ranks=1)], db=db, run="next", progress=False)
+    assert not list(tmp_path.glob(".tracelab-ingest-*")), "the next ingest removes orphans"

@@ -1,0 +1,100 @@
+"""Crash hygiene of an ingest: its worker processes and its staging folder never outlive it.
+
+A killed ingest (SIGTERM from a CI timeout, SIGKILL from the OOM killer) used to orphan its
+pool workers (150 MB each, holding the parent's stdout open, so a wrapper waiting for EOF hung)
+and leak its `.tracelab-ingest-*` staging folder. Now:
+
+- each worker asks the kernel for SIGKILL when its parent dies (Linux `prctl(PR_SET_PDEATHSIG)`)
+  and also watches its parent from a thread, for other systems and for the race where the
+  parent died before the request;
+- workers ignore SIGINT (Ctrl-C reaches the whole process group; the parent decides), and the
+  parent kills them when it unwinds from any exception, SIGTERM included (tracelab.cli);
+- a staging folder is named after its owner's pid, and the next ingest next to the same store
+  removes every staging folder whose owner is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+#: Staging folders are `STAGING_PREFIX<owner pid>-<random>`.
+STAGING_PREFIX = ".tracelab-ingest-"
+#: How often a worker checks that its parent is alive, in seconds.
+PARENT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tracelab-parent-watch", daemon=True).start()
+
+
+def init_worker(parent_pid: int) -> None:
+    """Pool initializer: die with the parent; leave SIGINT and SIGTERM to it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent(parent_pid)
+
+
+def kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool at once (the parent is unwinding): cancel what has not started and kill the
+    workers, instead of waiting for their current files."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        with contextlib.suppress(Exception):
+            proc.kill()
+    for proc in processes:
+        with contextlib.suppress(Exception):
+            proc.join(timeout=5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def remove_orphans(parent: str | None) -> list[Path]:
+    """Remove the staging folders under `parent` (the system temp dir when None) whose owner
+    process is gone; returns what was removed."""
+    folder = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    removed = []
+    with contextlib.suppress(OSError):
+        for path in folder.glob(STAGING_PREFIX + "*"):
+            owner = path.name[len(STAGING_PREFIX):].split("-", 1)[0]
+            if owner.isdigit() and int(owner) != os.getpid() and not _alive(int(owner)):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
+def make_staging(parent: str | None) -> Path:
+    """A fresh staging folder under `parent`, named after this process; orphans removed first."""
+    remove_orphans(parent)
+    return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=parent))
