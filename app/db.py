@@ -19,7 +19,7 @@ import duckdb
 
 from tracelab.errors import RunNotFoundError
 from tracelab.store import open_store
-from tracelab.views._run import RunContext, run_context
+from tracelab.views.context import RunContext, run_context
 from tracelab.views.analysis import Analysis, AnalysisCache, AnalysisKey
 from tracelab.views.analysis import run_key as run_key_of
 
