@@ -38,6 +38,7 @@ def create_app(db: str, *, warm: bool = True) -> Any:
     global _APP
     import dash
     from dash import html
+
     from tracelab.app import db as appdb
 
     appdb.configure(db)
@@ -56,8 +57,14 @@ def create_app(db: str, *, warm: bool = True) -> Any:
         importlib.import_module(name)
     # Import now what requests would import lazily: two request threads importing one module
     # at once can see it half-initialized ("partially initialized module 'pandas'").
-    for name in ("pandas", "plotly.io.json", "tracelab.analyzers", "tracelab.export",
-                 "tracelab.report.compare", "tracelab.report.metrics"):
+    for name in (
+        "pandas",
+        "plotly.io.json",
+        "tracelab.analyzers",
+        "tracelab.export",
+        "tracelab.report.compare",
+        "tracelab.report.metrics",
+    ):
         try:
             importlib.import_module(name)
         except ImportError:
@@ -78,8 +85,8 @@ def _routes(app: Any) -> None:
     import tempfile
 
     from flask import Response, request, send_file
-    from tracelab.app import db as appdb
 
+    from tracelab.app import db as appdb
     from tracelab.errors import TracelabError
 
     cache = os.path.join(tempfile.gettempdir(), f"tracelab-perfetto-{os.getpid()}")
@@ -103,5 +110,9 @@ def _routes(app: Any) -> None:
         except TracelabError as exc:
             return Response(str(exc), status=404, mimetype="text/plain")
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run)[:100] or "run"
-        return send_file(path, mimetype="application/gzip", as_attachment=True,
-                         download_name=f"{safe}.perfetto.json.gz")
+        return send_file(
+            path,
+            mimetype="application/gzip",
+            as_attachment=True,
+            download_name=f"{safe}.perfetto.json.gz",
+        )

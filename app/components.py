@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dash import dcc, html
+
 from tracelab.app import ids
 from tracelab.app.state import href
-
 from tracelab.render.text import duration
 from tracelab.results import Finding
 from tracelab.views.findings import FindingTarget, focus_ranks
@@ -35,10 +35,18 @@ def nav(run: str | None, active: str) -> html.Nav:
     links.append(dcc.Link("Runs", href="/", className="active" if active == "/" else ""))
     if run is not None:
         for path, label in RUN_VIEWS:
-            links.append(dcc.Link(label, href=href(path, run=run),
-                                  className="active" if active == path else ""))
-        links.append(dcc.Link("Compare", href=href("/compare", a=run),
-                              className="active" if active == "/compare" else ""))
+            links.append(
+                dcc.Link(
+                    label, href=href(path, run=run), className="active" if active == path else ""
+                )
+            )
+        links.append(
+            dcc.Link(
+                "Compare",
+                href=href("/compare", a=run),
+                className="active" if active == "/compare" else "",
+            )
+        )
         links.append(html.Span(f"run: {run}", className="run-name"))
     return html.Nav(links, id=ids.NAV, className="nav")
 
@@ -47,15 +55,19 @@ def page(run: str | None, active: str, title: str, *children: Any) -> html.Div:
     return html.Div([nav(run, active), html.Main([html.H1(title), *children])])
 
 
-def error_page(title: str, message: str, *, hint: str | None = None,
-               run: str | None = None, active: str = "") -> html.Div:
+def error_page(
+    title: str, message: str, *, hint: str | None = None, run: str | None = None, active: str = ""
+) -> html.Div:
     """What a bad link or an unknown run shows instead of a traceback."""
     body: list[Any] = [html.P(message, className="error-message")]
     if hint:
         body.append(html.P(hint, className="hint"))
     body.append(html.P(dcc.Link("Back to the runs", href="/")))
     return html.Div(
-        [nav(run, active), html.Main([html.H1(title), html.Div(body, id=ids.ERROR, className="error")])]
+        [
+            nav(run, active),
+            html.Main([html.H1(title), html.Div(body, id=ids.ERROR, className="error")]),
+        ]
     )
 
 
@@ -74,12 +86,21 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def table(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], *,
-          id: str | None = None, links: dict[str, Callable[[dict[str, Any]], str]] | None = None,
-          empty: str = "Nothing to show.") -> html.Div:
+def table(
+    columns: Sequence[tuple[str, str]],
+    rows: Sequence[dict[str, Any]],
+    *,
+    id: str | None = None,
+    links: dict[str, Callable[[dict[str, Any]], str]] | None = None,
+    empty: str = "Nothing to show.",
+) -> html.Div:
     """A plain HTML table; `columns` is (key, header); `links` maps a key to a row -> href."""
     if not rows:
-        return html.Div(html.P(empty, className="hint"), id=id) if id else html.P(empty, className="hint")
+        return (
+            html.Div(html.P(empty, className="hint"), id=id)
+            if id
+            else html.P(empty, className="hint")
+        )
     head = html.Thead(html.Tr([html.Th(h) for _, h in columns]))
     body = []
     for row in rows:
@@ -115,7 +136,9 @@ def timeline_href(t: FindingTarget, run: str, all_ranks: Sequence[int] = ()) -> 
     return href("/timeline", run=run, t0=t.t0_ms, t1=t.t1_ms, ranks=focus_ranks(t, all_ranks))
 
 
-def finding_hrefs(t: FindingTarget, run: str, all_ranks: Sequence[int] = ()) -> list[tuple[str, str]]:
+def finding_hrefs(
+    t: FindingTarget, run: str, all_ranks: Sequence[int] = ()
+) -> list[tuple[str, str]]:
     """(label, href) links of a finding: the timeline at its evidence (window, blamed rank and
     the ranks that paid), and its own view."""
     out = []
@@ -134,17 +157,26 @@ def _ranks_line(f: Finding) -> str:
     paid = [r for r in ev.affected_ranks if r not in ev.ranks]
     out = f"Blamed: rank{'s' if len(ev.ranks) > 1 else ''} {who}"
     if paid:
-        out += f"; paid by rank{'s' if len(paid) > 1 else ''} " + ", ".join(str(r) for r in paid[:12])
+        out += f"; paid by rank{'s' if len(paid) > 1 else ''} " + ", ".join(
+            str(r) for r in paid[:12]
+        )
     return out
 
 
-def findings_list(targets: Sequence[FindingTarget], run: str, *, id: str | None = None,
-                  limit: int = 50, all_ranks: Sequence[int] = ()) -> html.Div:
+def findings_list(
+    targets: Sequence[FindingTarget],
+    run: str,
+    *,
+    id: str | None = None,
+    limit: int = 50,
+    all_ranks: Sequence[int] = (),
+) -> html.Div:
     """Findings in the runner's order (largest impact first), each with its impact, the ranks
     it blames and the ranks that pay, its evidence and links to the views that show it."""
     if not targets:
-        return html.Div(html.P("No findings: nothing crossed a threshold.", className="hint"),
-                        id=id or "")
+        return html.Div(
+            html.P("No findings: nothing crossed a threshold.", className="hint"), id=id or ""
+        )
     items = []
     for link in targets[:limit]:
         f: Finding = link.finding
@@ -153,21 +185,34 @@ def findings_list(targets: Sequence[FindingTarget], run: str, *, id: str | None 
             impact.append(f"{duration(f.impact_ns_per_step)} per step")
         if f.impact_share is not None:
             impact.append(f"{100 * f.impact_share:.3g}% of the step")
-        anchors = [dcc.Link(label, href=url, className="finding-link")
-                   for label, url in finding_hrefs(link, run, all_ranks)]
-        items.append(html.Li([
-            html.Span(str(f.severity).upper(), className=f"sev {SEVERITY_CLASS.get(int(f.severity), '')}"),
-            html.Span(f.code, className="code"),
-            html.Strong(f.title),
-            html.Span(f" — {', '.join(impact)}" if impact else ""),
-            html.Div(_ranks_line(f), className="blame") if f.evidence.ranks else None,
-            html.Div(link.evidence_text, className="evidence"),
-            html.Div(f.suggestion, className="suggestion"),
-            html.Div(anchors, className="finding-links"),
-        ], className=f"finding {SEVERITY_CLASS.get(int(f.severity), '')}-border",
-           **{"data-code": f.code}))
-    more = [html.P(f"{len(targets) - limit} more findings not shown.", className="hint")] \
-        if len(targets) > limit else []
+        anchors = [
+            dcc.Link(label, href=url, className="finding-link")
+            for label, url in finding_hrefs(link, run, all_ranks)
+        ]
+        items.append(
+            html.Li(
+                [
+                    html.Span(
+                        str(f.severity).upper(),
+                        className=f"sev {SEVERITY_CLASS.get(int(f.severity), '')}",
+                    ),
+                    html.Span(f.code, className="code"),
+                    html.Strong(f.title),
+                    html.Span(f" — {', '.join(impact)}" if impact else ""),
+                    html.Div(_ranks_line(f), className="blame") if f.evidence.ranks else None,
+                    html.Div(link.evidence_text, className="evidence"),
+                    html.Div(f.suggestion, className="suggestion"),
+                    html.Div(anchors, className="finding-links"),
+                ],
+                className=f"finding {SEVERITY_CLASS.get(int(f.severity), '')}-border",
+                **{"data-code": f.code},
+            )
+        )
+    more = (
+        [html.P(f"{len(targets) - limit} more findings not shown.", className="hint")]
+        if len(targets) > limit
+        else []
+    )
     return html.Div([html.Ul(items, className="findings"), *more], id=id or "")
 
 
@@ -192,8 +237,12 @@ def register_url_sync(store_id: str, sink_id: str) -> None:
     honours prevent_initial_call."""
     import dash
 
-    dash.clientside_callback(_URL_SYNC_JS, dash.Output(sink_id, "children"),
-                             dash.Input(store_id, "data"), prevent_initial_call=True)
+    dash.clientside_callback(
+        _URL_SYNC_JS,
+        dash.Output(sink_id, "children"),
+        dash.Input(store_id, "data"),
+        prevent_initial_call=True,
+    )
 
 
 def url_sync(store_id: str, sink_id: str) -> list[Any]:
@@ -204,7 +253,12 @@ def url_sync(store_id: str, sink_id: str) -> list[Any]:
 def graph(id: str, figure: dict[str, Any], **config: Any) -> dcc.Graph:
     """A plotly graph without the plotly logo and with the mode bar tools a trace viewer needs."""
     return dcc.Graph(
-        id=id, figure=figure,
-        config={"displaylogo": False, "responsive": True,
-                "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"], **config},
+        id=id,
+        figure=figure,
+        config={
+            "displaylogo": False,
+            "responsive": True,
+            "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
+            **config,
+        },
     )

@@ -19,9 +19,9 @@ import duckdb
 
 from tracelab.errors import RunNotFoundError
 from tracelab.store import open_store
-from tracelab.views.context import RunContext, run_context
 from tracelab.views.analysis import Analysis, AnalysisCache, AnalysisKey
 from tracelab.views.analysis import run_key as run_key_of
+from tracelab.views.context import RunContext, run_context
 
 T = TypeVar("T")
 
@@ -106,8 +106,13 @@ _memo: OrderedDict[tuple[object, ...], object] = OrderedDict()
 _memo_lock = threading.Lock()
 
 
-def memo(cur: duckdb.DuckDBPyConnection, run_id: int, what: str, args: tuple[object, ...],
-         compute: Callable[[], T]) -> T:
+def memo(
+    cur: duckdb.DuckDBPyConnection,
+    run_id: int,
+    what: str,
+    args: tuple[object, ...],
+    compute: Callable[[], T],
+) -> T:
     """A small LRU for per-run results that do not change until the run is re-ingested (e.g.
     the timeline's lanes under given filters)."""
     key = (run_key_of(cur, db_path(), run_id), what, args)

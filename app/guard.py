@@ -14,7 +14,6 @@ from typing import Any
 
 from tracelab.app.components import error_page
 from tracelab.app.state import BadParam
-
 from tracelab.errors import RunNotFoundError, StoreError, StoreLockedError, TracelabError
 
 log = logging.getLogger("tracelab.app")
@@ -23,8 +22,11 @@ log = logging.getLogger("tracelab.app")
 def describe(exc: BaseException) -> tuple[str, str, str | None]:
     """(title, message, hint) for an error shown to the user."""
     if isinstance(exc, BadParam):
-        return ("This link has a bad parameter", str(exc),
-                "Fix the address, or open the view from the runs list.")
+        return (
+            "This link has a bad parameter",
+            str(exc),
+            "Fix the address, or open the view from the runs list.",
+        )
     if isinstance(exc, RunNotFoundError):
         return ("Unknown run", str(exc), "Pick a run from the runs list.")
     if isinstance(exc, StoreLockedError):
@@ -33,9 +35,11 @@ def describe(exc: BaseException) -> tuple[str, str, str | None]:
         return ("Cannot open the store", str(exc), None)
     if isinstance(exc, TracelabError):
         return ("Cannot show this view", str(exc), None)
-    return ("Something went wrong",
-            f"{type(exc).__name__} while building this view. The server log has the details.",
-            "Reload the page; if it keeps failing, report the log.")
+    return (
+        "Something went wrong",
+        f"{type(exc).__name__} while building this view. The server log has the details.",
+        "Reload the page; if it keeps failing, report the log.",
+    )
 
 
 def safe_layout(active: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -51,9 +55,13 @@ def safe_layout(active: str) -> Callable[[Callable[..., Any]], Callable[..., Any
                     log.exception("error building %s with %r", active, kwargs)
                 title, message, hint = describe(exc)
                 run = kwargs.get("run") if isinstance(exc, (BadParam, StoreError)) else None
-                return error_page(title, message, hint=hint,
-                                  run=run if isinstance(run, str) and len(run) < 200 else None,
-                                  active=active)
+                return error_page(
+                    title,
+                    message,
+                    hint=hint,
+                    run=run if isinstance(run, str) and len(run) < 200 else None,
+                    active=active,
+                )
 
         return wrapper
 

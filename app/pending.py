@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from dash import Input, Output, State, callback, dcc, html
+
 from tracelab.app import db, ids
 from tracelab.app.components import page
 
@@ -76,14 +77,24 @@ def wait_for(path: str, kwargs: dict[str, Any], names: list[str | None]) -> Any 
         analyze_in_background(rid)
     runs = ", ".join(name for _, name in todo)
     args = {k: v for k, v in kwargs.items() if isinstance(v, (str, list))}
-    return html.Div([
-        page(todo[0][1], path, f"Analyzing {runs}…",
-             html.P("Running the analyzers on this run (once per ingest; a few seconds on big "
-                    "runs). The page draws itself when they finish.", className="status"),
-             html.Div(id=ids.PENDING_NOTE, className="hint")),
-        dcc.Interval(id=ids.PENDING_POLL, interval=POLL_MS),
-        dcc.Store(id=ids.PENDING_ARGS, data={"path": path, "kwargs": args}),
-    ], id=ids.PENDING_BODY)
+    return html.Div(
+        [
+            page(
+                todo[0][1],
+                path,
+                f"Analyzing {runs}…",
+                html.P(
+                    "Running the analyzers on this run (once per ingest; a few seconds on big "
+                    "runs). The page draws itself when they finish.",
+                    className="status",
+                ),
+                html.Div(id=ids.PENDING_NOTE, className="hint"),
+            ),
+            dcc.Interval(id=ids.PENDING_POLL, interval=POLL_MS),
+            dcc.Store(id=ids.PENDING_ARGS, data={"path": path, "kwargs": args}),
+        ],
+        id=ids.PENDING_BODY,
+    )
 
 
 def poll(_n: int | None, data: dict[str, Any] | None) -> Any:
@@ -94,7 +105,9 @@ def poll(_n: int | None, data: dict[str, Any] | None) -> Any:
         return dash.no_update
     kwargs = dict(data.get("kwargs") or {})
     module = importlib.import_module(MODULES[data["path"]])
-    names = [kwargs.get("a"), kwargs.get("b")] if data["path"] == "/compare" else [kwargs.get("run")]
+    names = (
+        [kwargs.get("a"), kwargs.get("b")] if data["path"] == "/compare" else [kwargs.get("run")]
+    )
     try:
         todo = missing(names)  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - let the layout render its friendly error
@@ -118,5 +131,9 @@ def _note(waited: float) -> Any:
     return dash.no_update
 
 
-callback(Output(ids.PENDING_BODY, "children"), Input(ids.PENDING_POLL, "n_intervals"),
-         State(ids.PENDING_ARGS, "data"), prevent_initial_call=True)(poll)
+callback(
+    Output(ids.PENDING_BODY, "children"),
+    Input(ids.PENDING_POLL, "n_intervals"),
+    State(ids.PENDING_ARGS, "data"),
+    prevent_initial_call=True,
+)(poll)

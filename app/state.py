@@ -36,15 +36,18 @@ def text(kwargs: Mapping[str, Any], name: str, *, max_len: int = 300) -> str | N
     return value
 
 
-def integer(kwargs: Mapping[str, Any], name: str, default: int, *, lo: int = 0,
-            hi: int = 10**9) -> int:
+def integer(
+    kwargs: Mapping[str, Any], name: str, default: int, *, lo: int = 0, hi: int = 10**9
+) -> int:
     value = _one(kwargs, name)
     if value is None:
         return default
     try:
         out = int(value)
     except ValueError:
-        raise BadParam(f"URL parameter {name!r} must be a whole number, not {value[:40]!r}.") from None
+        raise BadParam(
+            f"URL parameter {name!r} must be a whole number, not {value[:40]!r}."
+        ) from None
     if not lo <= out <= hi:
         raise BadParam(f"URL parameter {name!r} must be between {lo} and {hi}, not {out}.")
     return out
@@ -57,7 +60,9 @@ def number(kwargs: Mapping[str, Any], name: str) -> float | None:
     try:
         out = float(value)
     except ValueError:
-        raise BadParam(f"URL parameter {name!r} must be a number (ms), not {value[:40]!r}.") from None
+        raise BadParam(
+            f"URL parameter {name!r} must be a number (ms), not {value[:40]!r}."
+        ) from None
     if not math.isfinite(out) or abs(out) > 1e12:
         raise BadParam(f"URL parameter {name!r} must be a finite number of ms, not {value[:40]!r}.")
     return out
@@ -132,8 +137,11 @@ def href(path: str, **params: Any) -> str:
         if value is None or value == "" or value == () or value == []:
             continue
         if isinstance(value, (tuple, list)):
-            value = (compact_ints(value) if all(isinstance(v, int) for v in value)
-                     else ",".join(str(v) for v in value))
+            value = (
+                compact_ints(value)
+                if all(isinstance(v, int) for v in value)
+                else ",".join(str(v) for v in value)
+            )
         elif isinstance(value, float):
             value = f"{value:.6g}" if abs(value) < 1e5 else f"{value:.3f}"
         clean[key] = str(value)

@@ -102,8 +102,9 @@ print(json.dumps({"total_s": time.perf_counter() - t0, "per_analysis_s": per, "p
 
 
 def child(code: str, arg: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True,
-                         timeout=1800, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=1800, check=False
+    )
     if out.returncode != 0:
         raise SystemExit(f"benchmark child failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -113,8 +114,21 @@ def ingest_once(folder: Path, db: Path) -> float:
     import time
 
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tracelab.cli", "ingest", str(folder), "--db", str(db),
-                    "--run", "bench"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracelab.cli",
+            "ingest",
+            str(folder),
+            "--db",
+            str(db),
+            "--run",
+            "bench",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - t
 
 
@@ -123,8 +137,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--out", default=None)
-    parser.add_argument("--synthetic", action="store_true",
-                        help="a constructed many-rank run, tracelab only")
+    parser.add_argument(
+        "--synthetic", action="store_true", help="a constructed many-rank run, tracelab only"
+    )
     parser.add_argument("--steps", type=int, default=10, help="steps of the synthetic run")
     args = parser.parse_args()
     if args.synthetic:
@@ -139,22 +154,27 @@ def main() -> None:
         for i in range(args.reps):
             tl.append(child(TRACELAB_CHILD, str(db)))
             hta.append(child(HTA_CHILD, str(folder)))
-            print(f"rep {i + 1}: tracelab {tl[-1]['total_s']:.2f} s, "
-                  f"HTA {hta[-1]['total_s']:.2f} s (parse {hta[-1]['parse_s']:.1f} s)",
-                  file=sys.stderr)
+            print(
+                f"rep {i + 1}: tracelab {tl[-1]['total_s']:.2f} s, "
+                f"HTA {hta[-1]['total_s']:.2f} s (parse {hta[-1]['parse_s']:.1f} s)",
+                file=sys.stderr,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = statistics.median
     result = {
-        "ranks": args.ranks, "reps": args.reps,
+        "ranks": args.ranks,
+        "reps": args.reps,
         "input_bytes": sum(p.stat().st_size for p in folder.glob("*.json")),
         "tracelab_total_s": med(t["total_s"] for t in tl),
         "tracelab_warm_s": med(t["warm_s"] for t in tl),
-        "tracelab_per_analyzer_s": {k: med(t["per_analyzer_s"][k] for t in tl)
-                                    for k in tl[0]["per_analyzer_s"]},
+        "tracelab_per_analyzer_s": {
+            k: med(t["per_analyzer_s"][k] for t in tl) for k in tl[0]["per_analyzer_s"]
+        },
         "hta_total_s": med(h["total_s"] for h in hta),
-        "hta_per_analysis_s": {k: med(h["per_analysis_s"][k] for h in hta)
-                               for k in hta[0]["per_analysis_s"]},
+        "hta_per_analysis_s": {
+            k: med(h["per_analysis_s"][k] for h in hta) for k in hta[0]["per_analysis_s"]
+        },
         "tracelab_ingest_s": ingest_s,
         "tracelab_derive_s": med(t["derive_s"] for t in tl),
         "hta_parse_s": med(h["parse_s"] for h in hta),
@@ -163,23 +183,26 @@ def main() -> None:
         "cpus": os.cpu_count(),
     }
     result["speedup"] = result["hta_total_s"] / result["tracelab_total_s"]
-    result["speedup_with_derive"] = result["hta_total_s"] / (result["tracelab_total_s"]
-                                                             + result["tracelab_derive_s"])
+    result["speedup_with_derive"] = result["hta_total_s"] / (
+        result["tracelab_total_s"] + result["tracelab_derive_s"]
+    )
     result["speedup_warm"] = result["hta_total_s"] / result["tracelab_warm_s"]
-    print(f"| tool | analyses timed | median | runs |\n|---|---|---|---|\n"
-          f"| tracelab | all 6 analyzers | {result['tracelab_total_s']:.2f} s | "
-          f"{result['tracelab_runs_s']} |\n"
-          f"| tracelab, store pages warm | all 6 analyzers | {result['tracelab_warm_s']:.2f} s | "
-          f"{[round(t['warm_s'], 3) for t in tl]} |\n"
-          f"| HTA 0.5 | temporal breakdown + overlap + idle time | "
-          f"{result['hta_total_s']:.2f} s | {result['hta_runs_s']} |\n\n"
-          f"| tracelab derived layer (computed once, at ingest) | steps, clocks, matches, "
-          f"parts | {result['tracelab_derive_s']:.2f} s | |\n\n"
-          f"speed-up {result['speedup']:.1f}x cold, {result['speedup_warm']:.1f}x warm, "
-          f"{result['speedup_with_derive']:.1f}x counting the derived layer "
-          f"(excluded: tracelab ingest "
-          f"{result['tracelab_ingest_s']:.1f} s once, HTA parse {result['hta_parse_s']:.1f} s "
-          "per run, interpreter start-up and imports)")
+    print(
+        f"| tool | analyses timed | median | runs |\n|---|---|---|---|\n"
+        f"| tracelab | all 6 analyzers | {result['tracelab_total_s']:.2f} s | "
+        f"{result['tracelab_runs_s']} |\n"
+        f"| tracelab, store pages warm | all 6 analyzers | {result['tracelab_warm_s']:.2f} s | "
+        f"{[round(t['warm_s'], 3) for t in tl]} |\n"
+        f"| HTA 0.5 | temporal breakdown + overlap + idle time | "
+        f"{result['hta_total_s']:.2f} s | {result['hta_runs_s']} |\n\n"
+        f"| tracelab derived layer (computed once, at ingest) | steps, clocks, matches, "
+        f"parts | {result['tracelab_derive_s']:.2f} s | |\n\n"
+        f"speed-up {result['speedup']:.1f}x cold, {result['speedup_warm']:.1f}x warm, "
+        f"{result['speedup_with_derive']:.1f}x counting the derived layer "
+        f"(excluded: tracelab ingest "
+        f"{result['tracelab_ingest_s']:.1f} s once, HTA parse {result['hta_parse_s']:.1f} s "
+        "per run, interpreter start-up and imports)"
+    )
     print("\n| tracelab analyzer | median |\n|---|---|")
     for k, v in result["tracelab_per_analyzer_s"].items():
         print(f"| {k} | {v:.3f} s |")
@@ -197,8 +220,9 @@ def synthetic(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="tracelab-bench-synth-"))
     try:
         arrivals = tuple((0, 1, 5, 2)[i % 4] for i in range(args.ranks))
-        run = build_run(work, "stragglers", arrivals_ms=arrivals, steps=args.steps,
-                        name=f"synth_{args.ranks}")
+        run = build_run(
+            work, "stragglers", arrivals_ms=arrivals, steps=args.steps, name=f"synth_{args.ranks}"
+        )
         db = work / "bench.duckdb"
         import time
 
@@ -210,19 +234,26 @@ def synthetic(args: argparse.Namespace) -> None:
         shutil.rmtree(work, ignore_errors=True)
     med = statistics.median
     result = {
-        "synthetic": True, "ranks": args.ranks, "steps": args.steps, "reps": args.reps,
+        "synthetic": True,
+        "ranks": args.ranks,
+        "steps": args.steps,
+        "reps": args.reps,
         "tracelab_total_s": med(t["total_s"] for t in tl),
         "tracelab_warm_s": med(t["warm_s"] for t in tl),
         "tracelab_derive_s": med(t["derive_s"] for t in tl),
-        "tracelab_per_analyzer_s": {k: med(t["per_analyzer_s"][k] for t in tl)
-                                    for k in tl[0]["per_analyzer_s"]},
+        "tracelab_per_analyzer_s": {
+            k: med(t["per_analyzer_s"][k] for t in tl) for k in tl[0]["per_analyzer_s"]
+        },
         "tracelab_runs_s": [round(t["total_s"], 3) for t in tl],
-        "tracelab_ingest_s": ingest_s, "cpus": os.cpu_count(),
+        "tracelab_ingest_s": ingest_s,
+        "cpus": os.cpu_count(),
     }
-    print(f"{args.ranks} ranks x {args.steps} steps (synthetic): all analyzers "
-          f"{result['tracelab_total_s']:.2f} s median {result['tracelab_runs_s']}, warm "
-          f"{result['tracelab_warm_s']:.2f} s; derived layer {result['tracelab_derive_s']:.2f} s; "
-          f"ingest {ingest_s:.1f} s")
+    print(
+        f"{args.ranks} ranks x {args.steps} steps (synthetic): all analyzers "
+        f"{result['tracelab_total_s']:.2f} s median {result['tracelab_runs_s']}, warm "
+        f"{result['tracelab_warm_s']:.2f} s; derived layer {result['tracelab_derive_s']:.2f} s; "
+        f"ingest {ingest_s:.1f} s"
+    )
     for k, v in result["tracelab_per_analyzer_s"].items():
         print(f"| {k} | {v:.3f} s |")
     out = Path(args.out or Path(__file__).parent / "results" / f"analyze_synth_{args.ranks}.json")

@@ -97,8 +97,21 @@ def ensure_store(ranks: int) -> Path:
                 return db
     folder = rank_set(ranks)
     print(f"ingesting {folder} into {db} ...", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "tracelab.cli", "ingest", str(folder), "--db", str(db),
-                    "--run", RUN, "--replace"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracelab.cli",
+            "ingest",
+            str(folder),
+            "--db",
+            str(db),
+            "--run",
+            RUN,
+            "--replace",
+        ],
+        check=True,
+    )
     return db
 
 
@@ -108,9 +121,21 @@ def start_server(db: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "tracelab.cli", "serve", "--db", str(db),
-                             "--port", str(port), "--no-warm"],
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tracelab.cli",
+            "serve",
+            "--db",
+            str(db),
+            "--port",
+            str(port),
+            "--no-warm",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -129,9 +154,17 @@ def make_driver(profile: str) -> Any:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 f"--user-data-dir={profile}", "--window-size=1400,1000"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,1000",
+    ):
         opts.add_argument(flag)
     drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
     drv.set_page_load_timeout(TIMEOUT_S)
@@ -171,9 +204,14 @@ if (document.querySelector('[data-dash-is-loading="true"]')) return null;
 return performance.now() - window.__nav_t0;
 """
 #: (nav label, heading prefix, plots) for in-app navigation, starting from the overview.
-NAV = [("Timeline", "Timeline of", 1), ("Pipeline", "Pipeline of", 0),
-       ("Stragglers", "Stragglers of", 0), ("Memory", "Memory of", 1),
-       ("Overview", "Overview of", 2), ("Runs", "Runs", 0)]
+NAV = [
+    ("Timeline", "Timeline of", 1),
+    ("Pipeline", "Pipeline of", 0),
+    ("Stragglers", "Stragglers of", 0),
+    ("Memory", "Memory of", 1),
+    ("Overview", "Overview of", 2),
+    ("Runs", "Runs", 0),
+]
 
 
 def navigate(drv: Any, base: str) -> dict[str, float]:
@@ -222,17 +260,24 @@ def zooms(drv: Any, base: str) -> dict[str, dict[str, Any]]:
     load_view(drv, base + f"/timeline?run={RUN}", "Timeline of", 1)
     span = drv.execute_script(
         "return document.getElementById('timeline-graph').querySelector('.js-plotly-plot')"
-        "._fullLayout.xaxis.range;")
+        "._fullLayout.xaxis.range;"
+    )
     lo, hi = float(span[0]), float(span[1])
     out = {}
     for name, frac in ZOOMS:
-        args = (None, None) if frac is None else (lo + frac[0] * (hi - lo), lo + frac[1] * (hi - lo))
+        args = (
+            (None, None) if frac is None else (lo + frac[0] * (hi - lo), lo + frac[1] * (hi - lo))
+        )
         drv.execute_script(ZOOM_JS, *args)
         elapsed, status, shapes = wait_value(drv, ZOOM_DONE_JS)
         data, _ = drv.execute_script(DASH_BYTES_JS)
-        out[name] = {"ms": float(elapsed), "bytes": int(data), "shapes": int(shapes),
-                     "mode": "aggregates" if status.startswith("Showing aggregates") else "events",
-                     "status": status}
+        out[name] = {
+            "ms": float(elapsed),
+            "bytes": int(data),
+            "shapes": int(shapes),
+            "mode": "aggregates" if status.startswith("Showing aggregates") else "events",
+            "status": status,
+        }
     return out
 
 
@@ -261,18 +306,26 @@ def summarize(reps: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "cold_first_paint_ms": med(r["cold"]["first_paint_ms"] for r in reps),
         "cold_full_ms": med(r["cold"]["full_ms"] for r in reps),
-        "views": {v: {"ms": med(r["views"][v]["ms"] for r in reps),
-                      "bytes": med(r["views"][v]["bytes"] for r in reps),
-                      "runs_ms": [round(r["views"][v]["ms"]) for r in reps]}
-                  for v in reps[0]["views"]},
+        "views": {
+            v: {
+                "ms": med(r["views"][v]["ms"] for r in reps),
+                "bytes": med(r["views"][v]["bytes"] for r in reps),
+                "runs_ms": [round(r["views"][v]["ms"]) for r in reps],
+            }
+            for v in reps[0]["views"]
+        },
         "asset_bytes_first_load": reps[0]["views"]["runs"]["asset_bytes"],
         "nav_ms": {v: med(r["nav"][v] for r in reps) for v in reps[0]["nav"]},
-        "zooms": {z: {"ms": med(r["zooms"][z]["ms"] for r in reps),
-                      "bytes": med(r["zooms"][z]["bytes"] for r in reps),
-                      "shapes": med(r["zooms"][z]["shapes"] for r in reps),
-                      "mode": reps[0]["zooms"][z]["mode"],
-                      "runs_ms": [round(r["zooms"][z]["ms"]) for r in reps]}
-                  for z in reps[0]["zooms"]},
+        "zooms": {
+            z: {
+                "ms": med(r["zooms"][z]["ms"] for r in reps),
+                "bytes": med(r["zooms"][z]["bytes"] for r in reps),
+                "shapes": med(r["zooms"][z]["shapes"] for r in reps),
+                "mode": reps[0]["zooms"][z]["mode"],
+                "runs_ms": [round(r["zooms"][z]["ms"]) for r in reps],
+            }
+            for z in reps[0]["zooms"]
+        },
     }
 
 
@@ -282,20 +335,28 @@ def table(results: dict[int, dict[str, Any]]) -> str:
     lines = [head, "|---|" + "---|---|" * len(ns)]
     first = results[ns[0]]
     for v in first["views"]:
-        cells = [f"{results[n]['views'][v]['ms']:.0f} ms | {results[n]['views'][v]['bytes'] / 1024:.0f} KiB"
-                 for n in ns]
+        cells = [
+            f"{results[n]['views'][v]['ms']:.0f} ms | {results[n]['views'][v]['bytes'] / 1024:.0f} KiB"
+            for n in ns
+        ]
         lines.append(f"| {v} (first render) | " + " | ".join(cells) + " |")
     for z in first["zooms"]:
-        cells = [f"{results[n]['zooms'][z]['ms']:.0f} ms | {results[n]['zooms'][z]['bytes'] / 1024:.0f} KiB"
-                 f" ({results[n]['zooms'][z]['mode']}, {results[n]['zooms'][z]['shapes']:,.0f} shapes)"
-                 for n in ns]
+        cells = [
+            f"{results[n]['zooms'][z]['ms']:.0f} ms | {results[n]['zooms'][z]['bytes'] / 1024:.0f} KiB"
+            f" ({results[n]['zooms'][z]['mode']}, {results[n]['zooms'][z]['shapes']:,.0f} shapes)"
+            for n in ns
+        ]
         lines.append(f"| timeline {z} | " + " | ".join(cells) + " |")
     for v in first["nav_ms"]:
         cells = [f"{results[n]['nav_ms'][v]:.0f} ms | —" for n in ns]
         lines.append(f"| {v} (from the navigation bar) | " + " | ".join(cells) + " |")
-    cells = [f"{results[n]['cold_first_paint_ms']:.0f} ms → {results[n]['cold_full_ms'] / 1000:.1f} s | —"
-             for n in ns]
-    lines.append("| overview, cold (first paint → page with all analyses) | " + " | ".join(cells) + " |")
+    cells = [
+        f"{results[n]['cold_first_paint_ms']:.0f} ms → {results[n]['cold_full_ms'] / 1000:.1f} s | —"
+        for n in ns
+    ]
+    lines.append(
+        "| overview, cold (first paint → page with all analyses) | " + " | ".join(cells) + " |"
+    )
     return "\n".join(lines)
 
 
@@ -314,9 +375,13 @@ def main() -> None:
             for i in range(args.reps):
                 reps.append(one_rep(db, work))
                 v = reps[-1]["views"]
-                print(f"{n} ranks, rep {i + 1}: " + ", ".join(
-                    f"{k} {x['ms']:.0f} ms" for k, x in v.items()) + "; zooms " + ", ".join(
-                    f"{x['ms']:.0f} ms" for x in reps[-1]["zooms"].values()), file=sys.stderr)
+                print(
+                    f"{n} ranks, rep {i + 1}: "
+                    + ", ".join(f"{k} {x['ms']:.0f} ms" for k, x in v.items())
+                    + "; zooms "
+                    + ", ".join(f"{x['ms']:.0f} ms" for x in reps[-1]["zooms"].values()),
+                    file=sys.stderr,
+                )
         finally:
             shutil.rmtree(work, ignore_errors=True)
         results[n] = {**summarize(reps), "reps": reps, "events": events(db)}

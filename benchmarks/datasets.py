@@ -40,7 +40,7 @@ def rank_set(n: int, *, gz: bool = False) -> Path:
     for rank in range(n):
         info.update(rank=rank, world_size=max(n, 2))
         new = json.dumps(info).encode()
-        body = text[: found.start(1)] + new + text[found.end(1):]
+        body = text[: found.start(1)] + new + text[found.end(1) :]
         if gz:
             (folder / f"rank-{rank}.json.gz").write_bytes(gzip.compress(body, 6, mtime=0))
         else:

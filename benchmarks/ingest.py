@@ -42,7 +42,9 @@ def tracelab_ingest(folder: Path, work: Path) -> Sample:
     db = work / "bench.duckdb"
     db.unlink(missing_ok=True)
     warm(folder)
-    sample = run_measured([sys.executable, "-m", "tracelab.cli", "ingest", str(folder), "--db", str(db)])
+    sample = run_measured(
+        [sys.executable, "-m", "tracelab.cli", "ingest", str(folder), "--db", str(db)]
+    )
     if sample.returncode != 0:
         raise SystemExit(f"tracelab ingest failed:\n{sample.stdout}")
     return sample
@@ -88,11 +90,13 @@ def scaling(ranks: list[int], reps: int, work: Path) -> list[dict[str, object]]:
     for n in ranks:
         folder = rank_set(n)
         samples = [tracelab_ingest(folder, work) for _ in range(reps)]
-        out.append({
-            "ranks": n,
-            "tracelab_s": median([s.wall_s for s in samples]),
-            "tracelab_peak_rss_mb": median([s.peak_rss_bytes for s in samples]) / 2**20,
-        })
+        out.append(
+            {
+                "ranks": n,
+                "tracelab_s": median([s.wall_s for s in samples]),
+                "tracelab_peak_rss_mb": median([s.peak_rss_bytes for s in samples]) / 2**20,
+            }
+        )
     return out
 
 
@@ -131,7 +135,9 @@ def main() -> None:
     if scale:
         print("\n| ranks | tracelab ingest (median) | tracelab peak RSS |\n|---|---|---|")
         for s in scale:
-            print(f"| {s['ranks']} | {s['tracelab_s']:.2f} s | {s['tracelab_peak_rss_mb']:.0f} MB |")
+            print(
+                f"| {s['ranks']} | {s['tracelab_s']:.2f} s | {s['tracelab_peak_rss_mb']:.0f} MB |"
+            )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"cases": rows, "scaling": scale}, indent=2))
 

@@ -53,10 +53,17 @@ class Sample:
     stdout: str
 
 
-def run_measured(cmd: list[str], *, env: dict[str, str] | None = None, timeout_s: float = 900) -> Sample:
+def run_measured(
+    cmd: list[str], *, env: dict[str, str] | None = None, timeout_s: float = 900
+) -> Sample:
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     peak = 0
     stop = threading.Event()
 

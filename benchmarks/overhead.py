@@ -37,9 +37,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 MODES = ("bare", "bare_again", "tracelab_outside", "torch_profiler", "tracelab_active")
 
@@ -68,7 +68,9 @@ def make_step(ddp: nn.Module, opt: torch.optim.Optimizer) -> Callable[[], None]:
     return step
 
 
-def run_block(mode: str, steps: int, train_step: Callable[[], None], out: Path) -> tuple[list[int], float]:
+def run_block(
+    mode: str, steps: int, train_step: Callable[[], None], out: Path
+) -> tuple[list[int], float]:
     """Per-step times (ns) of one block, and the time spent in the step that exported."""
     window = range(1, steps - 1)  # step 0 warms up, the last step is the export step
     if mode in ("bare", "bare_again"):
@@ -78,8 +80,10 @@ def run_block(mode: str, steps: int, train_step: Callable[[], None], out: Path) 
     elif mode == "torch_profiler":
         sched = torch.profiler.schedule(wait=0, warmup=1, active=len(window))
         prof = torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
-            on_trace_ready=lambda p: p.export_chrome_trace(str(out / "torch.pt.trace.json.gz")))
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            schedule=sched,
+            on_trace_ready=lambda p: p.export_chrome_trace(str(out / "torch.pt.trace.json.gz")),
+        )
     else:
         prof = tracelab.profile(out, steps=window)
     times: list[int] = []
@@ -93,7 +97,7 @@ def run_block(mode: str, steps: int, train_step: Callable[[], None], out: Path) 
     export_ns = 0.0
     if mode in ("torch_profiler", "tracelab_active"):
         export_ns = float(times[window.stop - 1])
-        times = times[window.start + 1: window.stop - 1]  # inside the window, no transitions
+        times = times[window.start + 1 : window.stop - 1]  # inside the window, no transitions
     else:
         times = times[1:]
     return times, export_ns
@@ -112,7 +116,8 @@ def main() -> None:
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+    )
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
     train_step = make_step(ddp, torch.optim.SGD(ddp.parameters(), lr=0.01))
     for _ in range(20):
@@ -138,8 +143,10 @@ def main() -> None:
         report(samples, block_medians, exports, args, dist.get_world_size())
         print(f"\nDirect costs (median of {direct['rounds']} rounds):")
         print(f"- prof.step() outside a window: {direct['step_outside_ns']:.0f} ns per call")
-        print(f"- c10d hook on a 1-float all_reduce: {direct['hook_ns']:+.0f} ns per op "
-              f"({direct['unhooked_ns']:.0f} ns unhooked, {direct['hooked_ns']:.0f} ns hooked)")
+        print(
+            f"- c10d hook on a 1-float all_reduce: {direct['hook_ns']:+.0f} ns per op "
+            f"({direct['unhooked_ns']:.0f} ns unhooked, {direct['hooked_ns']:.0f} ns hooked)"
+        )
         if args.json is not None:
             data = json.loads(args.json.read_text())
             data["direct"] = direct
@@ -176,38 +183,59 @@ def direct_costs(rounds: int = 15, calls: int = 2000) -> dict[str, float]:
                 timer.uninstall()
                 timer.drain()
     diffs = [h - u for h, u in zip(hooked, unhooked)]
-    return {"rounds": rounds, "step_outside_ns": statistics.median(per_step),
-            "unhooked_ns": statistics.median(unhooked), "hooked_ns": statistics.median(hooked),
-            "hook_ns": statistics.median(diffs)}
+    return {
+        "rounds": rounds,
+        "step_outside_ns": statistics.median(per_step),
+        "unhooked_ns": statistics.median(unhooked),
+        "hooked_ns": statistics.median(hooked),
+        "hook_ns": statistics.median(diffs),
+    }
 
 
-def report(samples: dict[str, list[int]], block_medians: dict[str, list[float]],
-           exports: dict[str, list[float]], args: argparse.Namespace, world: int) -> None:
+def report(
+    samples: dict[str, list[int]],
+    block_medians: dict[str, list[float]],
+    exports: dict[str, list[float]],
+    args: argparse.Namespace,
+    world: int,
+) -> None:
     base = statistics.median(samples["bare"])
     rows = []
     for mode in samples:
         med = statistics.median(samples[mode])
         # spread of the overhead across blocks: each block's median against the bare block's
         per_block = sorted(m / b - 1 for m, b in zip(block_medians[mode], block_medians["bare"]))
-        rows.append({
-            "mode": mode, "steps": len(samples[mode]), "step_ms_median": med / 1e6,
-            "overhead_pct": (med / base - 1) * 100,
-            "block_overhead_pct_median": statistics.median(per_block) * 100,
-            "block_overhead_pct_min": per_block[0] * 100,
-            "block_overhead_pct_max": per_block[-1] * 100,
-            "export_ms_median": statistics.median(exports[mode]) / 1e6 if exports[mode] else None,
-        })
-    print(f"\nCPU DDP example, {world} ranks (gloo), {args.blocks} blocks x {args.steps} steps "
-          "per mode, medians\n")
-    print("| mode | steps | step ms (median) | overhead vs bare (pooled medians) | "
-          "overhead, median of blocks | per-block range | window end ms |")
+        rows.append(
+            {
+                "mode": mode,
+                "steps": len(samples[mode]),
+                "step_ms_median": med / 1e6,
+                "overhead_pct": (med / base - 1) * 100,
+                "block_overhead_pct_median": statistics.median(per_block) * 100,
+                "block_overhead_pct_min": per_block[0] * 100,
+                "block_overhead_pct_max": per_block[-1] * 100,
+                "export_ms_median": statistics.median(exports[mode]) / 1e6
+                if exports[mode]
+                else None,
+            }
+        )
+    print(
+        f"\nCPU DDP example, {world} ranks (gloo), {args.blocks} blocks x {args.steps} steps "
+        "per mode, medians\n"
+    )
+    print(
+        "| mode | steps | step ms (median) | overhead vs bare (pooled medians) | "
+        "overhead, median of blocks | per-block range | window end ms |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         export = f"{r['export_ms_median']:.1f}" if r["export_ms_median"] is not None else "-"
-        print(f"| {r['mode']} | {r['steps']} | {r['step_ms_median']:.3f} | "
-              f"{r['overhead_pct']:+.2f}% | {r['block_overhead_pct_median']:+.2f}% | "
-              f"{r['block_overhead_pct_min']:+.1f}% .. "
-              f"{r['block_overhead_pct_max']:+.1f}% | {export} |")
+        print(
+            f"| {r['mode']} | {r['steps']} | {r['step_ms_median']:.3f} | "
+            f"{r['overhead_pct']:+.2f}% | {r['block_overhead_pct_median']:+.2f}% | "
+            f"{r['block_overhead_pct_min']:+.1f}% .. "
+            f"{r['block_overhead_pct_max']:+.1f}% | {export} |"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps({"world_size": world, "rows": rows}, indent=1))
 

@@ -17,7 +17,11 @@ from tracelab.collectors.manifest import FORMAT_VERSION
 from tracelab.collectors.profile import Profile
 
 __all__ = [
-    "DISABLE_ENV", "FORMAT_VERSION", "Profile", "ProfileConfig", "arm_flight_recorder",
+    "DISABLE_ENV",
+    "FORMAT_VERSION",
+    "Profile",
+    "ProfileConfig",
+    "arm_flight_recorder",
     "profile",
 ]
 
@@ -73,12 +77,30 @@ def profile(
     once and switch the collector off; the training loop never sees them.
     """
     config = ProfileConfig(
-        dir=Path(dir), steps=steps, wait=wait, warmup=warmup, active=active, repeat=repeat,
-        skip_first=skip_first, run_name=run_name, enabled=enabled, mesh=mesh,
-        parallelism=parallelism, coords=coords, pipeline=pipeline, pp_stage=pp_stage,
-        device=device, comm_timing=comm_timing, flight_recorder=flight_recorder, memory=memory,
-        memory_snapshot=memory_snapshot, clock_sync=clock_sync, record_shapes=record_shapes,
-        profile_memory=profile_memory, with_stack=with_stack,
-        control_timeout_s=control_timeout_s, convert=convert,
+        dir=Path(dir),
+        steps=steps,
+        wait=wait,
+        warmup=warmup,
+        active=active,
+        repeat=repeat,
+        skip_first=skip_first,
+        run_name=run_name,
+        enabled=enabled,
+        mesh=mesh,
+        parallelism=parallelism,
+        coords=coords,
+        pipeline=pipeline,
+        pp_stage=pp_stage,
+        device=device,
+        comm_timing=comm_timing,
+        flight_recorder=flight_recorder,
+        memory=memory,
+        memory_snapshot=memory_snapshot,
+        clock_sync=clock_sync,
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_stack=with_stack,
+        control_timeout_s=control_timeout_s,
+        convert=convert,
     )
     return Profile(config)

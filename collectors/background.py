@@ -30,8 +30,9 @@ class BackgroundConverter:
         nice = shutil.which("nice")
         if nice:
             cmd = [nice, "-n", "10", *cmd]
-        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         self._children.append((trace, child))
 
     def wait(self, timeout_s: float) -> list[str]:
@@ -51,6 +52,8 @@ class BackgroundConverter:
                 failures.append(f"{trace.name}: exit {child.returncode}: {last[0]}")
         self._children.clear()
         for line in failures:
-            log.warning("tracelab: could not convert %s; `tracelab ingest` will parse the trace "
-                        "itself.", line)
+            log.warning(
+                "tracelab: could not convert %s; `tracelab ingest` will parse the trace itself.",
+                line,
+            )
         return failures

@@ -49,8 +49,12 @@ class ClockSample:
     rtt_ns: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"when": self.when, "window": self.window, "offset_ns": self.offset_ns,
-                "rtt_ns": self.rtt_ns}
+        return {
+            "when": self.when,
+            "window": self.window,
+            "offset_ns": self.offset_ns,
+            "rtt_ns": self.rtt_ns,
+        }
 
 
 @dataclass(kw_only=True)
@@ -88,13 +92,21 @@ class ClockSync:
     def summary(self) -> dict[str, Any]:
         """The manifest's `clock` object: offset/uncertainty of the tightest sample."""
         if self.rank == 0:
-            return {"offset_ns": 0, "uncertainty_ns": 0, "reference_rank": 0,
-                    "samples": [s.to_dict() for s in self.samples]}
+            return {
+                "offset_ns": 0,
+                "uncertainty_ns": 0,
+                "reference_rank": 0,
+                "samples": [s.to_dict() for s in self.samples],
+            }
         if not self.samples:
             return {"offset_ns": None, "uncertainty_ns": None, "reference_rank": 0, "samples": []}
         best = min(self.samples, key=lambda s: s.rtt_ns)
-        return {"offset_ns": best.offset_ns, "uncertainty_ns": best.rtt_ns // 2,
-                "reference_rank": 0, "samples": [s.to_dict() for s in self.samples]}
+        return {
+            "offset_ns": best.offset_ns,
+            "uncertainty_ns": best.rtt_ns // 2,
+            "reference_rank": 0,
+            "samples": [s.to_dict() for s in self.samples],
+        }
 
     # -- protocol ----------------------------------------------------------------------------
 
@@ -128,5 +140,9 @@ class ClockSync:
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = True
-        log.warning("tracelab: clock exchange failed on rank %d (%s); clock offsets of this "
-                    "rank stay unmeasured from here on.", self.rank, exc)
+        log.warning(
+            "tracelab: clock exchange failed on rank %d (%s); clock offsets of this "
+            "rank stay unmeasured from here on.",
+            self.rank,
+            exc,
+        )

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
+
 from tracelab.collectors.records import P2P_OPS, CollectiveRecord
 from tracelab.collectors.timed_work import TimedWork, describe, dtype_name, wall_ns_of
 
@@ -121,7 +122,9 @@ class CommTimer:
     def poll(self) -> None:
         """Read back CUDA events that have completed; never blocks."""
         if self._pending_cuda:
-            self._pending_cuda = [r for r in self._pending_cuda if not self._resolve(r, block=False)]
+            self._pending_cuda = [
+                r for r in self._pending_cuda if not self._resolve(r, block=False)
+            ]
 
     def drain(self) -> list[CollectiveRecord]:
         """The window's records, with every CUDA event read back (this may wait for the
@@ -172,7 +175,12 @@ class CommTimer:
         return hook
 
     def _begin(
-        self, pg: Any, name: str, op: str, in_idx: int | None, out_idx: int | None,
+        self,
+        pg: Any,
+        name: str,
+        op: str,
+        in_idx: int | None,
+        out_idx: int | None,
         args: tuple[Any, ...],
     ) -> CollectiveRecord | None:
         try:
@@ -183,18 +191,29 @@ class CommTimer:
             if first is None:
                 first = first_out
             rec = CollectiveRecord(
-                op=op, pg_name=pg_name, pg_desc=pg_desc, pg_ranks=ranks,
+                op=op,
+                pg_name=pg_name,
+                pg_desc=pg_desc,
+                pg_ranks=ranks,
                 group_size=len(ranks) if ranks is not None else pg.size(),
-                in_bytes=in_bytes, out_bytes=out_bytes, dtype=dtype_name(first),
-                enqueue_ns=enqueue, step=self.step, window=self.window,
+                in_bytes=in_bytes,
+                out_bytes=out_bytes,
+                dtype=dtype_name(first),
+                enqueue_ns=enqueue,
+                step=self.step,
+                window=self.window,
             )
             if op in P2P_OPS:
                 self._p2p_peer_and_seq(rec, name, args, ranks)
             else:
                 self._seq[pg_name] = self._seq.get(pg_name, 0) + 1
                 rec.seq = self._seq[pg_name]
-            if first is not None and first.is_cuda and self._anchor is not None \
-                    and first.device.index == self._anchor[0]:
+            if (
+                first is not None
+                and first.is_cuda
+                and self._anchor is not None
+                and first.device.index == self._anchor[0]
+            ):
                 start = torch.cuda.Event(enable_timing=True)
                 start.record()
                 rec.cuda_events = [start, None]

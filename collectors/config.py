@@ -61,40 +61,54 @@ class ProfileConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "dir", Path(self.dir))
         if self.steps is not None and self.active is not None:
-            raise UsageError("tracelab.profile: give either steps=range(...) or active=N "
-                             "(with wait/warmup/repeat), not both.")
+            raise UsageError(
+                "tracelab.profile: give either steps=range(...) or active=N "
+                "(with wait/warmup/repeat), not both."
+            )
         if self.steps is None and self.active is None:
-            raise UsageError("tracelab.profile: say which steps to record: steps=range(10, 15), "
-                             "or wait=..., warmup=..., active=N, repeat=....")
+            raise UsageError(
+                "tracelab.profile: say which steps to record: steps=range(10, 15), "
+                "or wait=..., warmup=..., active=N, repeat=...."
+            )
         for name in ("wait", "warmup", "repeat", "skip_first"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
-                raise UsageError(f"tracelab.profile: {name} must be an integer >= 0, got {value!r}.")
+                raise UsageError(
+                    f"tracelab.profile: {name} must be an integer >= 0, got {value!r}."
+                )
         if self.steps is not None:
             if not isinstance(self.steps, range) or self.steps.step != 1 or len(self.steps) == 0:
-                raise UsageError("tracelab.profile: steps must be a non-empty range of "
-                                 f"consecutive steps such as range(10, 15), got {self.steps!r}.")
+                raise UsageError(
+                    "tracelab.profile: steps must be a non-empty range of "
+                    f"consecutive steps such as range(10, 15), got {self.steps!r}."
+                )
             if self.steps.start < self.warmup:
                 raise UsageError(
                     f"tracelab.profile: steps={self.steps!r} starts before warmup={self.warmup} "
-                    "steps can run; start the range at warmup or later, or pass warmup=0.")
+                    "steps can run; start the range at warmup or later, or pass warmup=0."
+                )
             object.__setattr__(self, "skip_first", self.steps.start - self.warmup)
             object.__setattr__(self, "wait", 0)
             object.__setattr__(self, "active", len(self.steps))
             object.__setattr__(self, "repeat", 1)
         if not isinstance(self.active, int) or self.active < 1:
-            raise UsageError(f"tracelab.profile: active must be an integer >= 1, got {self.active!r}.")
+            raise UsageError(
+                f"tracelab.profile: active must be an integer >= 1, got {self.active!r}."
+            )
         if self.parallelism is not None:
             for key, size in self.parallelism.items():
                 if key not in DIMS or not isinstance(size, int) or size < 1:
                     raise UsageError(
                         f"tracelab.profile: parallelism={dict(self.parallelism)!r}: keys must be "
-                        f"among {DIMS} and sizes integers >= 1.")
+                        f"among {DIMS} and sizes integers >= 1."
+                    )
         if self.coords is not None and any(k not in DIMS for k in self.coords):
             raise UsageError(f"tracelab.profile: coords keys must be among {DIMS}.")
         if self.mesh is not None and self.parallelism is not None:
-            raise UsageError("tracelab.profile: give mesh= or parallelism=, not both "
-                             "(the mesh already says the parallelism).")
+            raise UsageError(
+                "tracelab.profile: give mesh= or parallelism=, not both "
+                "(the mesh already says the parallelism)."
+            )
         if not self.control_timeout_s > 0:
             raise UsageError("tracelab.profile: control_timeout_s must be > 0 seconds.")
 
@@ -118,5 +132,10 @@ class ProfileConfig:
         return "record" if mod < self.cycle - 1 else "record_and_save"
 
     def schedule_dict(self) -> dict[str, int | None]:
-        return {"skip_first": self.skip_first, "wait": self.wait, "warmup": self.warmup,
-                "active": self.active, "repeat": self.repeat}
+        return {
+            "skip_first": self.skip_first,
+            "wait": self.wait,
+            "warmup": self.warmup,
+            "active": self.active,
+            "repeat": self.repeat,
+        }

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+
 from tracelab.collectors.records import (
     P2P_OPS,
     CollectiveRecord,
@@ -39,15 +40,26 @@ DEFAULT_BUFFER_SIZE = 20000
 MIN_GAP_NS = 50_000
 
 _DTYPES = {  # Flight Recorder's scalar type names -> (torch name, bytes per element)
-    "Float": ("float32", 4), "Double": ("float64", 8), "Half": ("float16", 2),
-    "BFloat16": ("bfloat16", 2), "Long": ("int64", 8), "Int": ("int32", 4),
-    "Short": ("int16", 2), "Char": ("int8", 1), "Byte": ("uint8", 1), "Bool": ("bool", 1),
-    "ComplexFloat": ("complex64", 8), "ComplexDouble": ("complex128", 16),
-    "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1),
+    "Float": ("float32", 4),
+    "Double": ("float64", 8),
+    "Half": ("float16", 2),
+    "BFloat16": ("bfloat16", 2),
+    "Long": ("int64", 8),
+    "Int": ("int32", 4),
+    "Short": ("int16", 2),
+    "Char": ("int8", 1),
+    "Byte": ("uint8", 1),
+    "Bool": ("bool", 1),
+    "ComplexFloat": ("complex64", 8),
+    "ComplexDouble": ("complex128", 16),
+    "Float8_e4m3fn": ("float8_e4m3fn", 1),
+    "Float8_e5m2": ("float8_e5m2", 1),
 }
 
 
-def arm_flight_recorder(buffer_size: int = DEFAULT_BUFFER_SIZE, *, nccl_timing: bool = True) -> bool:
+def arm_flight_recorder(
+    buffer_size: int = DEFAULT_BUFFER_SIZE, *, nccl_timing: bool = True
+) -> bool:
     """Arm PyTorch's Flight Recorder for this process. Call it before `init_process_group`.
 
     Sets `TORCH_FR_BUFFER_SIZE` (unless already set) and, with `nccl_timing`,
@@ -61,7 +73,8 @@ def arm_flight_recorder(buffer_size: int = DEFAULT_BUFFER_SIZE, *, nccl_timing: 
         log.warning(
             "tracelab: arm_flight_recorder() was called after init_process_group; the Flight "
             "Recorder stays off. Call it before init_process_group, or export %s=%d.",
-            BUFFER_ENV, buffer_size,
+            BUFFER_ENV,
+            buffer_size,
         )
         return False
     os.environ.setdefault(BUFFER_ENV, str(int(buffer_size)))
@@ -119,7 +132,9 @@ def window_entries(
         if e.get("is_p2p") or op_from_profiling_name(str(e.get("profiling_name", ""))) in P2P_OPS:
             continue  # p2p is always issued from Python, where the hooks time it
         out.append(e)
-    out.sort(key=lambda e: (str((e.get("process_group") or [""])[0]), e.get("collective_seq_id", 0)))
+    out.sort(
+        key=lambda e: (str((e.get("process_group") or [""])[0]), e.get("collective_seq_id", 0))
+    )
     return out
 
 
@@ -163,7 +178,10 @@ def reconcile(
 
 
 def entry_record(
-    e: dict[str, Any], *, groups: dict[str, list[int]], step_of: Callable[[int], int | None],
+    e: dict[str, Any],
+    *,
+    groups: dict[str, list[int]],
+    step_of: Callable[[int], int | None],
     window: int,
 ) -> CollectiveRecord:
     """A `source: "flight_recorder"` record from one FR entry."""
@@ -174,17 +192,32 @@ def entry_record(
     out_bytes, out_dtype = _sized(e.get("output_sizes"), e.get("output_dtypes"))
     return CollectiveRecord(
         op=op_from_profiling_name(str(e.get("profiling_name", ""))),
-        source="flight_recorder", pg_name=str(pg[0]), pg_desc=str(pg[1]) if len(pg) > 1 else None,
-        pg_ranks=ranks, group_size=len(ranks) if ranks else None,
-        seq=int(e["collective_seq_id"]), in_bytes=in_bytes, out_bytes=out_bytes,
-        dtype=dtype or out_dtype, enqueue_ns=created, step=step_of(created), window=window,
+        source="flight_recorder",
+        pg_name=str(pg[0]),
+        pg_desc=str(pg[1]) if len(pg) > 1 else None,
+        pg_ranks=ranks,
+        group_size=len(ranks) if ranks else None,
+        seq=int(e["collective_seq_id"]),
+        in_bytes=in_bytes,
+        out_bytes=out_bytes,
+        dtype=dtype or out_dtype,
+        enqueue_ns=created,
+        step=step_of(created),
+        window=window,
     )
 
 
 def window_records(
-    records: list[CollectiveRecord], *, start_ns: int, end_ns: int, window: int,
-    exclude_pgs: list[str], groups: dict[str, list[int]], step_of: Callable[[int], int | None],
-    gloo_events: list[tuple[str, int, int]], rank: int,
+    records: list[CollectiveRecord],
+    *,
+    start_ns: int,
+    end_ns: int,
+    window: int,
+    exclude_pgs: list[str],
+    groups: dict[str, list[int]],
+    step_of: Callable[[int], int | None],
+    gloo_events: list[tuple[str, int, int]],
+    rank: int,
 ) -> list[CollectiveRecord]:
     """The window's Flight Recorder rows: dump, keep the window, pair with the hooked
     `records` (which take FR's seq), time what gloo's trace events allow."""
@@ -194,11 +227,14 @@ def window_records(
     entries = window_entries(data, start_ns, end_ns, exclude_pgs)
     leftover, failed = reconcile(records, entries)
     if failed:
-        log.warning("tracelab: rank %d window %d: hooked collectives on group(s) %s could not "
-                    "be paired with Flight Recorder entries; their seq is left null.",
-                    rank, window, failed)
-    pairs = [(entry_record(e, groups=groups, step_of=step_of, window=window), e)
-             for e in leftover]
+        log.warning(
+            "tracelab: rank %d window %d: hooked collectives on group(s) %s could not "
+            "be paired with Flight Recorder entries; their seq is left null.",
+            rank,
+            window,
+            failed,
+        )
+    pairs = [(entry_record(e, groups=groups, step_of=step_of, window=window), e) for e in leftover]
     if gloo_events:
         fill_gloo_times(pairs, entries, gloo_events)
     return [rec for rec, _ in pairs]
@@ -222,7 +258,9 @@ def fill_gloo_times(
     for name in sorted(n for n in names if n.startswith("gloo:")):
         ents = [e for e in window_entries_ if str(e.get("profiling_name", "")) == name]
         evs = sorted((ev for ev in events if ev[0] == name), key=lambda ev: ev[1])
-        if len({str((e.get("process_group") or [""])[0]) for e in ents}) != 1 or len(evs) != len(ents):
+        if len({str((e.get("process_group") or [""])[0]) for e in ents}) != 1 or len(evs) != len(
+            ents
+        ):
             continue
         ents.sort(key=lambda e: int(e.get("collective_seq_id", 0)))
         ok = all(ev[1] >= int(e.get("time_created_ns") or 0) for e, ev in zip(ents, evs))

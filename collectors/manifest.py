@@ -27,8 +27,16 @@ RANK_FILE = "rank.json"
 DIMS = ("dp", "tp", "pp", "cp", "ep")
 #: DeviceMesh dimension names folded into one standard dimension (torchtitan's names).
 _MESH_ALIASES = {
-    "dp": "dp", "dp_replicate": "dp", "dp_shard": "dp", "ddp": "dp", "fsdp": "dp",
-    "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "dp_shard_cp": "dp",
+    "dp": "dp",
+    "dp_replicate": "dp",
+    "dp_shard": "dp",
+    "ddp": "dp",
+    "fsdp": "dp",
+    "tp": "tp",
+    "pp": "pp",
+    "cp": "cp",
+    "ep": "ep",
+    "dp_shard_cp": "dp",
 }
 
 
@@ -46,8 +54,13 @@ def versions() -> dict[str, Any]:
             nccl = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
         except Exception:
             nccl = None
-    return {"tracelab": __version__, "torch": torch.__version__, "cuda": torch.version.cuda,
-            "nccl": nccl, "python": platform.python_version()}
+    return {
+        "tracelab": __version__,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "python": platform.python_version(),
+    }
 
 
 def device_info(device: torch.device) -> tuple[str, int | None]:
@@ -70,9 +83,14 @@ def process_groups(exclude: Any = None) -> list[dict[str, Any]]:
         if pg is exclude or pg is dist.GroupMember.NON_GROUP_MEMBER:
             continue
         try:
-            out.append({"pg_name": str(pg.group_name), "pg_desc": str(pg.group_desc),
-                        "ranks": list(dist.get_process_group_ranks(pg)),
-                        "backend": str(dist.get_backend(pg))})
+            out.append(
+                {
+                    "pg_name": str(pg.group_name),
+                    "pg_desc": str(pg.group_desc),
+                    "ranks": list(dist.get_process_group_ranks(pg)),
+                    "backend": str(dist.get_backend(pg)),
+                }
+            )
         except Exception:
             continue
     out.sort(key=lambda g: (len(g["pg_name"]), g["pg_name"]))
@@ -88,9 +106,14 @@ def parallelism_from_mesh(mesh: Any) -> tuple[dict[str, Any], dict[str, int | No
     names = tuple(mesh.mesh_dim_names or ())
     shape = tuple(int(s) for s in mesh.mesh.shape)
     if not names or len(names) != len(shape) or any(n not in _MESH_ALIASES for n in names):
-        return ({"dims": None, "source": "unknown",
-                 "mesh": {"names": list(names), "shape": list(shape)}},
-                {d: None for d in DIMS})
+        return (
+            {
+                "dims": None,
+                "source": "unknown",
+                "mesh": {"names": list(names), "shape": list(shape)},
+            },
+            {d: None for d in DIMS},
+        )
     coord = mesh.get_coordinate()
     dims = {d: 1 for d in DIMS}
     coords: dict[str, int | None] = {d: 0 for d in DIMS}
@@ -102,8 +125,14 @@ def parallelism_from_mesh(mesh: Any) -> tuple[dict[str, Any], dict[str, int | No
             coords[std] = None
         else:
             coords[std] = int(coords[std] or 0) * size + int(c)
-    return ({"dims": dims, "source": "device_mesh",
-             "mesh": {"names": list(names), "shape": list(shape)}}, coords)
+    return (
+        {
+            "dims": dims,
+            "source": "device_mesh",
+            "mesh": {"names": list(names), "shape": list(shape)},
+        },
+        coords,
+    )
 
 
 def parallelism_from_user(
@@ -126,17 +155,22 @@ def pipeline_info(pipeline: Any) -> tuple[dict[str, Any] | None, list[int] | Non
     if pipeline is None:
         return None, None
     if isinstance(pipeline, Mapping):
-        info = {"schedule": pipeline.get("schedule"), "stages": pipeline.get("stages"),
-                "microbatches": pipeline.get("microbatches")}
+        info = {
+            "schedule": pipeline.get("schedule"),
+            "stages": pipeline.get("stages"),
+            "microbatches": pipeline.get("microbatches"),
+        }
         stages = pipeline.get("rank_stages")
         return info, [int(s) for s in stages] if stages is not None else None
     sched_stages = getattr(pipeline, "_stages", None)
     if sched_stages is None and getattr(pipeline, "_stage", None) is not None:
         sched_stages = [pipeline._stage]
     rank_stages = [int(s.stage_index) for s in sched_stages] if sched_stages else None
-    info = {"schedule": type(pipeline).__name__,
-            "stages": int(getattr(pipeline, "_num_stages", 0)) or None,
-            "microbatches": getattr(pipeline, "_n_microbatches", None)}
+    info = {
+        "schedule": type(pipeline).__name__,
+        "stages": int(getattr(pipeline, "_num_stages", 0)) or None,
+        "microbatches": getattr(pipeline, "_n_microbatches", None),
+    }
     return info, rank_stages
 
 
@@ -152,15 +186,27 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def build_manifest(
-    *, run_name: str, world_size: int, parallelism: dict[str, Any],
-    pipeline: dict[str, Any] | None, schedule: dict[str, Any], windows: list[dict[str, Any]],
+    *,
+    run_name: str,
+    world_size: int,
+    parallelism: dict[str, Any],
+    pipeline: dict[str, Any] | None,
+    schedule: dict[str, Any],
+    windows: list[dict[str, Any]],
     ranks: list[dict[str, Any]],
 ) -> dict[str, Any]:
     return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "run_name": run_name,
-        "world_size": world_size, "created_unix_ns": time.time_ns(), "versions": versions(),
-        "parallelism": parallelism, "pipeline": pipeline, "schedule": schedule,
-        "windows": windows, "argv": list(sys.argv),
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "run_name": run_name,
+        "world_size": world_size,
+        "created_unix_ns": time.time_ns(),
+        "versions": versions(),
+        "parallelism": parallelism,
+        "pipeline": pipeline,
+        "schedule": schedule,
+        "windows": windows,
+        "argv": list(sys.argv),
         "ranks": sorted(ranks, key=lambda r: int(r["rank"])),
     }
 

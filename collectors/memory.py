@@ -49,16 +49,23 @@ class MemoryTracker:
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
         self._reset_rss_peak()
-        if self._snapshot_dir is not None and self.snapshot_path is None \
-                and self._snapshot_step is None and self._cuda:
+        if (
+            self._snapshot_dir is not None
+            and self.snapshot_path is None
+            and self._snapshot_step is None
+            and self._cuda
+        ):
             torch.cuda.memory._record_memory_history(max_entries=100_000)
             self._snapshot_step = step
 
     def end_step(self, step: int) -> None:
         entry: dict[str, Any] = {
-            "step": step, "ts_ns": time.time_ns(), "device_type": self.device.type,
+            "step": step,
+            "ts_ns": time.time_ns(),
+            "device_type": self.device.type,
             "device_id": self.device.index if self.device.type == "cuda" else None,
-            "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+            "peak_allocated_bytes": None,
+            "peak_reserved_bytes": None,
             "rss_bytes": self._read_status(_HWM if self.rss_is_peak else _RSS),
             "rss_is_peak": self.rss_is_peak,
         }

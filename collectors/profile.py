@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerAction, ProfilerActivity
+
 from tracelab.collectors import flight_recorder as fr
 from tracelab.collectors import manifest as mf
 from tracelab.collectors import store_gather
@@ -41,8 +42,10 @@ from tracelab.collectors.records import CollectiveRecord
 log = logging.getLogger("tracelab.collectors")
 
 _TORCH_ACTIONS = {
-    "none": ProfilerAction.NONE, "warmup": ProfilerAction.WARMUP,
-    "record": ProfilerAction.RECORD, "record_and_save": ProfilerAction.RECORD_AND_SAVE,
+    "none": ProfilerAction.NONE,
+    "warmup": ProfilerAction.WARMUP,
+    "record": ProfilerAction.RECORD,
+    "record_and_save": ProfilerAction.RECORD_AND_SAVE,
 }
 COLLECTIVES_FILE = "collectives.jsonl"
 
@@ -103,7 +106,9 @@ class Profile:
         self.step_num = current + 1
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         if not self._started:
@@ -133,16 +138,20 @@ class Profile:
         if not self.enabled:
             return "tracelab: profiling was disabled: nothing was captured."
         if self.error is not None:
-            return (f"tracelab: the collector failed on rank {self.rank} ({self.error}); what it "
-                    f"wrote is in {self.root}.")
+            return (
+                f"tracelab: the collector failed on rank {self.rank} ({self.error}); what it "
+                f"wrote is in {self.root}."
+            )
         windows = [w for w in self._windows if w.get("last_step") is not None]
         steps = sum(int(w["last_step"]) - int(w["first_step"]) + 1 for w in windows)
         where = shlex.quote(str(self.root))
         name = self.config.run_name or self.root.resolve().name
-        return (f"tracelab: captured {steps} steps on {self.world_size} "
-                f"rank{'s' if self.world_size != 1 else ''} into {self.root}/\n"
-                f"next: tracelab open {where}   "
-                f"(or: tracelab ingest {where} && tracelab analyze --run {shlex.quote(name)})")
+        return (
+            f"tracelab: captured {steps} steps on {self.world_size} "
+            f"rank{'s' if self.world_size != 1 else ''} into {self.root}/\n"
+            f"next: tracelab open {where}   "
+            f"(or: tracelab ingest {where} && tracelab analyze --run {shlex.quote(name)})"
+        )
 
     @property
     def rank_dir(self) -> Path:
@@ -163,14 +172,16 @@ class Profile:
             self._parallelism, self._coords = mf.parallelism_from_mesh(cfg.mesh)
         else:
             self._parallelism, self._coords = mf.parallelism_from_user(
-                cfg.parallelism, cfg.coords, cfg.pp_stage)
+                cfg.parallelism, cfg.coords, cfg.pp_stage
+            )
         self._pipeline, self._rank_stages = mf.pipeline_info(cfg.pipeline)
         if cfg.convert:
             self._converter = BackgroundConverter()
         # tracelab's own gloo group carries only the clock exchanges (the metadata gather goes
         # through the store), so a job without clock sync does not create one.
-        self._group = (control_group(cfg.control_timeout_s) if distributed and cfg.clock_sync
-                       else None)
+        self._group = (
+            control_group(cfg.control_timeout_s) if distributed and cfg.clock_sync else None
+        )
         self._meta_key = store_gather.next_key()
         if cfg.clock_sync and distributed:
             self._clock = ClockSync(group=self._group, rank=self.rank, world_size=self.world_size)
@@ -183,9 +194,11 @@ class Profile:
             self._memory = MemoryTracker(device=self.device, snapshot_dir=snap)
         self._fr_on = bool(cfg.flight_recorder and distributed and fr.is_armed())
         if cfg.flight_recorder and distributed and not self._fr_on and self.rank == 0:
-            log.warning("tracelab: the Flight Recorder is not armed, so collectives issued from "
-                        "C++ (the DDP reducer, functional collectives) are not captured. Call "
-                        "tracelab.collectors.arm_flight_recorder() before init_process_group.")
+            log.warning(
+                "tracelab: the Flight Recorder is not armed, so collectives issued from "
+                "C++ (the DDP reducer, functional collectives) are not captured. Call "
+                "tracelab.collectors.arm_flight_recorder() before init_process_group."
+            )
         self._live = True
         first = cfg.action(0)
         if first in ACTIVE:
@@ -235,9 +248,13 @@ class Profile:
         if self.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         prof = torch.profiler.profile(
-            activities=activities, schedule=lambda s: _TORCH_ACTIONS[cfg.action(s)],
-            on_trace_ready=self._on_trace_ready, record_shapes=cfg.record_shapes,
-            profile_memory=cfg.profile_memory, with_stack=cfg.with_stack)
+            activities=activities,
+            schedule=lambda s: _TORCH_ACTIONS[cfg.action(s)],
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=cfg.record_shapes,
+            profile_memory=cfg.profile_memory,
+            with_stack=cfg.with_stack,
+        )
         action: Any = _TORCH_ACTIONS[cfg.action(step)]
         prof.step_num = step
         prof.current_action = action
@@ -270,9 +287,16 @@ class Profile:
 
     def _open_window(self) -> None:
         index = len(self._windows)
-        self._open = {"index": index, "first_step": self.step_num, "last_step": None,
-                      "start_ns": time.time_ns(), "end_ns": None, "trace": None,
-                      "collectives": 0, "flight_recorder_records": 0}
+        self._open = {
+            "index": index,
+            "first_step": self.step_num,
+            "last_step": None,
+            "start_ns": time.time_ns(),
+            "end_ns": None,
+            "trace": None,
+            "collectives": 0,
+            "flight_recorder_records": 0,
+        }
         self._windows.append(self._open)
         self._step_spans = []
         self._gloo_events = []
@@ -314,7 +338,8 @@ class Profile:
                 self._gloo_events = [
                     (e.name(), int(e.start_ns()), int(e.duration_ns()))
                     for e in prof.profiler.kineto_results.events()
-                    if e.name().startswith("gloo:")]
+                    if e.name().startswith("gloo:")
+                ]
         except Exception as exc:
             self._fail(exc)
 
@@ -342,9 +367,16 @@ class Profile:
         excluded = [str(self._group.group_name)] if self._group is not None else []
         groups = {g["pg_name"]: g["ranks"] for g in mf.process_groups(self._group)}
         return fr.window_records(
-            records, start_ns=window["start_ns"], end_ns=window["end_ns"], window=window["index"],
-            exclude_pgs=excluded, groups=groups, step_of=self._step_of,
-            gloo_events=self._gloo_events, rank=self.rank)
+            records,
+            start_ns=window["start_ns"],
+            end_ns=window["end_ns"],
+            window=window["index"],
+            exclude_pgs=excluded,
+            groups=groups,
+            step_of=self._step_of,
+            gloo_events=self._gloo_events,
+            rank=self.rank,
+        )
 
     def _step_of(self, ts_ns: int) -> int | None:
         starts = [s for s, _ in self._step_spans]
@@ -376,22 +408,36 @@ class Profile:
             pp_stage = min(stages)
         traces = [w["trace"] for w in self._windows if w.get("trace")]
         return {
-            "rank": self.rank, "host": mf.host_name(), "device": name,
+            "rank": self.rank,
+            "host": mf.host_name(),
+            "device": name,
             "device_memory_bytes": capacity,
-            "backend": dist.get_backend() if dist.is_available() and dist.is_initialized() else None,
-            "coords": getattr(self, "_coords", None), "pp_stage": pp_stage, "pp_stages": stages,
+            "backend": dist.get_backend()
+            if dist.is_available() and dist.is_initialized()
+            else None,
+            "coords": getattr(self, "_coords", None),
+            "pp_stage": pp_stage,
+            "pp_stages": stages,
             "process_groups": mf.process_groups(self._group),
             "traces": traces,
-            "collectives": f"{self.rank_dir.name}/{COLLECTIVES_FILE}" if self._comm is not None
-            or self._fr_on else None,
+            "collectives": f"{self.rank_dir.name}/{COLLECTIVES_FILE}"
+            if self._comm is not None or self._fr_on
+            else None,
             "collective_seq": "flight_recorder" if self._fr_on else "collector",
             "memory": self._memory.peaks if self._memory is not None else [],
-            "memory_snapshot": (f"{self.rank_dir.name}/{self._memory.snapshot_path}"
-                                if self._memory is not None and self._memory.snapshot_path else None),
-            "clock": self._clock.summary() if self._clock is not None else
-            {"offset_ns": 0 if self.world_size == 1 else None,
-             "uncertainty_ns": 0 if self.world_size == 1 else None, "reference_rank": 0,
-             "samples": []},
+            "memory_snapshot": (
+                f"{self.rank_dir.name}/{self._memory.snapshot_path}"
+                if self._memory is not None and self._memory.snapshot_path
+                else None
+            ),
+            "clock": self._clock.summary()
+            if self._clock is not None
+            else {
+                "offset_ns": 0 if self.world_size == 1 else None,
+                "uncertainty_ns": 0 if self.world_size == 1 else None,
+                "reference_rank": 0,
+                "samples": [],
+            },
             "windows": self._windows,
             "collector_error": self.error,
         }
@@ -408,12 +454,20 @@ class Profile:
         if clean and store is not None:
             try:
                 gathered = store_gather.gather_json(
-                    store, self._meta_key, entry, rank=self.rank, world_size=self.world_size,
-                    timeout_s=self.config.control_timeout_s)
+                    store,
+                    self._meta_key,
+                    entry,
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    timeout_s=self.config.control_timeout_s,
+                )
             except Exception as exc:
-                log.warning("tracelab: rank %d could not gather the ranks' metadata (%s); rank 0 "
-                            "builds the manifest from the rank.json files it can see.",
-                            self.rank, exc)
+                log.warning(
+                    "tracelab: rank %d could not gather the ranks' metadata (%s); rank 0 "
+                    "builds the manifest from the rank.json files it can see.",
+                    self.rank,
+                    exc,
+                )
                 gathered = None
         if self.rank != 0:
             return
@@ -422,11 +476,15 @@ class Profile:
             ranks = mf.read_rank_parts(self.root)
         manifest = mf.build_manifest(
             run_name=self.config.run_name or self.root.resolve().name,
-            world_size=self.world_size, parallelism=getattr(self, "_parallelism", {}),
-            pipeline=getattr(self, "_pipeline", None), schedule=self.config.schedule_dict(),
-            windows=[{k: w[k] for k in ("index", "first_step", "last_step")}
-                     for w in self._windows],
-            ranks=ranks)
+            world_size=self.world_size,
+            parallelism=getattr(self, "_parallelism", {}),
+            pipeline=getattr(self, "_pipeline", None),
+            schedule=self.config.schedule_dict(),
+            windows=[
+                {k: w[k] for k in ("index", "first_step", "last_step")} for w in self._windows
+            ],
+            ranks=ranks,
+        )
         mf.write_json(self.root / mf.MANIFEST, manifest)
 
     # -- failure -------------------------------------------------------------------------------
@@ -435,8 +493,12 @@ class Profile:
         """Log once, switch everything off, let the training loop go on."""
         if self.error is None:
             self.error = f"{type(exc).__name__}: {exc}"
-            log.error("tracelab: internal error on rank %d; the collector is disabled and "
-                      "training continues.", self.rank, exc_info=exc)
+            log.error(
+                "tracelab: internal error on rank %d; the collector is disabled and "
+                "training continues.",
+                self.rank,
+                exc_info=exc,
+            )
         self._live = False
         if self._comm is not None:
             try:

@@ -13,23 +13,48 @@ from typing import Any
 
 #: Normalized collective kinds (docs/capture-format.md, and the `collectives.op` column).
 OPS = (
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
-    "send", "recv", "barrier", "gather", "scatter", "unknown",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send",
+    "recv",
+    "barrier",
+    "gather",
+    "scatter",
+    "unknown",
 )
 P2P_OPS = frozenset({"send", "recv"})
 
 #: Flight Recorder / trace profiling names (after the "gloo:" / "nccl:" prefix) -> kind.
 _FR_NAMES = {
-    "all_reduce": "all_reduce", "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
-    "all_reduce_coalesced": "all_reduce", "all_gather": "all_gather",
-    "_allgather_base": "all_gather", "allgather": "all_gather",
-    "all_gather_into_tensor_coalesced": "all_gather", "allgather_coalesced": "all_gather",
-    "all_gather_base": "all_gather", "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "reduce_scatter_base": "reduce_scatter", "broadcast": "broadcast", "reduce": "reduce",
-    "all_to_all": "all_to_all", "alltoall": "all_to_all", "alltoall_base": "all_to_all",
-    "all_to_all_single": "all_to_all", "barrier": "barrier", "gather": "gather",
-    "scatter": "scatter", "send": "send", "recv": "recv",
+    "all_reduce": "all_reduce",
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "all_gather": "all_gather",
+    "_allgather_base": "all_gather",
+    "allgather": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "all_gather_base": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "all_to_all": "all_to_all",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "barrier": "barrier",
+    "gather": "gather",
+    "scatter": "scatter",
+    "send": "send",
+    "recv": "recv",
 }
 
 

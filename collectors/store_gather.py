@@ -43,7 +43,12 @@ def next_key() -> str:
 
 
 def gather_json(
-    store: Any, key: str, entry: dict[str, Any], *, rank: int, world_size: int,
+    store: Any,
+    key: str,
+    entry: dict[str, Any],
+    *,
+    rank: int,
+    world_size: int,
     timeout_s: float,
 ) -> list[dict[str, Any]] | None:
     """Every rank's `entry` on rank 0 (in rank order), None elsewhere.

@@ -18,9 +18,9 @@ import os
 import torch
 import torch.distributed as dist
 from torch import nn
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 
 def main() -> None:

@@ -16,9 +16,9 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 
 def main() -> None:
@@ -41,8 +41,12 @@ def main() -> None:
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 
-    with tracelab.profile(args.out, steps=range(first, stop),
-                          parallelism={"dp": dist.get_world_size()}, coords={"dp": rank}) as prof:
+    with tracelab.profile(
+        args.out,
+        steps=range(first, stop),
+        parallelism={"dp": dist.get_world_size()},
+        coords={"dp": rank},
+    ) as prof:
         for _ in range(args.steps):
             x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
             loss = nn.functional.cross_entropy(ddp(x), y)

@@ -17,9 +17,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 
 class Block(nn.Module):

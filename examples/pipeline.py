@@ -23,9 +23,9 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
     ScheduleInterleavedZeroBubble,
 )
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 SCHEDULES = {
     "1f1b": (Schedule1F1B, 1),
@@ -66,8 +66,10 @@ def main() -> None:
 
     stage_ids = [rank + k * world for k in range(stages_per_rank)]
     modules = [make_stage_module(i) for i in stage_ids]
-    stages = [PipelineStage(m, i, num_stages, device, input_args=(example,))
-              for m, i in zip(modules, stage_ids)]
+    stages = [
+        PipelineStage(m, i, num_stages, device, input_args=(example,))
+        for m, i in zip(modules, stage_ids)
+    ]
     loss_fn = nn.MSELoss()
     if stages_per_rank == 1:
         schedule = schedule_cls(stages[0], n_microbatches=MICROBATCHES, loss_fn=loss_fn)
@@ -78,8 +80,13 @@ def main() -> None:
 
     holds_first = 0 in stage_ids
     holds_last = num_stages - 1 in stage_ids
-    with tracelab.profile(args.out, steps=range(first, stop), pipeline=schedule,
-                          parallelism={"pp": world}, pp_stage=rank) as prof:
+    with tracelab.profile(
+        args.out,
+        steps=range(first, stop),
+        pipeline=schedule,
+        parallelism={"pp": world},
+        pp_stage=rank,
+    ) as prof:
         for _ in range(args.steps):
             x = torch.randn(MICROBATCHES * MICROBATCH_SIZE, WIDTH)
             target = torch.randn(MICROBATCHES * MICROBATCH_SIZE, WIDTH)

@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 WIDTH = 256
 MICROBATCHES = 8
@@ -61,9 +61,14 @@ def main() -> None:
     schedule = Schedule1F1B(stage, n_microbatches=MICROBATCHES, loss_fn=nn.MSELoss())
     opt = torch.optim.SGD(module.parameters(), lr=0.01)
 
-    with tracelab.profile(args.out, steps=range(first, stop), pipeline=schedule,
-                          parallelism={"pp": world}, pp_stage=rank,
-                          profile_memory=True) as prof:
+    with tracelab.profile(
+        args.out,
+        steps=range(first, stop),
+        pipeline=schedule,
+        parallelism={"pp": world},
+        pp_stage=rank,
+        profile_memory=True,
+    ) as prof:
         for _ in range(args.steps):
             x = torch.randn(MICROBATCHES * MICROBATCH_SIZE, WIDTH)
             if rank == 0:

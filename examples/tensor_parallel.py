@@ -21,9 +21,9 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
     parallelize_module,
 )
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 
 class MLP(nn.Module):

@@ -23,4 +23,10 @@ pip install -q -e ".[test,app]"
 pip install -q --no-deps HolisticTraceAnalysis==0.5.0
 pip install -q networkx pydot pyyaml psutil ijson
 
+# Lint, format, types and import layers (pyproject.toml) before the tests: CI fails on any.
+ruff check .
+ruff format --check .
+mypy
+lint-imports
+
 python -m pytest -q -n 2 --dist loadgroup "$@"

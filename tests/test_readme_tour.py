@@ -57,7 +57,7 @@ def _comment(line: str) -> str:
         elif ch in "'\"":
             quote = ch
         elif ch == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[i + 1:].strip()
+            return line[i + 1 :].strip()
     return ""
 
 
@@ -83,8 +83,9 @@ def test_the_tour_is_what_this_test_expects() -> None:
     assert any(c.is_server for c in commands)
     report = next(c for c in commands if c.line.startswith("tracelab report"))
     assert report.exit_code == 1  # the gate fails on the slow candidate
-    assert lines.index(report.line) > max(i for i, c in enumerate(commands) if
-                                          c.line.startswith("tracelab baseline save"))
+    assert lines.index(report.line) > max(
+        i for i, c in enumerate(commands) if c.line.startswith("tracelab baseline save")
+    )
 
 
 def _free_port() -> int:
@@ -99,8 +100,12 @@ def _scratch(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     for name in ("examples", "sample_traces"):
         (work / name).symlink_to(REPO / name)
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-           "PYTHONUNBUFFERED": "1", "TORCH_SHOW_CPP_STACKTRACES": "0"}
+    env = {
+        **os.environ,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_SHOW_CPP_STACKTRACES": "0",
+    }
     return work, env
 
 
@@ -108,12 +113,20 @@ def _serve(cmd: Command, work: Path, env: dict[str, str], log: Path) -> str:
     """Start a server line, wait until its URL answers, stop it with SIGINT; its output."""
     port = _free_port()
     with log.open("wb") as out:
-        proc = subprocess.Popen(["bash", "-c", f"exec {cmd.line}"], cwd=work, stdout=out,
-                                stderr=subprocess.STDOUT, env={**env, "TRACELAB_PORT": str(port)})
+        proc = subprocess.Popen(
+            ["bash", "-c", f"exec {cmd.line}"],
+            cwd=work,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**env, "TRACELAB_PORT": str(port)},
+        )
     try:
         deadline = time.monotonic() + 300
-        pattern = (r"overview of run '[^']+': (\S+)" if cmd.line.startswith("tracelab open")
-                   else r"serving \S+ at (\S+)")
+        pattern = (
+            r"overview of run '[^']+': (\S+)"
+            if cmd.line.startswith("tracelab open")
+            else r"serving \S+ at (\S+)"
+        )
         while True:
             text = log.read_text()
             assert proc.poll() is None, f"{cmd.line} stopped:\n{text[-3000:]}"
@@ -148,12 +161,19 @@ def _run_tour(work: Path, env: dict[str, str], commands: list[Command]) -> dict[
         # torchrun's default port (29500) may be taken by a parallel test: PET_MASTER_PORT
         # is torchrun's own environment form of --master-port.
         run_env = {**env, "PET_MASTER_PORT": str(_free_port())} if cmd.is_torchrun else env
-        proc = subprocess.run(["bash", "-c", cmd.line], cwd=work, env=run_env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            ["bash", "-c", cmd.line],
+            cwd=work,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         output = proc.stdout + proc.stderr
         assert proc.returncode == cmd.exit_code, (
             f"README tour: `{cmd.line}` exited {proc.returncode}, expected {cmd.exit_code}:\n"
-            f"{output[-4000:]}")
+            f"{output[-4000:]}"
+        )
         outputs[cmd.line] = output
     return outputs
 

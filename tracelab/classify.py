@@ -32,11 +32,26 @@ class Category(str, enum.Enum):
 
 
 #: Kineto categories of events that run on the device (canonical names, see canonical_cat).
-DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "mtia_ccp_events")
+DEVICE_CATS = (
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "gpu_user_annotation",
+    "cuda_sync",
+    "mtia_ccp_events",
+)
 #: Host-side runtime/driver categories of every device kind Kineto names (libkineto's
 #: ActivityType.h; the TensorBoard plugin maps the same ones to its Runtime role).
-RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "mtia_runtime", "xpu_runtime", "xpu_driver",
-                "privateuse1_runtime", "privateuse1_driver", "glow_runtime")
+RUNTIME_CATS = (
+    "cuda_runtime",
+    "cuda_driver",
+    "mtia_runtime",
+    "xpu_runtime",
+    "xpu_driver",
+    "privateuse1_runtime",
+    "privateuse1_driver",
+    "glow_runtime",
+)
 #: Older profilers' category names (lower-cased) -> the current Kineto name. PyTorch 1.8's
 #: Kineto wrote `Operator`, `Kernel`, `Memcpy`, `Memset`, `Runtime`, `Python` (and the
 #: TensorBoard plugin reads both spellings, torch_tb_profiler/profiler/trace.py EventTypeMap).
@@ -68,8 +83,10 @@ SYNC_RUNTIME_RE = r"(Synchronize|StreamWaitEvent|EventQuery)"
 #: not compute either, so that only the kernels inside them count.
 MTIA_MEMORY_RE = r"^dma"
 MTIA_SYNC_RE = r"^event_(wait|record)"
-MTIA_CONTAINER_RE = (r"^(job_exe|packet|pe_exe|cpum_exe_subgraph|collective_subgraph_execution|"
-                     r"runFunction)")
+MTIA_CONTAINER_RE = (
+    r"^(job_exe|packet|pe_exe|cpum_exe_subgraph|collective_subgraph_execution|"
+    r"runFunction)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +100,9 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule(category=Category.ANNOTATION, cats=("cpu_op",), name_re=ANNOTATION_OP_RE),
-    Rule(category=Category.COMMUNICATION, cats=("kernel", "mtia_ccp_events"), name_re=COMM_KERNEL_RE),
+    Rule(
+        category=Category.COMMUNICATION, cats=("kernel", "mtia_ccp_events"), name_re=COMM_KERNEL_RE
+    ),
     Rule(category=Category.COMPUTE, cats=("kernel",)),
     Rule(category=Category.MEMCPY, cats=("mtia_ccp_events",), name_re=MTIA_MEMORY_RE),
     Rule(category=Category.SYNC, cats=("mtia_ccp_events",), name_re=MTIA_SYNC_RE),

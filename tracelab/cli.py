@@ -128,9 +128,12 @@ def _internal_error(command: str, exc: BaseException) -> int:
     if os.environ.get("TRACELAB_DEBUG") == "1":
         traceback.print_exception(exc)
     file = f" while reading {where}" if where and str(where) not in what else ""
-    print(f"tracelab {command}: internal error{file}: {what}. This is a bug in tracelab: "
-          f"please report it to {REPORT_TO} with this line and the command "
-          "(TRACELAB_DEBUG=1 shows the traceback).", file=sys.stderr)
+    print(
+        f"tracelab {command}: internal error{file}: {what}. This is a bug in tracelab: "
+        f"please report it to {REPORT_TO} with this line and the command "
+        "(TRACELAB_DEBUG=1 shows the traceback).",
+        file=sys.stderr,
+    )
     return INTERNAL_ERROR_EXIT
 
 
@@ -139,11 +142,16 @@ def _store_error(command: str, exc: BaseException) -> int | None:
     if not type(exc).__module__.startswith(("duckdb", "_duckdb")):
         return None
     text = str(exc).replace("\n", " ")
-    if not any(w in text.lower() for w in ("corrupt", "checksum", "no space", "i/o error",
-                                           "serialization", "failed to read")):
+    if not any(
+        w in text.lower()
+        for w in ("corrupt", "checksum", "no space", "i/o error", "serialization", "failed to read")
+    ):
         return None
-    print(f"tracelab {command}: error: the store cannot be read ({type(exc).__name__}: "
-          f"{text[:300]}). It may be damaged: re-ingest into a new --db.", file=sys.stderr)
+    print(
+        f"tracelab {command}: error: the store cannot be read ({type(exc).__name__}: "
+        f"{text[:300]}). It may be damaged: re-ingest into a new --db.",
+        file=sys.stderr,
+    )
     return 3
 
 

@@ -35,8 +35,10 @@ from tracelab.validate import INT32_MAX
 ID_CATS = tuple(DEVICE_CATS) + RUNTIME_CATS + ("cpu_op",)
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 #: A pid/tid written as text that still names an integer: digits, or a GPU lane "stream N".
-_INT_TEXT = {"pid": re.compile(r"^\s*(-?\d+)\s*$"),
-             "tid": re.compile(r"^\s*(?:stream\s+)?(-?\d+)\s*$", re.IGNORECASE)}
+_INT_TEXT = {
+    "pid": re.compile(r"^\s*(-?\d+)\s*$"),
+    "tid": re.compile(r"^\s*(?:stream\s+)?(-?\d+)\s*$", re.IGNORECASE),
+}
 #: Kineto's tid offset of the row it moves "Stream Sync" events to (libkineto output_json.h).
 SYNC_STREAM_TID_OFFSET = 1_000_000
 
@@ -49,7 +51,8 @@ def _int_text(value: Any, field: str) -> int | None:
     if m is None:
         return None
     v = int(m.group(1))
-    return v if -2**63 < v < 2**63 else None
+    return v if -(2**63) < v < 2**63 else None
+
 
 #: Largest step number (the store's `step` columns are int32).
 STEP_MAX = INT32_MAX
@@ -162,7 +165,9 @@ def id_columns(
     return col(stream), col(correlation), col(external)
 
 
-def step_spans(names: pa.Array, ts_ns: np.ndarray, dur_ns: np.ndarray, on_device: np.ndarray) -> pa.Table:
+def step_spans(
+    names: pa.Array, ts_ns: np.ndarray, dur_ns: np.ndarray, on_device: np.ndarray
+) -> pa.Table:
     """ProfilerStep#N host annotations as (step, start_ns, end_ns), merged by N and sorted."""
     starts = pc.starts_with(names, "ProfilerStep#").to_numpy(zero_copy_only=False) & ~on_device
     rows: dict[int, list[int]] = {}

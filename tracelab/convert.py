@@ -116,6 +116,14 @@ _CODEC = "lz4"
 PARQUET_KINDS = ("events", "steps", "memory", "lanes")
 
 
+def _sha256(fh: Any) -> str:
+    """SHA-256 of an open binary file (hashlib.file_digest is Python 3.11+)."""
+    h = hashlib.sha256()
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
+
+
 def converted_dir(trace_path: str | os.PathLike[str]) -> Path:
     """Where the collector leaves a trace's columnar form: `window-0.pt.trace.json.gz` ->
     `window-0.pt.trace.tracelab/` beside it."""
@@ -144,20 +152,42 @@ def load_converted(trace_path: str | os.PathLike[str]) -> TraceInfo | None:
     if not _valid_converted(folder, info):
         return None
     with path.open("rb") as fh:
-        if hashlib.file_digest(fh, "sha256").hexdigest() != info.sha256:
+        if _sha256(fh) != info.sha256:
             return None
     return info
 
 
 #: What each Parquet file of a converted trace holds (events: EVENTS_SCHEMA).
-STEPS_SCHEMA = pa.schema([("step", pa.int32()), ("start_ns", pa.int64()),
-                          ("end_ns", pa.int64()), ("device_end_ns", pa.int64())])
-MEMORY_SCHEMA = pa.schema([("ts_ns", pa.int64()), ("step", pa.int32()), ("args", pa.string())]
-                          + [(c, pa.int64()) for c, _ in (
-                              ("device_type", 0), ("device_id", 0), ("bytes", 0),
-                              ("total_allocated", 0), ("total_reserved", 0))])
-LANES_SCHEMA = pa.schema([("pid", pa.int64()), ("tid", pa.int64()), ("kind", pa.string()),
-                          ("value", pa.string()), ("sort_index", pa.int64())])
+STEPS_SCHEMA = pa.schema(
+    [
+        ("step", pa.int32()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("device_end_ns", pa.int64()),
+    ]
+)
+MEMORY_SCHEMA = pa.schema(
+    [("ts_ns", pa.int64()), ("step", pa.int32()), ("args", pa.string())]
+    + [
+        (c, pa.int64())
+        for c, _ in (
+            ("device_type", 0),
+            ("device_id", 0),
+            ("bytes", 0),
+            ("total_allocated", 0),
+            ("total_reserved", 0),
+        )
+    ]
+)
+LANES_SCHEMA = pa.schema(
+    [
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        ("kind", pa.string()),
+        ("value", pa.string()),
+        ("sort_index", pa.int64()),
+    ]
+)
 
 
 def _valid_converted(folder: Path, info: TraceInfo) -> bool:
@@ -169,17 +199,18 @@ def _valid_converted(folder: Path, info: TraceInfo) -> bool:
     try:
         validate.rank_and_world(info.rank, info.world_size, "trace.json", folder)
         for value in (info.file_bytes, info.event_count, info.memory_event_count):
-            validate.integer(value, "a count", folder, lo=0, hi=validate.INT64_MAX,
-                             optional=False)
-        validate.integer(info.base_time_ns, "base_time_ns", folder, lo=-lim, hi=lim,
-                         optional=False)
+            validate.integer(value, "a count", folder, lo=0, hi=validate.INT64_MAX, optional=False)
+        validate.integer(info.base_time_ns, "base_time_ns", folder, lo=-lim, hi=lim, optional=False)
         if not isinstance(info.sha256, str) or not isinstance(info.metadata, dict):
             return False
-        expected = {"events": EVENTS_SCHEMA, "steps": STEPS_SCHEMA, "memory": MEMORY_SCHEMA,
-                    "lanes": LANES_SCHEMA}
+        expected = {
+            "events": EVENTS_SCHEMA,
+            "steps": STEPS_SCHEMA,
+            "memory": MEMORY_SCHEMA,
+            "lanes": LANES_SCHEMA,
+        }
         for kind, schema in expected.items():
-            if not pq.read_schema(folder / f"{kind}.parquet").equals(schema,
-                                                                      check_metadata=False):
+            if not pq.read_schema(folder / f"{kind}.parquet").equals(schema, check_metadata=False):
                 return False
         events = pq.read_table(folder / "events.parquet", columns=["ts_ns", "dur_ns", "step"])
         if events.num_rows != info.event_count or not events.num_rows:
@@ -247,8 +278,12 @@ def _int_or_none(value: Any) -> int | None:
 
 
 #: distributedInfo fields tracelab reads, and what each must be (tracelab.validate).
-_DIST_FIELDS = {"rank": validate.RANK_ID, "world_size": ("int", 1, validate.INT32_MAX),
-                "backend": validate.TEXT, "pg_config": validate.ARRAY}
+_DIST_FIELDS = {
+    "rank": validate.RANK_ID,
+    "world_size": ("int", 1, validate.INT32_MAX),
+    "backend": validate.TEXT,
+    "pg_config": validate.ARRAY,
+}
 
 
 def _distributed_info(top: dict[str, bytes], path: Path) -> dict[str, Any]:
@@ -260,34 +295,43 @@ def _distributed_info(top: dict[str, bytes], path: Path) -> dict[str, Any]:
         return {}
     try:
         validate.fields(info, _DIST_FIELDS, "distributedInfo", path)
-        validate.rank_and_world(info.get("rank"), info.get("world_size"), "distributedInfo",
-                                path)
+        validate.rank_and_world(info.get("rank"), info.get("world_size"), "distributedInfo", path)
         for group in info.get("pg_config") or []:
-            validate.fields(group, {"ranks": validate.INTS, "pg_size": validate.INT32},
-                            "distributedInfo.pg_config entry", path)
+            validate.fields(
+                group,
+                {"ranks": validate.INTS, "pg_size": validate.INT32},
+                "distributedInfo.pg_config entry",
+                path,
+            )
     except InputError as exc:
         raise TraceFormatError(str(exc).removeprefix(f"{path}: "), str(path)) from None
     return info
 
 
-def _check_times(ts_ns: np.ndarray, dur_ns: np.ndarray, base_ns: int, names: pa.Array,
-                 sel: np.ndarray, path: Path) -> None:
+def _check_times(
+    ts_ns: np.ndarray,
+    dur_ns: np.ndarray,
+    base_ns: int,
+    names: pa.Array,
+    sel: np.ndarray,
+    path: Path,
+) -> None:
     """Every time, duration and end, after adding the base, within +-TIME_LIMIT_NS; `sel` maps
     each row to its event's index in the trace."""
     lim = validate.TIME_LIMIT_NS
     if not len(ts_ns):
         return
-    for field, arr in (("ts", ts_ns), ("dur", dur_ns)):
+    for name, arr in (("ts", ts_ns), ("dur", dur_ns)):
         bad = (arr >= lim) | (arr <= -lim)
         if bad.any():
             i = int(np.argmax(bad))
-            raise time_error(path, int(sel[i]), names[i].as_py(), field, int(arr[i]))
+            raise time_error(path, int(sel[i]), names[i].as_py(), name, int(arr[i]))
     end = ts_ns + dur_ns  # both under 2**62 in magnitude: no overflow
-    for field, arr in (("ts + dur", end), ("ts", ts_ns)):
+    for name, arr in (("ts + dur", end), ("ts", ts_ns)):
         hi, lo = int(arr.max()) + base_ns, int(arr.min()) + base_ns
         if hi > lim or lo < -lim:
             i = int(np.argmax(arr)) if hi > lim else int(np.argmin(arr))
-            raise time_error(path, int(sel[i]), names[i].as_py(), field, int(arr[i]), base_ns)
+            raise time_error(path, int(sel[i]), names[i].as_py(), name, int(arr[i]), base_ns)
 
 
 def _metadata(top: dict[str, bytes], path: Path) -> dict[str, Any]:
@@ -321,8 +365,13 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     xs = np.flatnonzero(d.ph == ord("X"))
     lanes = np.flatnonzero(d.ph == ord("M"))
     instants = np.flatnonzero((d.ph == ord("i")) | (d.ph == ord("I")))
-    mem = instants[pc.equal(d.name.take(pa.array(instants)), "[memory]").to_numpy(
-        zero_copy_only=False)] if len(instants) else instants
+    mem = (
+        instants[
+            pc.equal(d.name.take(pa.array(instants)), "[memory]").to_numpy(zero_copy_only=False)
+        ]
+        if len(instants)
+        else instants
+    )
     if not len(xs):
         raise TraceFormatError(
             f"the trace holds no complete ('X') events ({d.n} events in all): it is "
@@ -334,8 +383,9 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
 
     if d.ts_missing[xs].any():
         bad = int(np.argmax(d.ts_missing[xs]))
-        raise TraceFormatError(f"X event #{bad} ({d.name[int(xs[bad])].as_py()!r}) has no 'ts'.",
-                               str(path))
+        raise TraceFormatError(
+            f"X event #{bad} ({d.name[int(xs[bad])].as_py()!r}) has no 'ts'.", str(path)
+        )
     if (d.dur_ns[xs] < 0).any():
         bad = int(np.argmax(d.dur_ns[xs] < 0))
         raise TraceFormatError(
@@ -350,22 +400,31 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     take = pa.array(sel)
     name_arr = d.name.take(take).cast(pa.string())
     _check_times(d.ts_ns[sel], d.dur_ns[sel], base_ns, name_arr, sel, path)
-    _check_times(d.ts_ns[mem], np.zeros(len(mem), np.int64), base_ns,
-                 d.name.take(pa.array(mem, pa.int64())), mem, path)
+    _check_times(
+        d.ts_ns[mem],
+        np.zeros(len(mem), np.int64),
+        base_ns,
+        d.name.take(pa.array(mem, pa.int64())),
+        mem,
+        path,
+    )
     ts_ns = d.ts_ns[sel] + base_ns
     dur_ns = d.dur_ns[sel]
     cat_arr = d.cat.take(take).cast(pa.string())
     category, on_device = columns.classify_columns(cat_arr, name_arr)
-    pid_col, tid_col, label_col = columns.lane_columns(d.pid[sel], d.tid[sel],
-                                                       lambda i, f: d.odd[(int(sel[i]), f)])
+    pid_col, tid_col, label_col = columns.lane_columns(
+        d.pid[sel], d.tid[sel], lambda i, f: d.odd[(int(sel[i]), f)]
+    )
     stream, correlation, external_id = columns.id_columns(
-        {k: v[sel] for k, v in d.ids.items()}, cat_arr, on_device, tid_col)
+        {k: v[sel] for k, v in d.ids.items()}, cat_arr, on_device, tid_col
+    )
     device_np = on_device.to_numpy(zero_copy_only=False)
     try:
         steps = columns.step_spans(name_arr, ts_ns, dur_ns, device_np)
     except ValueError as exc:  # a step number beyond int32
-        raise TraceFormatError(f"{exc}. Fix the trace or drop this rank (--skip-bad).",
-                               str(path)) from None
+        raise TraceFormatError(
+            f"{exc}. Fix the trace or drop this rank (--skip-bad).", str(path)
+        ) from None
     step = columns.step_column(ts_ns, device_np, correlation, steps)
     table = pa.Table.from_arrays(
         [
@@ -389,7 +448,10 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     )
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(
-        table, out / "events.parquet", compression=_CODEC, row_group_size=_ROW_GROUP,
+        table,
+        out / "events.parquet",
+        compression=_CODEC,
+        row_group_size=_ROW_GROUP,
         # Dictionary-encode only the repetitive text; args are mostly unique.
         use_dictionary=["cat", "name", "category", "lane_label"],
         write_statistics=["idx", "ts_ns", "dur_ns", "step"],
@@ -419,6 +481,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     (out / "trace.json").write_text(info.to_json())
     return info
 
+
 def _host(top: dict[str, bytes], path: Path) -> str | None:
     for key in ("host_name", "hostname"):
         if key in top:
@@ -437,8 +500,7 @@ def _device(top: dict[str, bytes], path: Path) -> dict[str, Any]:
     name = first.get("name")
     return {
         "device": name if isinstance(name, str) else None,
-        "device_memory_bytes": mem if type(mem) is int and 0 <= mem <= validate.INT64_MAX
-        else None,
+        "device_memory_bytes": mem if type(mem) is int and 0 <= mem <= validate.INT64_MAX else None,
         "device_properties": props,
     }
 
@@ -451,18 +513,22 @@ def _write_steps(
     for n in steps.column("step").to_pylist():
         hit = on_device & (step == n)
         device_end.append(int(end_ns[hit].max()) if hit.any() else None)
-    pq.write_table(
-        steps.append_column("device_end_ns", pa.array(device_end, pa.int64())), path
-    )
+    pq.write_table(steps.append_column("device_end_ns", pa.array(device_end, pa.int64())), path)
 
 
 #: The [memory] args kept as columns: (column, args key).
-MEMORY_FIELDS = (("device_type", "Device Type"), ("device_id", "Device Id"), ("bytes", "Bytes"),
-                 ("total_allocated", "Total Allocated"), ("total_reserved", "Total Reserved"))
+MEMORY_FIELDS = (
+    ("device_type", "Device Type"),
+    ("device_id", "Device Id"),
+    ("bytes", "Bytes"),
+    ("total_allocated", "Total Allocated"),
+    ("total_reserved", "Total Reserved"),
+)
 
 
-def _write_memory(d: DecodedTrace, mem: np.ndarray, base_ns: int, steps: pa.Table,
-                  path: Path) -> None:
+def _write_memory(
+    d: DecodedTrace, mem: np.ndarray, base_ns: int, steps: pa.Table, path: Path
+) -> None:
     """memory.parquet: each [memory] instant's time, step, args and its numeric fields."""
     ts_ns = d.ts_ns[mem] + base_ns
     step = columns.step_by_time(ts_ns, steps)
@@ -476,11 +542,13 @@ def _write_memory(d: DecodedTrace, mem: np.ndarray, base_ns: int, steps: pa.Tabl
         data[column] = pa.array(values, mask=values == ABSENT)
     pq.write_table(pa.table(data), path, compression=_CODEC)
 
+
 def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path, trace: Path) -> None:
     rows: dict[str, list[Any]] = {"pid": [], "tid": [], "kind": [], "value": [], "sort_index": []}
     idx = pa.array(lanes, pa.int64())
-    for i, kind, text in zip(lanes.tolist(), d.name.take(idx).to_pylist(),
-                             d.args.take(idx).to_pylist(), strict=True):
+    for i, kind, text in zip(
+        lanes.tolist(), d.name.take(idx).to_pylist(), d.args.take(idx).to_pylist(), strict=True
+    ):
         args = decode_member(text, trace) if text else {}
         if not isinstance(args, dict):
             continue
@@ -492,8 +560,9 @@ def _write_lanes(d: DecodedTrace, lanes: np.ndarray, path: Path, trace: Path) ->
         rows["kind"].append(kind)
         rows["value"].append(value if isinstance(value, str) else None)
         sort_index = _int_or_none(sort_index)
-        rows["sort_index"].append(sort_index if sort_index is None or
-                                  abs(sort_index) <= validate.INT64_MAX else None)
+        rows["sort_index"].append(
+            sort_index if sort_index is None or abs(sort_index) <= validate.INT64_MAX else None
+        )
     table = pa.table(
         rows,
         schema=pa.schema(

@@ -36,8 +36,17 @@ except ImportError:  # built without a C compiler: the reference decoder does ev
 #: Integer args read for every event: correlation/stream ids and the [memory] fields, and
 #: PyTorch 1.8's lower-case `external id` of device events (tracelab.columns prefers
 #: `External id`). The order is the C scanner's (tracelab/_kineto.c ID_KEYS).
-ID_KEYS = ("correlation", "External id", "stream", "Device Type", "Device Id", "Bytes",
-           "Total Allocated", "Total Reserved", "external id")
+ID_KEYS = (
+    "correlation",
+    "External id",
+    "stream",
+    "Device Type",
+    "Device Id",
+    "Bytes",
+    "Total Allocated",
+    "Total Reserved",
+    "external id",
+)
 #: "not an integer" in pid/tid/id columns.
 ABSENT = np.iinfo(np.int64).min
 #: Above 2**43 µs a float64 can no longer hold µs with ns resolution.
@@ -93,12 +102,17 @@ def _strings(offsets: bytes, data: bytes, valid: bytes | None, n: int) -> pa.Arr
         mask = np.frombuffer(valid, dtype=np.bool_)
         nulls = n - int(mask.sum())
         validity = pa.py_buffer(np.packbits(mask, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(pa.large_string(), n, [validity, pa.py_buffer(offsets),
-                                                        pa.py_buffer(data)], null_count=nulls)
+    return pa.Array.from_buffers(
+        pa.large_string(),
+        n,
+        [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+        null_count=nulls,
+    )
 
 
-def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap, path: Path = Path("<trace>")
-               ) -> DecodedTrace:
+def _from_scan(
+    s: dict[str, Any], buf: bytes | mmap.mmap, path: Path = Path("<trace>")
+) -> DecodedTrace:
     n = s["n"]
     pid_kind = np.frombuffer(s["pid_kind"], dtype=np.uint8)
     tid_kind = np.frombuffer(s["tid_kind"], dtype=np.uint8)
@@ -124,7 +138,9 @@ def _from_scan(s: dict[str, Any], buf: bytes | mmap.mmap, path: Path = Path("<tr
         ph=np.frombuffer(s["ph"], dtype=np.uint8),
         name=_strings(s["name_off"], s["name_data"], None, n),
         cat=_strings(s["cat_off"], s["cat_data"], s["cat_valid"], n),
-        pid=pid, tid=tid, odd=odd,
+        pid=pid,
+        tid=tid,
+        odd=odd,
         ts_ns=np.frombuffer(s["ts"], dtype=np.int64),
         dur_ns=np.frombuffer(s["dur"], dtype=np.int64),
         ts_missing=np.frombuffer(s["ts_kind"], dtype=np.uint8) == 0,
@@ -156,8 +172,12 @@ class _ExactTimes(msgspec.Struct, gc=False):
 
 #: ID_KEYS as struct fields k0, k1, ... (the keys themselves hold spaces).
 _ID_FIELDS = tuple(f"k{i}" for i in range(len(ID_KEYS)))
-_Ids = msgspec.defstruct("_Ids", [(f, Any, None) for f in _ID_FIELDS], gc=False,
-                         rename=dict(zip(_ID_FIELDS, ID_KEYS, strict=True)))
+_Ids = msgspec.defstruct(
+    "_Ids",
+    [(f, Any, None) for f in _ID_FIELDS],
+    gc=False,
+    rename=dict(zip(_ID_FIELDS, ID_KEYS, strict=True)),
+)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _EXACT_DECODER = msgspec.json.Decoder(list[_ExactTimes], float_hook=str)
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -187,11 +207,13 @@ def decode_member(raw: bytes, path: Path) -> Any:
         raise decode_error(path, exc, bytes(raw)) from None
 
 
-def time_error(path: Path, index: int, name: str, field: str, value_ns: float | int,
-               base_ns: int = 0) -> TraceFormatError:
+def time_error(
+    path: Path, index: int, name: str, field: str, value_ns: float | int, base_ns: int = 0
+) -> TraceFormatError:
     """An event whose time lies outside +-validate.TIME_LIMIT_NS (alone or after the base)."""
-    where = f"{field} {value_ns / 1000:g} us" + (f" after the base time {base_ns} ns"
-                                                 if base_ns else "")
+    where = f"{field} {value_ns / 1000:g} us" + (
+        f" after the base time {base_ns} ns" if base_ns else ""
+    )
     return TraceFormatError(
         f"event #{index} ({name!r}) has {where}, beyond the {validate.TIME_LIMIT_NS} ns "
         "(146 years) that tracelab stores. The exporter wrote a bad time; fix it or drop this "
@@ -210,7 +232,8 @@ def base_time_ns(top: dict[str, bytes], path: Path) -> int:
         raise TraceFormatError(
             f"baseTimeNanoseconds is {str(value)[:40]}: it must be an integer number of ns "
             f"within +-{validate.TIME_LIMIT_NS}. Fix the exporter or drop this rank (--skip-bad).",
-            str(path))
+            str(path),
+        )
     return value
 
 
@@ -228,8 +251,9 @@ def _exact_ns(value: Any) -> int:
     return int((Decimal(value) * 1000).to_integral_value())
 
 
-def _times(events: list[_Event], raw_events: bytes, base_ns: int, path: Path
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _times(
+    events: list[_Event], raw_events: bytes, base_ns: int, path: Path
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     ts_f = list(map(attrgetter("ts"), events))
     dur_f = list(map(attrgetter("dur"), events))
     ts_missing = np.fromiter((t is None for t in ts_f), dtype=np.bool_, count=len(ts_f))
@@ -243,7 +267,8 @@ def _times(events: list[_Event], raw_events: bytes, base_ns: int, path: Path
             i = int(np.argmax(bad))
             raise time_error(path, i, events[i].name, field, float(arr[i]) * 1000)
     if (
-        base_ns == 0 and len(ts_arr)
+        base_ns == 0
+        and len(ts_arr)
         and np.abs(ts_arr).max() >= _FLOAT_EXACT_LIMIT_US
         and not (np.all(ts_arr == np.floor(ts_arr)) and np.all(dur_arr == np.floor(dur_arr)))
     ):
@@ -252,15 +277,21 @@ def _times(events: list[_Event], raw_events: bytes, base_ns: int, path: Path
             exact = _EXACT_DECODER.decode(raw_events)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise decode_error(path, exc) from exc
-        return (np.fromiter((_exact_ns(t.ts) for t in exact), np.int64, len(exact)),
-                np.fromiter((_exact_ns(t.dur) for t in exact), np.int64, len(exact)),
-                ts_missing, dur_missing)
+        return (
+            np.fromiter((_exact_ns(t.ts) for t in exact), np.int64, len(exact)),
+            np.fromiter((_exact_ns(t.dur) for t in exact), np.int64, len(exact)),
+            ts_missing,
+            dur_missing,
+        )
     return _us_to_ns(ts_arr), _us_to_ns(dur_arr), ts_missing, dur_missing
 
 
 def _int_column(values: list[Any]) -> np.ndarray:
-    return np.fromiter((v if type(v) is int and -2**63 < v < 2**63 else ABSENT for v in values),
-                       dtype=np.int64, count=len(values))
+    return np.fromiter(
+        (v if type(v) is int and -(2**63) < v < 2**63 else ABSENT for v in values),
+        dtype=np.int64,
+        count=len(values),
+    )
 
 
 def _ids(raw_args: list[bytes]) -> dict[str, np.ndarray]:
@@ -274,8 +305,10 @@ def _ids(raw_args: list[bytes]) -> dict[str, np.ndarray]:
             decoded.append(_IDS_DECODER.decode(a))
         except (msgspec.ValidationError, RecursionError):  # not an object: no ids
             decoded.append(empty)
-    return {key: _int_column(list(map(attrgetter(field), decoded)))
-            for key, field in zip(ID_KEYS, _ID_FIELDS, strict=True)}
+    return {
+        key: _int_column(list(map(attrgetter(field), decoded)))
+        for key, field in zip(ID_KEYS, _ID_FIELDS, strict=True)
+    }
 
 
 def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
@@ -287,7 +320,7 @@ def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
     except msgspec.ValidationError as exc:
         raise TraceFormatError(
             "the top level is not a JSON object, so this is not a Kineto trace "
-            "(torch.profiler's export_chrome_trace writes {\"traceEvents\": [...]}).",
+            '(torch.profiler\'s export_chrome_trace writes {"traceEvents": [...]}).',
             str(path),
         ) from exc
     except msgspec.DecodeError as exc:
@@ -306,11 +339,13 @@ def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
         if "out of range" in str(exc):
             raise TraceFormatError(
                 f"a number is too large for a 64-bit float ({exc}). Fix the exporter or drop "
-                "this rank (--skip-bad).", str(path)) from None
+                "this rank (--skip-bad).",
+                str(path),
+            ) from None
         raise TraceFormatError(f"unexpected event shape: {exc}", str(path)) from exc
     except msgspec.DecodeError as exc:
         raise decode_error(path, exc, bytes(top["traceEvents"])) from exc
-    base_ns = base_time_ns(top, path)
+    base_ns = base_time_ns(top, path)  # type: ignore[arg-type]
     ts_ns, dur_ns, ts_missing, dur_missing = _times(events, top["traceEvents"], base_ns, path)
     pids = list(map(attrgetter("pid"), events))
     tids = list(map(attrgetter("tid"), events))
@@ -329,13 +364,21 @@ def decode_reference(buf: bytes, path: Path) -> DecodedTrace:
         ) from exc
     return DecodedTrace(
         n=len(events),
-        ph=np.fromiter((ord(e.ph) if len(e.ph) == 1 and e.ph.isascii() else 0 for e in events),
-                       dtype=np.uint8, count=len(events)),
+        ph=np.fromiter(
+            (ord(e.ph) if len(e.ph) == 1 and e.ph.isascii() else 0 for e in events),
+            dtype=np.uint8,
+            count=len(events),
+        ),
         name=pa.array(list(map(attrgetter("name"), events)), pa.large_string()),
         cat=pa.array(list(map(attrgetter("cat"), events)), pa.large_string()),
-        pid=pid, tid=tid, odd=odd,
-        ts_ns=ts_ns, dur_ns=dur_ns,
-        ts_missing=ts_missing, dur_missing=dur_missing,
-        args=args, ids=_ids(raw_args),
+        pid=pid,
+        tid=tid,
+        odd=odd,
+        ts_ns=ts_ns,
+        dur_ns=dur_ns,
+        ts_missing=ts_missing,
+        dur_missing=dur_missing,
+        args=args,
+        ids=_ids(raw_args),
         top={k: bytes(v) for k, v in top.items() if k != "traceEvents"},
     )

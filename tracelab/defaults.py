@@ -10,6 +10,7 @@ DEFAULT_DB = "tracelab.duckdb"
 #: unless the run has no more steps than that (then none is left out). docs/metrics.md.
 WARMUP_STEPS = 1
 
+
 def env_seconds(name: str, default: float) -> float:
     """A number of seconds from the environment variable `name`; a UsageError naming it when
     it is not a non-negative number (read when used, never at import)."""

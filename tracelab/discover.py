@@ -27,25 +27,58 @@ CAPTURE_FORMAT_VERSION = 1
 
 #: What each field of the capture's JSON may hold (docs/capture-format.md; tracelab.validate).
 MANIFEST_FIELDS = {
-    "run_name": v.TEXT, "world_size": ("int", 1, v.INT32_MAX), "created_unix_ns": v.TIME,
-    "versions": v.OBJECT, "parallelism": v.OBJECT, "pipeline": v.OBJECT, "schedule": v.OBJECT,
-    "windows": v.ARRAY, "argv": v.ARRAY, "ranks": v.ARRAY,
+    "run_name": v.TEXT,
+    "world_size": ("int", 1, v.INT32_MAX),
+    "created_unix_ns": v.TIME,
+    "versions": v.OBJECT,
+    "parallelism": v.OBJECT,
+    "pipeline": v.OBJECT,
+    "schedule": v.OBJECT,
+    "windows": v.ARRAY,
+    "argv": v.ARRAY,
+    "ranks": v.ARRAY,
 }
-PIPELINE_FIELDS = {"schedule": v.TEXT, "stages": ("int", 1, v.INT32_MAX),
-                   "microbatches": ("int", 1, v.INT32_MAX)}
+PIPELINE_FIELDS = {
+    "schedule": v.TEXT,
+    "stages": ("int", 1, v.INT32_MAX),
+    "microbatches": ("int", 1, v.INT32_MAX),
+}
 RANK_FIELDS = {
-    "rank": v.RANK_ID, "host": v.TEXT, "device": v.TEXT, "device_memory_bytes": v.SIZE,
-    "backend": v.TEXT, "coords": v.OBJECT, "pp_stage": ("int", 0, v.INT32_MAX),
-    "pp_stages": ("ints", 0, v.INT32_MAX), "process_groups": v.ARRAY, "traces": v.TEXTS,
-    "collectives": v.TEXT, "collective_seq": v.TEXT, "memory": v.ARRAY,
-    "memory_snapshot": v.TEXT, "clock": v.OBJECT, "windows": v.ARRAY, "collector_error": v.TEXT,
+    "rank": v.RANK_ID,
+    "host": v.TEXT,
+    "device": v.TEXT,
+    "device_memory_bytes": v.SIZE,
+    "backend": v.TEXT,
+    "coords": v.OBJECT,
+    "pp_stage": ("int", 0, v.INT32_MAX),
+    "pp_stages": ("ints", 0, v.INT32_MAX),
+    "process_groups": v.ARRAY,
+    "traces": v.TEXTS,
+    "collectives": v.TEXT,
+    "collective_seq": v.TEXT,
+    "memory": v.ARRAY,
+    "memory_snapshot": v.TEXT,
+    "clock": v.OBJECT,
+    "windows": v.ARRAY,
+    "collector_error": v.TEXT,
 }
-MEMORY_FIELDS = {"step": v.STEP, "ts_ns": v.TIME, "device_type": v.TEXT, "device_id": v.INT32,
-                 "peak_allocated_bytes": v.SIZE, "peak_reserved_bytes": v.SIZE,
-                 "rss_bytes": v.SIZE, "rss_is_peak": v.BOOL}
+MEMORY_FIELDS = {
+    "step": v.STEP,
+    "ts_ns": v.TIME,
+    "device_type": v.TEXT,
+    "device_id": v.INT32,
+    "peak_allocated_bytes": v.SIZE,
+    "peak_reserved_bytes": v.SIZE,
+    "rss_bytes": v.SIZE,
+    "rss_is_peak": v.BOOL,
+}
 CLOCK_FIELDS = {"offset_ns": v.TIME, "uncertainty_ns": v.TIME, "reference_rank": v.RANK_ID}
-GROUP_FIELDS = {"pg_name": v.TEXT, "pg_desc": v.TEXT, "ranks": ("ints", 0, v.INT32_MAX - 1),
-                "backend": v.TEXT}
+GROUP_FIELDS = {
+    "pg_name": v.TEXT,
+    "pg_desc": v.TEXT,
+    "ranks": ("ints", 0, v.INT32_MAX - 1),
+    "backend": v.TEXT,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,16 +154,20 @@ def load_capture(root: Path) -> Capture:
         )
     version = manifest.get("format_version")
     if version != CAPTURE_FORMAT_VERSION or type(version) is not int:
-        found = (f"the {type(version).__name__} {version!r}" if type(version) is not int
-                 else str(version))
+        found = (
+            f"the {type(version).__name__} {version!r}"
+            if type(version) is not int
+            else str(version)
+        )
         raise InputError(
             f"capture format version {found}, but this tracelab reads version "
             f"{CAPTURE_FORMAT_VERSION} (the integer). Upgrade tracelab or re-capture.",
             str(manifest_path),
         )
     v.fields(manifest, MANIFEST_FIELDS, "the manifest", manifest_path)
-    v.fields(manifest.get("pipeline") or {}, PIPELINE_FIELDS, "the manifest: pipeline",
-             manifest_path)
+    v.fields(
+        manifest.get("pipeline") or {}, PIPELINE_FIELDS, "the manifest: pipeline", manifest_path
+    )
     return _capture(root, manifest, manifest.get("ranks") or [], manifest_path)
 
 
@@ -171,17 +208,24 @@ def capture_path(capture: Capture, rel: Any, what: str) -> Path:
     symlink leading outside the folder."""
     where = str(capture.root / MANIFEST)
     if not isinstance(rel, str) or not rel:
-        raise InputError(f"{what} must be a path relative to the capture folder, not "
-                         f"{rel!r:.80}.", where)
+        raise InputError(
+            f"{what} must be a path relative to the capture folder, not {rel!r:.80}.", where
+        )
     parts = Path(rel).parts
     if Path(rel).is_absolute() or ".." in parts:
-        raise InputError(f"{what} {rel!r} leaves the capture folder: paths in a manifest are "
-                         "relative to it, without '..'. Fix the manifest.", where)
+        raise InputError(
+            f"{what} {rel!r} leaves the capture folder: paths in a manifest are "
+            "relative to it, without '..'. Fix the manifest.",
+            where,
+        )
     path = capture.root / rel
     root = capture.root.resolve()
     if path.exists() and root not in path.resolve().parents:
-        raise InputError(f"{what} {rel!r} is a symlink to {path.resolve()}, outside the "
-                         "capture folder. Copy the file into the capture instead.", where)
+        raise InputError(
+            f"{what} {rel!r} is a symlink to {path.resolve()}, outside the "
+            "capture folder. Copy the file into the capture instead.",
+            where,
+        )
     return path
 
 
@@ -193,12 +237,14 @@ def _capture_files(capture: Capture) -> tuple[list[TraceFile], list[InputError]]
         traces = entry.get("traces") or []
         if not traces:
             why = entry.get("collector_error")
-            problems.append(InputError(
-                f"rank {rank} has no trace files in the manifest"
-                + (f" (its collector failed: {why})" if why else "")
-                + ". Use --skip-bad to ingest the other ranks.",
-                str(capture.root / MANIFEST),
-            ))
+            problems.append(
+                InputError(
+                    f"rank {rank} has no trace files in the manifest"
+                    + (f" (its collector failed: {why})" if why else "")
+                    + ". Use --skip-bad to ingest the other ranks.",
+                    str(capture.root / MANIFEST),
+                )
+            )
             continue
         for window, rel in enumerate(traces):
             path = capture_path(capture, rel, f"rank {rank}'s trace")
@@ -206,13 +252,17 @@ def _capture_files(capture: Capture) -> tuple[list[TraceFile], list[InputError]]
             if owner != rank:
                 raise InputError(
                     f"{rel} is listed as a trace of rank {owner} and of rank {rank}: one file "
-                    "holds one rank. Fix the manifest.", str(capture.root / MANIFEST))
+                    "holds one rank. Fix the manifest.",
+                    str(capture.root / MANIFEST),
+                )
             if not path.is_file():
-                problems.append(InputError(
-                    f"rank {rank}'s trace {rel} is listed in the manifest but missing. "
-                    "Copy the whole capture folder, or use --skip-bad to ingest the others.",
-                    str(path),
-                ))
+                problems.append(
+                    InputError(
+                        f"rank {rank}'s trace {rel} is listed in the manifest but missing. "
+                        "Copy the whole capture folder, or use --skip-bad to ingest the others.",
+                        str(path),
+                    )
+                )
                 continue
             files.append(TraceFile(path=path, rank=rank, window=window))
     return files, problems
@@ -258,7 +308,9 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
             continue
         roots = capture_roots(path)
         for root in roots:
-            capture = load_capture(root) if (root / MANIFEST).is_file() else load_capture_parts(root)
+            capture = (
+                load_capture(root) if (root / MANIFEST).is_file() else load_capture_parts(root)
+            )
             found.captures.append(capture)
             files, problems = _capture_files(capture)
             found.problems.extend(problems)
@@ -284,18 +336,24 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
             + "."
         )
     if len(found.captures) > 1:
-        loose = [tf for tf in found.files
-                 if not any(tf.path.is_relative_to(c.root) for c in found.captures)]
+        loose = [
+            tf
+            for tf in found.files
+            if not any(tf.path.is_relative_to(c.root) for c in found.captures)
+        ]
         names = ", ".join(str(c.root) for c in found.captures[:5])
         more = f" and {len(found.captures) - 5} more" if len(found.captures) > 5 else ""
         raise InputError(
             f"{len(found.captures)} capture folders ({names}{more}) cannot be one run. "
-            + ("Ingest the loose traces apart from the captures, and each capture as its own "
-               f"run (loose: {', '.join(str(tf.path) for tf in loose[:3])}"
-               + (", ..." if len(loose) > 3 else "") + ")."
-               if loose else
-               "`tracelab ingest FOLDER` (without --run) ingests each as a run named after its "
-               "folder; from Python, call ingest() once per capture (capture_runs() lists them).")
+            + (
+                "Ingest the loose traces apart from the captures, and each capture as its own "
+                f"run (loose: {', '.join(str(tf.path) for tf in loose[:3])}"
+                + (", ..." if len(loose) > 3 else "")
+                + ")."
+                if loose
+                else "`tracelab ingest FOLDER` (without --run) ingests each as a run named after its "
+                "folder; from Python, call ingest() once per capture (capture_runs() lists them)."
+            )
         )
     return found
 
@@ -328,10 +386,15 @@ def capture_runs(paths: list[str | os.PathLike[str]]) -> list[tuple[str, Path]] 
         if not roots or path in roots:
             return None
         for sub in path.rglob("*"):
-            if (sub.is_file() and is_trace_name(sub)
-                    and not any(sub.is_relative_to(r) for r in roots)
-                    and not any(p.startswith(".") or p.endswith(CONVERTED_SUFFIX)
-                                for p in sub.relative_to(path).parts)):
+            if (
+                sub.is_file()
+                and is_trace_name(sub)
+                and not any(sub.is_relative_to(r) for r in roots)
+                and not any(
+                    p.startswith(".") or p.endswith(CONVERTED_SUFFIX)
+                    for p in sub.relative_to(path).parts
+                )
+            ):
                 return None  # loose traces beside the captures: not a folder of captures
         runs.extend((root.name, root) for root in roots)
     return runs if len(runs) > 1 else None

@@ -24,13 +24,22 @@ MARKER = ".tracelab-export"
 
 #: Tables exported, and whether they are partitioned by rank.
 EXPORT_TABLES = {
-    "events": True, "steps": False, "ranks": False, "collectives": False,
-    "memory": False, "lanes": False, "runs": False,
+    "events": True,
+    "steps": False,
+    "ranks": False,
+    "collectives": False,
+    "memory": False,
+    "lanes": False,
+    "runs": False,
 }
 
 
 def export_run(
-    con: duckdb.DuckDBPyConnection, run: str | None, out: str | os.PathLike[str], *, overwrite: bool = False
+    con: duckdb.DuckDBPyConnection,
+    run: str | None,
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
 ) -> dict[str, int]:
     """Write every table's rows of one run under `out`; returns rows written per table."""
     rid, name = resolve_run(con, run)
@@ -40,8 +49,9 @@ def export_run(
         root.mkdir(parents=True, exist_ok=True)
         (root / MARKER).write_text(json.dumps({"run": name, "tracelab_version": __version__}))
     except OSError as exc:
-        raise UsageError(f"{root}: cannot write the export here ({exc.strerror}). "
-                         "Choose another --out.") from None
+        raise UsageError(
+            f"{root}: cannot write the export here ({exc.strerror}). Choose another --out."
+        ) from None
     written: dict[str, int] = {}
     for table, by_rank in EXPORT_TABLES.items():
         target = root / table if by_rank else root / f"{table}.parquet"
@@ -55,10 +65,11 @@ def export_run(
                 f"({opts})"
             )
         except duckdb.IOException as exc:
-            raise UsageError(f"{target}: cannot write the export ({exc}). Choose another "
-                             "--out.") from None
+            raise UsageError(
+                f"{target}: cannot write the export ({exc}). Choose another --out."
+            ) from None
         written[table] = int(
-            con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [rid]).fetchone()[0]
+            con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [rid]).fetchall()[0][0]
         )
     return written
 
@@ -70,8 +81,9 @@ def _quote(path: Path) -> str:
 def _store_files(con: duckdb.DuckDBPyConnection) -> set[Path]:
     """The files of every database attached to `con` (the store, its WAL)."""
     out: set[Path] = set()
-    for (path,) in con.execute("SELECT path FROM duckdb_databases() WHERE path IS NOT NULL"
-                               ).fetchall():
+    for (path,) in con.execute(
+        "SELECT path FROM duckdb_databases() WHERE path IS NOT NULL"
+    ).fetchall():
         out.update({Path(path).resolve(), Path(path + ".wal").resolve()})
     return out
 
@@ -104,15 +116,22 @@ def _clear(root: Path, overwrite: bool, store: set[Path]) -> None:
     if not root.exists() or not any(root.iterdir()):
         return
     if not overwrite:
-        raise UsageError(f"{root} exists and is not empty. Use --overwrite (it replaces only a "
-                         "previous tracelab export) or another --out.")
+        raise UsageError(
+            f"{root} exists and is not empty. Use --overwrite (it replaces only a "
+            "previous tracelab export) or another --out."
+        )
     resolved = root.resolve()
     holds_store = any(resolved == f or resolved in f.parents for f in store)
     if holds_store or not _is_export(root):
-        what = "holds the store" if holds_store else (
-            f"is not a tracelab export (no {MARKER} file, or files an export does not write)")
-        raise UsageError(f"{root} {what}: --overwrite replaces only a previous tracelab "
-                         "export, never other files. Choose another --out.")
+        what = (
+            "holds the store"
+            if holds_store
+            else (f"is not a tracelab export (no {MARKER} file, or files an export does not write)")
+        )
+        raise UsageError(
+            f"{root} {what}: --overwrite replaces only a previous tracelab "
+            "export, never other files. Choose another --out."
+        )
     shutil.rmtree(root)
 
 
@@ -156,8 +175,13 @@ FROM events e WHERE e.run_id = $run
 """
 
 
-def export_perfetto(con: duckdb.DuckDBPyConnection, run: str | None,
-                    out: str | os.PathLike[str], *, overwrite: bool = False) -> dict[str, int]:
+def export_perfetto(
+    con: duckdb.DuckDBPyConnection,
+    run: str | None,
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+) -> dict[str, int]:
     """Write one run as a single Chrome-trace JSON file that Perfetto's UI (and
     chrome://tracing) opens: one process per rank, every rank's events on the reference clock
     (its clock_offsets.offset_ns removed, so ranks line up), times in µs from the run's first
@@ -174,51 +198,83 @@ def export_perfetto(con: duckdb.DuckDBPyConnection, run: str | None,
         raise UsageError(f"{path} is a folder; give a file name for the Perfetto trace.")
     row = con.execute(
         "SELECT min(e.ts_ns - coalesce(o.offset_ns, 0)) FROM events e LEFT JOIN clock_offsets o "
-        "ON o.run_id = e.run_id AND o.rank = e.rank WHERE e.run_id = ?", [rid]).fetchone()
+        "ON o.run_id = e.run_id AND o.rank = e.rank WHERE e.run_id = ?",
+        [rid],
+    ).fetchone()
     origin = int(row[0]) if row and row[0] is not None else 0
     params = {"run": rid, "origin": origin, "stream_tid": _STREAM_TID}
-    names = {(int(r), int(p) if p is not None else None, int(t) if t is not None else None): v
-             for r, p, t, v in con.execute(
-                 "SELECT rank, pid, tid, any_value(value) FROM lanes WHERE run_id = ? AND "
-                 "kind = 'thread_name' GROUP BY ALL", [rid]).fetchall()}
+    names = {
+        (int(r), int(p) if p is not None else None, int(t) if t is not None else None): v
+        for r, p, t, v in con.execute(
+            "SELECT rank, pid, tid, any_value(value) FROM lanes WHERE run_id = ? AND "
+            "kind = 'thread_name' GROUP BY ALL",
+            [rid],
+        ).fetchall()
+    }
     hosts = dict(con.execute("SELECT rank, host FROM ranks WHERE run_id = ?", [rid]).fetchall())
-    offsets = dict(con.execute("SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?",
-                               [rid]).fetchall())
+    offsets = dict(
+        con.execute("SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?", [rid]).fetchall()
+    )
     meta: list[dict[str, object]] = []
     for rank in sorted(hosts):
         label = f"rank {rank}" + (f" ({hosts[rank]})" if hosts[rank] else "")
-        meta += [{"name": "process_name", "ph": "M", "pid": rank, "args": {"name": label}},
-                 {"name": "process_sort_index", "ph": "M", "pid": rank,
-                  "args": {"sort_index": rank}},
-                 {"name": "thread_name", "ph": "M", "pid": rank, "tid": PARTS_TID,
-                  "args": {"name": "where the time went (tracelab lost-time model)"}},
-                 {"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": PARTS_TID,
-                  "args": {"sort_index": -1}}]
+        meta += [
+            {"name": "process_name", "ph": "M", "pid": rank, "args": {"name": label}},
+            {"name": "process_sort_index", "ph": "M", "pid": rank, "args": {"sort_index": rank}},
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": rank,
+                "tid": PARTS_TID,
+                "args": {"name": "where the time went (tracelab lost-time model)"},
+            },
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": rank,
+                "tid": PARTS_TID,
+                "args": {"sort_index": -1},
+            },
+        ]
     for rank, on_dev, tid, pid, stream, label in con.execute(
-            _PERFETTO_THREADS, {k: params[k] for k in ("run", "stream_tid")}).fetchall():
+        _PERFETTO_THREADS, {k: params[k] for k in ("run", "stream_tid")}
+    ).fetchall():
         if on_dev:
             tname = f"device {pid} stream {stream}"
         else:
             tname = label or names.get((int(rank), pid, stream)) or f"thread {stream}"
-        meta.append({"name": "thread_name", "ph": "M", "pid": int(rank), "tid": int(tid),
-                     "args": {"name": str(tname)}})
+        meta.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": int(rank),
+                "tid": int(tid),
+                "args": {"name": str(tname)},
+            }
+        )
     counts = {"events": 0, "time_parts": 0}
     tmp = path.with_name(path.name + ".partial")
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(tmp, "wt", encoding="utf-8") as fh:  # type: ignore[operator]
         fh.write('{"displayTimeUnit": "ms", "otherData": ')
-        fh.write(json.dumps({"tracelab_run": name, "clock": "reference rank's clock, offsets "
-                             "from clock_offsets applied; ts in us since the run's first event",
-                             "origin_ns": origin,
-                             "offsets_ns": {str(k): int(v) for k, v in offsets.items()}}))
+        fh.write(
+            json.dumps(
+                {
+                    "tracelab_run": name,
+                    "clock": "reference rank's clock, offsets "
+                    "from clock_offsets applied; ts in us since the run's first event",
+                    "origin_ns": origin,
+                    "offsets_ns": {str(k): int(v) for k, v in offsets.items()},
+                }
+            )
+        )
         fh.write(', "traceEvents": [\n')
         first = True
         for m in meta:
             fh.write(("" if first else ",\n") + json.dumps(m))
             first = False
         for key, sql in (("time_parts", _PERFETTO_PARTS), ("events", _PERFETTO_EVENTS)):
-            used = {k: v for k, v in {**params, "parts_tid": PARTS_TID}.items()
-                    if f"${k}" in sql}
+            used = {k: v for k, v in {**params, "parts_tid": PARTS_TID}.items() if f"${k}" in sql}
             cur = con.execute(sql, used)
             while True:
                 chunk = cur.fetchmany(50_000)

@@ -13,12 +13,14 @@ after the last member that is not another member is an error.
 from __future__ import annotations
 
 import mmap
+import types
 import zlib
 
+_inflate: types.ModuleType
 try:
     from isal import isal_zlib as _inflate
 except ImportError:  # no wheel for this platform: the standard library's zlib
-    _inflate = zlib  # type: ignore[assignment]
+    _inflate = zlib
 
 #: First two bytes of every gzip member.
 GZIP_MAGIC = b"\x1f\x8b"

@@ -29,6 +29,7 @@ from tracelab.convert import (
     converted_dir,
     load_converted,
 )
+from tracelab.defaults import DEFAULT_DB
 from tracelab.discover import Capture, Discovery, TraceFile, discover, tensorboard_name
 from tracelab.errors import (
     InputError,
@@ -37,7 +38,6 @@ from tracelab.errors import (
     TracelabError,
     UsageError,
 )
-from tracelab.defaults import DEFAULT_DB
 from tracelab.records import check_capture_records, load_capture_records
 
 if TYPE_CHECKING:
@@ -144,29 +144,33 @@ def _convert_all(
             errors[i] = _file_error(exc, tf.path)
             continue
         if pre is not None:
-            done[i] = (_share_groups(replace(pre, file=str(tf.path)), groups),
-                       converted_dir(tf.path))
+            done[i] = (
+                _share_groups(replace(pre, file=str(tf.path)), groups),
+                converted_dir(tf.path),
+            )
     todo = [i for i in range(len(files)) if i not in done and i not in errors]
     if workers == 0 or not todo:
         for n, i in enumerate(todo, 1):
             tf = files[i]
             try:
-                done[i] = (_share_groups(_convert_one(str(tf.path), str(out_dirs[i])), groups),
-                           out_dirs[i])
+                done[i] = (
+                    _share_groups(_convert_one(str(tf.path), str(out_dirs[i])), groups),
+                    out_dirs[i],
+                )
             except Exception as exc:  # noqa: BLE001 (per-file failure policy)
                 errors[i] = _file_error(exc, tf.path)
             if progress:
                 progress(n, len(todo))
         return done, errors
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=_worker_init,
-                               initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(todo)), initializer=_worker_init, initargs=(os.getpid(),)
+    )
     try:
-        futures = {
-            pool.submit(_convert_one, str(files[i].path), str(out_dirs[i])): i for i in todo
-        }
+        futures = {pool.submit(_convert_one, str(files[i].path), str(out_dirs[i])): i for i in todo}
         # While the workers convert, load what the store's load will need (DuckDB: a fifth of
         # a second of imports otherwise spent after the last file is converted).
         import tracelab.store  # noqa: F401
+
         # Not as_completed, which keeps every future (and its result) until the last: each
         # future is dropped once read, so only the shared process groups stay (_share_groups).
         pending, n = set(futures), 0
@@ -216,7 +220,9 @@ def _rank_key(path: Path, others: Sequence[Path]) -> str:
 
 
 def _missing_ranks_error(
-    files: list[TraceFile], rankless: list[int], taken: set[int],
+    files: list[TraceFile],
+    rankless: list[int],
+    taken: set[int],
     paths: Sequence[str | os.PathLike[str]],
 ) -> RankConflictError:
     """One error for every trace without a rank, with the command that maps them."""
@@ -277,7 +283,9 @@ def _resolve_ranks(
             errors[i] = RankConflictError(
                 f"rank {rank} is not below the world size {world} (ranks are 0..{world - 1}). "
                 "Map the file to its rank with --rank FILE=N, or check the capture's "
-                "world_size.", str(tf.path))
+                "world_size.",
+                str(tf.path),
+            )
             continue
         if rank is None:
             rankless.append(i)
@@ -287,12 +295,17 @@ def _resolve_ranks(
     if rankless:
         if not by_rank and len({_process_key(tf.path) for tf in files}) == 1:
             by_rank[0] = rankless
-            what = (f"{files[rankless[0]].path}" if len(rankless) == 1 else
-                    f"the {len(rankless)} windows of worker "
-                    f"{_rank_key(files[rankless[0]].path, [])}")
-            note = (f"{what} {'has' if len(rankless) == 1 else 'have'} no rank metadata (no distributedInfo): ingested as rank 0 of 1. "
-                    "If it is one rank of a larger job, re-ingest with --replace --rank "
-                    f"{shlex.quote(_rank_key(files[rankless[0]].path, []))}=N.")
+            what = (
+                f"{files[rankless[0]].path}"
+                if len(rankless) == 1
+                else f"the {len(rankless)} windows of worker "
+                f"{_rank_key(files[rankless[0]].path, [])}"
+            )
+            note = (
+                f"{what} {'has' if len(rankless) == 1 else 'have'} no rank metadata (no distributedInfo): ingested as rank 0 of 1. "
+                "If it is one rank of a larger job, re-ingest with --replace --rank "
+                f"{shlex.quote(_rank_key(files[rankless[0]].path, []))}=N."
+            )
         else:
             exc = _missing_ranks_error(files, rankless, set(by_rank), paths)
             errors.update(dict.fromkeys(rankless, exc))
@@ -369,13 +382,20 @@ def ingest(
     if found.problems and not skip_bad:
         raise found.problems[0]
     capture = found.captures[0] if found.captures else None
-    named_by = (capture.root / "manifest.json" if capture is not None
-                and capture.manifest.get("run_name") else paths[0])
-    name = (validate.run_name(run) if run is not None else
-            validate.ingest_run_name(_default_run_name(paths, capture), str(named_by)))
+    named_by = (
+        capture.root / "manifest.json"
+        if capture is not None and capture.manifest.get("run_name")
+        else paths[0]
+    )
+    name = (
+        validate.run_name(run)
+        if run is not None
+        else validate.ingest_run_name(_default_run_name(paths, capture), str(named_by))
+    )
     for key, rank in (ranks or {}).items():
-        validate.integer(rank, f"--rank {key}", "--rank", lo=0, hi=validate.INT32_MAX - 1,
-                         optional=False)
+        validate.integer(
+            rank, f"--rank {key}", "--rank", lo=0, hi=validate.INT32_MAX - 1, optional=False
+        )
     if workers is None:
         total = sum(tf.path.stat().st_size for tf in found.files)
         # A process pool costs more than it saves on small inputs; on large ones it is used
@@ -389,8 +409,9 @@ def ingest(
     try:
         done, errors = _convert_all(found.files, staging, workers_n, show)
         manifest_world = capture.manifest.get("world_size") if capture is not None else None
-        by_rank, rank_errors, note = _resolve_ranks(found.files, done, ranks or {}, paths,
-                                                    manifest_world)
+        by_rank, rank_errors, note = _resolve_ranks(
+            found.files, done, ranks or {}, paths, manifest_world
+        )
         errors.update(rank_errors)
         if errors and not skip_bad:
             exc = errors[min(errors)]
@@ -405,8 +426,9 @@ def ingest(
             raise exc
         if not by_rank:
             first = errors[min(errors)] if errors else None
-            raise InputError("no rank could be ingested, nothing was written"
-                             + (f": {first}" if first else "."))
+            raise InputError(
+                "no rank could be ingested, nothing was written" + (f": {first}" if first else ".")
+            )
         skipped = [{"file": p.path or "", "error": str(p)} for p in found.problems] + [
             {"file": str(found.files[i].path), "error": str(errors[i])} for i in sorted(errors)
         ]
@@ -414,7 +436,15 @@ def ingest(
             capture, bad_records = _drop_bad_records(capture, set(by_rank), skip_bad)
             skipped += bad_records
         report = _write(
-            db_path, staging, name, paths, capture, by_rank, skipped, found, if_exists,
+            db_path,
+            staging,
+            name,
+            paths,
+            capture,
+            by_rank,
+            skipped,
+            found,
+            if_exists,
             world=1 if note else None,
         )
         if note:
@@ -424,8 +454,9 @@ def ingest(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _drop_bad_records(capture: Capture, ranks: set[int], skip_bad: bool
-                      ) -> tuple[Capture, list[dict[str, str]]]:
+def _drop_bad_records(
+    capture: Capture, ranks: set[int], skip_bad: bool
+) -> tuple[Capture, list[dict[str, str]]]:
     """Check the capture's collectives.jsonl files before anything is written: the first bad
     one raises, or with skip_bad it is left out (its rank's traces are kept) and recorded."""
     bad = check_capture_records(capture, ranks)
@@ -433,10 +464,13 @@ def _drop_bad_records(capture: Capture, ranks: set[int], skip_bad: bool
         return capture, []
     if not skip_bad:
         raise bad[min(bad)]
-    kept = {r: ({k: v for k, v in e.items() if k != "collectives"} if r in bad else e)
-            for r, e in capture.ranks.items()}
+    kept = {
+        r: ({k: v for k, v in e.items() if k != "collectives"} if r in bad else e)
+        for r, e in capture.ranks.items()
+    }
     return replace(capture, ranks=kept), [
-        {"file": exc.path or "", "error": str(exc)} for _, exc in sorted(bad.items())]
+        {"file": exc.path or "", "error": str(exc)} for _, exc in sorted(bad.items())
+    ]
 
 
 def _staging_parent(db_path: Path) -> str | None:
@@ -448,10 +482,12 @@ def _staging_parent(db_path: Path) -> str | None:
 
 def _identical(con: duckdb.DuckDBPyConnection, rid: int, by_rank: dict[int, ConvertedRank]) -> bool:
     stored = {
-        int(r): sorted(json.loads(h)) for r, h in con.execute(
+        int(r): sorted(json.loads(h))
+        for r, h in con.execute(
             "SELECT rank, json_extract(trace_metadata, '$.tracelab_sha256') FROM ranks WHERE run_id = ?",
             [rid],
-        ).fetchall() if h is not None
+        ).fetchall()
+        if h is not None
     }
     new = {rank: sorted(i.sha256 for i in cr.infos) for rank, cr in by_rank.items()}
     return stored == new
@@ -473,9 +509,13 @@ def _write(
 
     world = world or _world_size(capture, by_rank)
     report = IngestReport(
-        run=name, run_id=None, ranks=sorted(by_rank), world_size=world,
+        run=name,
+        run_id=None,
+        ranks=sorted(by_rank),
+        world_size=world,
         events=sum(i.event_count for cr in by_rank.values() for i in cr.infos),
-        skipped=skipped, ignored=[str(p) for p in found.ignored],
+        skipped=skipped,
+        ignored=[str(p) for p in found.ignored],
     )
     from tracelab.derived import ComponentFailed
 
@@ -498,12 +538,14 @@ def _write(
                             "Use --replace to overwrite it, or --run NEW_NAME to keep both."
                         )
                     delete_run(con, int(row[0]))
-                rid = int(con.execute("SELECT nextval('run_id_seq')").fetchone()[0])
+                rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
                 _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
                 _load(con, rid, staging, by_rank, capture, skip)
-                report.derived_errors = dict(con.execute(
-                    "SELECT component, message FROM derived_errors WHERE run_id = ?",
-                    [rid]).fetchall())
+                report.derived_errors = dict(
+                    con.execute(
+                        "SELECT component, message FROM derived_errors WHERE run_id = ?", [rid]
+                    ).fetchall()
+                )
                 con.execute("COMMIT")
                 break
             except ComponentFailed as exc:
@@ -540,9 +582,14 @@ def _insert_run(
     con.execute(
         "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
-            rid, name, json.dumps([str(p) for p in paths]),
-            dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), world, len(by_rank),
-            json.dumps(meta), json.dumps(skipped),
+            rid,
+            name,
+            json.dumps([str(p) for p in paths]),
+            dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+            world,
+            len(by_rank),
+            json.dumps(meta),
+            json.dumps(skipped),
         ],
     )
     rows = []
@@ -552,20 +599,31 @@ def _insert_run(
         clock = entry.get("clock") or {}
         trace_meta = dict(first.metadata)
         trace_meta["tracelab_sha256"] = [i.sha256 for i in cr.infos]
-        rows.append([
-            rid, rank, entry.get("host") or first.host, first.world_size or world,
-            entry.get("backend") or first.backend, entry.get("device") or first.device or ("cpu" if first.device_properties is None else None),
-            entry.get("device_memory_bytes") or first.device_memory_bytes,
-            json.dumps(entry.get("process_groups") or first.process_groups),
-            json.dumps([i.file for i in cr.infos]), sum(i.file_bytes for i in cr.infos),
-            first.base_time_ns, clock.get("offset_ns"), clock.get("uncertainty_ns"),
-            entry.get("pp_stage"), json.dumps(entry.get("coords")) if entry.get("coords") else None,
-            json.dumps(first.device_properties) if first.device_properties else None,
-            json.dumps(trace_meta), sum(i.event_count for i in cr.infos),
-        ])
-    con.executemany(
-        "INSERT INTO ranks VALUES (" + ", ".join("?" for _ in range(18)) + ")", rows
-    )
+        rows.append(
+            [
+                rid,
+                rank,
+                entry.get("host") or first.host,
+                first.world_size or world,
+                entry.get("backend") or first.backend,
+                entry.get("device")
+                or first.device
+                or ("cpu" if first.device_properties is None else None),
+                entry.get("device_memory_bytes") or first.device_memory_bytes,
+                json.dumps(entry.get("process_groups") or first.process_groups),
+                json.dumps([i.file for i in cr.infos]),
+                sum(i.file_bytes for i in cr.infos),
+                first.base_time_ns,
+                clock.get("offset_ns"),
+                clock.get("uncertainty_ns"),
+                entry.get("pp_stage"),
+                json.dumps(entry.get("coords")) if entry.get("coords") else None,
+                json.dumps(first.device_properties) if first.device_properties else None,
+                json.dumps(trace_meta),
+                sum(i.event_count for i in cr.infos),
+            ]
+        )
+    con.executemany("INSERT INTO ranks VALUES (" + ", ".join("?" for _ in range(18)) + ")", rows)
 
 
 def _parts(staging: Path, by_rank: dict[int, ConvertedRank]) -> dict[str, list[str]]:
@@ -599,8 +657,11 @@ def _load(
 ) -> None:
     parts = _parts(staging, by_rank)
     load_sql.load_events(con, rid, parts["events"], parts["steps"])
-    loaded = dict(con.execute("SELECT rank, count(*) FROM events WHERE run_id = ? GROUP BY rank",
-                              [rid]).fetchall())
+    loaded = dict(
+        con.execute(
+            "SELECT rank, count(*) FROM events WHERE run_id = ? GROUP BY rank", [rid]
+        ).fetchall()
+    )
     expected = {rank: sum(i.event_count for i in cr.infos) for rank, cr in by_rank.items()}
     if loaded != expected:  # a bug, never an input error: the transaction rolls back
         raise RuntimeError(f"events landed on the wrong ranks: {loaded} != {expected}")

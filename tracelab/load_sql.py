@@ -16,10 +16,28 @@ if TYPE_CHECKING:
 
 #: Bytes per element for the dtype names traces use (record_param_comms, gloo Input type).
 DTYPE_BYTES = {
-    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
-    "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2,
-    "char": 1, "int8": 1, "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1,
-    "float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16,
+    "float": 4,
+    "float32": 4,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "short": 2,
+    "int16": 2,
+    "char": 1,
+    "int8": 1,
+    "byte": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "complexfloat": 8,
+    "complexdouble": 16,
 }
 
 #: (regex on the lower-cased collective name with '_' removed, normalized op), first match wins.
@@ -67,8 +85,9 @@ PARTS = r"""(SELECT *,
     FROM read_parquet(?, filename = true, hive_partitioning = false))"""
 
 
-def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str],
-                steps: list[str]) -> None:
+def load_events(
+    con: duckdb.DuckDBPyConnection, run_id: int, files: list[str], steps: list[str]
+) -> None:
     """Copy converted events and steps into the store (files named as PARTS says).
 
     The events statement runs on all threads without preserving insertion order: an
@@ -78,7 +97,7 @@ def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str],
     clustered by (rank, time) in blocks and DuckDB's zone maps stay useful for time ranges.
     Nothing reads events in insertion order: every reader sorts.
     """
-    keep = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0]
+    keep = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
     con.execute("SET preserve_insertion_order = false")
     try:
         con.execute(
@@ -104,9 +123,21 @@ def load_events(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str],
 
 
 #: Kernel/record_param_comms args read for each collective, each args parsed once.
-COLLECTIVE_ARGS = ("Collective name", "Process Group Name", "Process Group Description",
-                   "Process Group Ranks", "Group size", "Seq", "seq", "In msg nelems",
-                   "Out msg nelems", "dtype", "Comms Id", "Src Rank", "Dst Rank")
+COLLECTIVE_ARGS = (
+    "Collective name",
+    "Process Group Name",
+    "Process Group Description",
+    "Process Group Ranks",
+    "Group size",
+    "Seq",
+    "seq",
+    "In msg nelems",
+    "Out msg nelems",
+    "dtype",
+    "Comms Id",
+    "Src Rank",
+    "Dst Rank",
+)
 
 
 def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -117,8 +148,10 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         i = COLLECTIVE_ARGS.index(key) + 1
         return f"coalesce(ka[{i}], ra[{i}])"
 
-    op_case, op_params = op_sql(f"coalesce({arg('Collective name')}, regexp_extract(name, "
-                                "'^(nccl|rccl)(Dev)?Kernel_([A-Za-z]+)', 3), name)")
+    op_case, op_params = op_sql(
+        f"coalesce({arg('Collective name')}, regexp_extract(name, "
+        "'^(nccl|rccl)(Dev)?Kernel_([A-Za-z]+)', 3), name)"
+    )
     size_case, size_params = dtype_bytes_sql(arg("dtype"))
     con.execute(
         f"""

@@ -18,17 +18,41 @@ if TYPE_CHECKING:
     import duckdb
 
 _COLLECTIVE_FIELDS = (
-    "source", "op", "pg_name", "pg_desc", "pg_ranks", "group_size", "seq", "in_bytes",
-    "out_bytes", "dtype", "peer", "enqueue_ns", "start_ns", "end_ns", "step",
+    "source",
+    "op",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "group_size",
+    "seq",
+    "in_bytes",
+    "out_bytes",
+    "dtype",
+    "peer",
+    "enqueue_ns",
+    "start_ns",
+    "end_ns",
+    "step",
 )
 _SOURCES = ("collector", "flight_recorder")
 #: What each field of a collective record may hold (tracelab.validate).
 RECORD_FIELDS = {
-    "op": v.TEXT, "source": v.TEXT, "pg_name": v.TEXT, "pg_desc": v.TEXT,
-    "pg_ranks": ("ints", 0, v.INT32_MAX - 1), "group_size": ("int", 0, v.INT32_MAX),
-    "seq": v.INT64, "in_bytes": v.SIZE, "out_bytes": v.SIZE, "dtype": v.TEXT,
-    "peer": v.RANK_ID, "enqueue_ns": v.TIME, "start_ns": v.TIME, "end_ns": v.TIME,
-    "step": v.STEP, "window": v.INT32,
+    "op": v.TEXT,
+    "source": v.TEXT,
+    "pg_name": v.TEXT,
+    "pg_desc": v.TEXT,
+    "pg_ranks": ("ints", 0, v.INT32_MAX - 1),
+    "group_size": ("int", 0, v.INT32_MAX),
+    "seq": v.INT64,
+    "in_bytes": v.SIZE,
+    "out_bytes": v.SIZE,
+    "dtype": v.TEXT,
+    "peer": v.RANK_ID,
+    "enqueue_ns": v.TIME,
+    "start_ns": v.TIME,
+    "end_ns": v.TIME,
+    "step": v.STEP,
+    "window": v.INT32,
 }
 
 
@@ -40,7 +64,7 @@ def read_collectives(path: Path) -> list[dict[str, Any]]:
     except OSError as exc:
         raise InputError(f"unreadable collective records ({exc.strerror}).", str(path)) from None
     if lines and lines[0].startswith(v.BOM):
-        lines[0] = lines[0][len(v.BOM):]
+        lines[0] = lines[0][len(v.BOM) :]
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -99,11 +123,20 @@ def load_capture_records(
             allocated = peak.get("peak_allocated_bytes")
             if allocated is None:
                 allocated = peak.get("rss_bytes")
-            mem_rows.append([
-                run_id, rank, "step_peak", int(peak.get("ts_ns") or 0), peak.get("step"),
-                device_type, peak.get("device_id"), None, allocated,
-                peak.get("peak_reserved_bytes"),
-            ])
+            mem_rows.append(
+                [
+                    run_id,
+                    rank,
+                    "step_peak",
+                    int(peak.get("ts_ns") or 0),
+                    peak.get("step"),
+                    device_type,
+                    peak.get("device_id"),
+                    None,
+                    allocated,
+                    peak.get("peak_reserved_bytes"),
+                ]
+            )
     if coll_rows:
         con.executemany(
             """INSERT INTO collectives (run_id, rank, source, op, pg_name, pg_desc, pg_ranks,
@@ -113,6 +146,4 @@ def load_capture_records(
             coll_rows,
         )
     if mem_rows:
-        con.executemany(
-            "INSERT INTO memory VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", mem_rows
-        )
+        con.executemany("INSERT INTO memory VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", mem_rows)

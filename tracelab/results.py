@@ -82,8 +82,11 @@ class Finding:
         out["evidence"]["ranks"] = list(self.evidence.ranks)
         out["evidence"]["affected_ranks"] = list(self.evidence.affected_ranks)
         out["evidence"]["steps"] = list(self.evidence.steps)
-        out["claim"] = None if self.claim is None else {
-            "parts": dict(self.claim.parts), "cap_ns": self.claim.cap_ns}
+        out["claim"] = (
+            None
+            if self.claim is None
+            else {"parts": dict(self.claim.parts), "cap_ns": self.claim.cap_ns}
+        )
         return out
 
 

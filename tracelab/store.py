@@ -43,8 +43,9 @@ DEFAULT_LOCK_TIMEOUT_S = 60.0
 
 def schema_sql() -> str:
     """The DDL of the current schema version (documented column by column in the files)."""
-    return "\n".join(resources.files("tracelab").joinpath(f"schema/{name}").read_text()
-                     for name in SCHEMA_FILES)
+    return "\n".join(
+        resources.files("tracelab").joinpath(f"schema/{name}").read_text() for name in SCHEMA_FILES
+    )
 
 
 _CREATE = re.compile(r"^CREATE (?:TABLE IF NOT EXISTS|OR REPLACE VIEW) (\w+)")
@@ -85,8 +86,9 @@ def _apply_comments(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     for kind, table, column, text in schema_comments(sql):
         quoted = "'" + text.replace("'", "''") + "'"
         if kind == "table":
-            is_view = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?",
-                                  [table]).fetchall()[0][0]
+            is_view = con.execute(
+                "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [table]
+            ).fetchall()[0][0]
             con.execute(f"COMMENT ON {'VIEW' if is_view else 'TABLE'} {table} IS {quoted}")
         else:
             con.execute(f"COMMENT ON COLUMN {table}.{column} IS {quoted}")
@@ -152,14 +154,19 @@ def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
     sql = resources.files("tracelab").joinpath("schema/derived.sql").read_text()
     con.execute("BEGIN")
     try:
-        made = [(m.group(1), "VIEW" in line) for line in sql.splitlines()
-                if (m := _CREATE.match(line.strip()))]
+        made = [
+            (m.group(1), "VIEW" in line)
+            for line in sql.splitlines()
+            if (m := _CREATE.match(line.strip()))
+        ]
         for name, is_view in sorted(made, key=lambda x: not x[1]):  # views first
             con.execute(f"DROP {'VIEW' if is_view else 'TABLE'} IF EXISTS {name}")
         con.execute(sql)
         _apply_comments(con, sql)
-        con.execute("INSERT OR REPLACE INTO tracelab_meta VALUES ('derived_version', ?)",
-                    [str(DERIVED_VERSION)])
+        con.execute(
+            "INSERT OR REPLACE INTO tracelab_meta VALUES ('derived_version', ?)",
+            [str(DERIVED_VERSION)],
+        )
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -209,8 +216,9 @@ def open_store(
         con.close()
 
 
-def ensure_schema(con: duckdb.DuckDBPyConnection, path: str = "<store>", *,
-                  check_derived: bool = True) -> None:
+def ensure_schema(
+    con: duckdb.DuckDBPyConnection, path: str = "<store>", *, check_derived: bool = True
+) -> None:
     """Create the schema in an empty database, or check the version of an existing one."""
     has_meta = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tracelab_meta'"
@@ -245,8 +253,9 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str = "<store>", *,
 def duckdb_storage_version(con: duckdb.DuckDBPyConnection) -> str | None:
     """The storage version of the connection's database file as DuckDB names it ('v2.0.0+');
     None for an in-memory database."""
-    row = _one(con.execute(
-        "SELECT tags FROM duckdb_databases() WHERE database_name = current_database()"))
+    row = _one(
+        con.execute("SELECT tags FROM duckdb_databases() WHERE database_name = current_database()")
+    )
     tags = row[0] if row else None
     return str(tags["storage_version"]) if tags and tags.get("storage_version") else None
 
@@ -269,22 +278,32 @@ def _record_duckdb_storage(con: duckdb.DuckDBPyConnection) -> None:
     """Store the DuckDB storage version and release beside the schema version (new stores)."""
     con.executemany(
         "INSERT OR REPLACE INTO tracelab_meta VALUES (?, ?)",
-        [["duckdb_storage_version", duckdb_storage_version(con) or _native_storage_version()
-          or "unknown"], ["duckdb_version", duckdb.__version__]],
+        [
+            [
+                "duckdb_storage_version",
+                duckdb_storage_version(con) or _native_storage_version() or "unknown",
+            ],
+            ["duckdb_version", duckdb.__version__],
+        ],
     )
 
 
 def _check_duckdb_storage(con: duckdb.DuckDBPyConnection, path: str) -> None:
     """Refuse a store created by a DuckDB that writes another storage version than this one."""
-    meta = dict(con.execute(
-        "SELECT key, value FROM tracelab_meta "
-        "WHERE key IN ('duckdb_storage_version', 'duckdb_version')"
-    ).fetchall())
+    meta = dict(
+        con.execute(
+            "SELECT key, value FROM tracelab_meta "
+            "WHERE key IN ('duckdb_storage_version', 'duckdb_version')"
+        ).fetchall()
+    )
     stored = meta.get("duckdb_storage_version")
     if stored is None or stored == "unknown":  # a store from before tracelab recorded it
         return
     series = duckdb.__version__.split(".")[:2]
-    if stored == duckdb_storage_version(con) and meta.get("duckdb_version", "").split(".")[:2] == series:
+    if (
+        stored == duckdb_storage_version(con)
+        and meta.get("duckdb_version", "").split(".")[:2] == series
+    ):
         return  # the same DuckDB series made it: no need to probe
     here = _native_storage_version()
     if here is None or stored == here:
@@ -312,8 +331,11 @@ def _unopenable_store_error(path: str, exc: Exception) -> StoreError:
         f"{path}: this store was written by DuckDB {writer or 'another version'}"
         + (f" (storage version {found.group(1)})" if found else "")
         + f", which the installed DuckDB {duckdb.__version__} cannot read"
-        + (f" (it reads storage versions {readable.group(1)}-{readable.group(2)})"
-           if readable else "")
+        + (
+            f" (it reads storage versions {readable.group(1)}-{readable.group(2)})"
+            if readable
+            else ""
+        )
         + ". Open it with the DuckDB that wrote it"
         + (f" (pip install 'duckdb=={writer.lstrip('v')}')" if writer else "")
         + ", or re-ingest the traces into a new store (--db NEW.duckdb)."
@@ -352,10 +374,26 @@ def resolve_run(con: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, 
 
 
 #: Tables holding per-run rows, deleted together with the run (derived ones first).
-RUN_TABLES = ("step_spans", "clock_offsets", "matched_collectives", "p2p_ops", "time_parts",
-              "step_parts", "comm_attribution", "pipeline_actions", "pipeline_runs",
-              "pipeline_ranks", "derived_errors",
-              "events", "steps", "lanes", "collectives", "memory", "ranks", "runs")
+RUN_TABLES = (
+    "step_spans",
+    "clock_offsets",
+    "matched_collectives",
+    "p2p_ops",
+    "time_parts",
+    "step_parts",
+    "comm_attribution",
+    "pipeline_actions",
+    "pipeline_runs",
+    "pipeline_ranks",
+    "derived_errors",
+    "events",
+    "steps",
+    "lanes",
+    "collectives",
+    "memory",
+    "ranks",
+    "runs",
+)
 
 
 def delete_run(con: duckdb.DuckDBPyConnection, rid: int) -> None:

@@ -56,14 +56,20 @@ def json_error_hint(raw: bytes, exc: BaseException) -> str:
     """What is wrong with JSON that failed to decode, in words that name the fix."""
     text = str(exc)
     if isinstance(exc, RecursionError):
-        return (f"it nests arrays or objects deeper than {MAX_DEPTH} levels, more than "
-                "tracelab reads. Check the exporter; drop this file (--skip-bad).")
+        return (
+            f"it nests arrays or objects deeper than {MAX_DEPTH} levels, more than "
+            "tracelab reads. Check the exporter; drop this file (--skip-bad)."
+        )
     if has_lone_surrogate(raw):
-        return ("it holds a lone UTF-16 surrogate escape (like \"\\ud800\"), which is not "
-                "valid text. Fix the exporter's string encoding or drop this file (--skip-bad).")
+        return (
+            'it holds a lone UTF-16 surrogate escape (like "\\ud800"), which is not '
+            "valid text. Fix the exporter's string encoding or drop this file (--skip-bad)."
+        )
     if "out of range" in text.lower():
-        return (f"it holds a number too large for a 64-bit float ({text}). Fix the exporter "
-                "or drop this file (--skip-bad).")
+        return (
+            f"it holds a number too large for a 64-bit float ({text}). Fix the exporter "
+            "or drop this file (--skip-bad)."
+        )
     if "truncated" in text.lower() or "end of" in text.lower():
         return "the JSON ends early: the file is truncated. Copy or export it again."
     if "utf-8" in text.lower():
@@ -75,7 +81,7 @@ def decode_json(raw: bytes, path: str | Path, what: str) -> Any:
     """Decode a small JSON document (manifest, rank.json, one collectives line): strict UTF-8,
     a leading BOM skipped, no lone surrogates, nesting limited; InputError otherwise."""
     if raw.startswith(BOM):
-        raw = raw[len(BOM):]
+        raw = raw[len(BOM) :]
     try:
         return msgspec.json.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
@@ -92,24 +98,33 @@ def read_json(path: Path, what: str) -> Any:
 
 # ------------------------------------------------------------------ typed values
 
+
 def _describe(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _type_name(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number"}.get(type(value), "null")
+    return {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), "null")
 
 
-def integer(value: Any, what: str, path: str | Path, *, lo: int, hi: int,
-            optional: bool = True) -> int | None:
+def integer(
+    value: Any, what: str, path: str | Path, *, lo: int, hi: int, optional: bool = True
+) -> int | None:
     """An integer in [lo, hi] (None allowed when optional); booleans are not integers."""
     if value is None and optional:
         return None
     if type(value) is not int:
-        raise InputError(f"{what} must be an integer, not {_type_name(value)} "
-                         f"({_describe(value)}).", str(path))
+        raise InputError(
+            f"{what} must be an integer, not {_type_name(value)} ({_describe(value)}).", str(path)
+        )
     if not lo <= value <= hi:
         raise InputError(f"{what} is {value}, outside the allowed range {lo}..{hi}.", str(path))
     return value
@@ -119,8 +134,9 @@ def text(value: Any, what: str, path: str | Path, *, optional: bool = True) -> s
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        raise InputError(f"{what} must be a string, not {_type_name(value)} "
-                         f"({_describe(value)}).", str(path))
+        raise InputError(
+            f"{what} must be a string, not {_type_name(value)} ({_describe(value)}).", str(path)
+        )
     return value
 
 
@@ -129,9 +145,11 @@ def rank_and_world(rank: int | None, world: int | None, what: str, path: str | P
     integer(world, f"{what} world_size", path, lo=1, hi=INT32_MAX)
     integer(rank, f"{what} rank", path, lo=0, hi=INT32_MAX - 1)
     if rank is not None and world is not None and rank >= world:
-        raise InputError(f"{what} rank {rank} is not below world_size {world} (ranks are "
-                         f"0..{world - 1}). Fix the metadata, or map the rank with --rank FILE=N.",
-                         str(path))
+        raise InputError(
+            f"{what} rank {rank} is not below world_size {world} (ranks are "
+            f"0..{world - 1}). Fix the metadata, or map the rank with --rank FILE=N.",
+            str(path),
+        )
 
 
 #: Field kinds of the capture's JSON records: (what values are allowed, lo, hi).
@@ -149,13 +167,15 @@ INTS = ("ints", -INT64_MAX - 1, INT64_MAX)
 TEXTS = ("strs", 0, 0)
 
 
-def fields(record: Any, spec: Mapping[str, tuple[str, int, int]], what: str,
-           path: str | Path) -> dict[str, Any]:
+def fields(
+    record: Any, spec: Mapping[str, tuple[str, int, int]], what: str, path: str | Path
+) -> dict[str, Any]:
     """Check the keys of `spec` in a JSON object (each may be absent or null); other keys are
     kept unchecked. Returns the record."""
     if not isinstance(record, dict):
-        raise InputError(f"{what} must be an object, not {_type_name(record)} "
-                         f"({_describe(record)}).", str(path))
+        raise InputError(
+            f"{what} must be an object, not {_type_name(record)} ({_describe(record)}).", str(path)
+        )
     for key, (kind, lo, hi) in spec.items():
         value = record.get(key)
         if value is None:
@@ -167,12 +187,16 @@ def fields(record: Any, spec: Mapping[str, tuple[str, int, int]], what: str,
             text(value, label, path)
         elif kind == "bool":
             if not isinstance(value, bool):
-                raise InputError(f"{label} must be true or false, not {_describe(value)}.",
-                                 str(path))
+                raise InputError(
+                    f"{label} must be true or false, not {_describe(value)}.", str(path)
+                )
         elif kind in ("dict", "list"):
             if type(value).__name__ != kind:
-                raise InputError(f"{label} must be {_type_name({'dict': {}, 'list': []}[kind])}"
-                                 f", not {_type_name(value)} ({_describe(value)}).", str(path))
+                raise InputError(
+                    f"{label} must be {_type_name({'dict': {}, 'list': []}[kind])}"
+                    f", not {_type_name(value)} ({_describe(value)}).",
+                    str(path),
+                )
         elif kind in ("ints", "strs"):
             if not isinstance(value, list):
                 raise InputError(f"{label} must be an array, not {_describe(value)}.", str(path))
@@ -186,14 +210,16 @@ def fields(record: Any, spec: Mapping[str, tuple[str, int, int]], what: str,
 
 # ------------------------------------------------------------------ names and terminals
 
+
 def run_name(name: Any, *, option: str = "--run") -> str:
     """A run name to store or look up: UsageError unless 1..MAX_NAME_CHARS characters of valid
     UTF-8 without control characters."""
     if not isinstance(name, str) or not name.strip():
         raise UsageError(f"{option} needs a non-empty run name.")
     if len(name) > MAX_NAME_CHARS:
-        raise UsageError(f"{option}: a run name has at most {MAX_NAME_CHARS} characters, "
-                         f"not {len(name)}.")
+        raise UsageError(
+            f"{option}: a run name has at most {MAX_NAME_CHARS} characters, not {len(name)}."
+        )
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
@@ -212,11 +238,11 @@ def ingest_run_name(name: str, path: str | Path) -> str:
 
 
 _ESCAPE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"          # CSI: colours, cursor moves, clear screen
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clear screen
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window title, hyperlinks
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"     # DCS, SOS, PM, APC strings
-    r"|\x1b[@-_]?"                      # any other escape
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"    # other C0/C1 controls (tab and newline stay)
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
+    r"|\x1b[@-_]?"  # any other escape
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other C0/C1 controls (tab and newline stay)
 )
 
 

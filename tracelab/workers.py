@@ -87,7 +87,7 @@ def remove_orphans(parent: str | None) -> list[Path]:
     removed = []
     with contextlib.suppress(OSError):
         for path in folder.glob(STAGING_PREFIX + "*"):
-            owner = path.name[len(STAGING_PREFIX):].split("-", 1)[0]
+            owner = path.name[len(STAGING_PREFIX) :].split("-", 1)[0]
             if owner.isdigit() and int(owner) != os.getpid() and not _alive(int(owner)):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)

@@ -7,19 +7,24 @@ from typing import Any
 
 import dash
 from dash import html
+
 from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import text
-
 from tracelab.figures.memory import peaks_figure, series_figure, stages_figure
 from tracelab.render.text import size
 from tracelab.views.findings import targets
 from tracelab.views.memory import memory_series, memory_view
 
 MAX_ROWS = 256
-RANK_COLUMNS = (("rank", "rank"), ("stage", "stage"), ("peak", "peak"),
-                ("capacity", "capacity"), ("used", "of capacity"))
+RANK_COLUMNS = (
+    ("rank", "rank"),
+    ("stage", "stage"),
+    ("peak", "peak"),
+    ("capacity", "capacity"),
+    ("used", "of capacity"),
+)
 
 
 @safe_layout("/memory")
@@ -34,24 +39,38 @@ def layout(**kwargs: Any) -> html.Div:
         series = memory_series(cur, ctx)
     v = memory_view(found)
     mine = [f for f in found.findings if f.analyzer == "memory" or f.view == "memory"]
-    rows = [{"rank": r["rank"], "stage": r.get("stage"), "peak": size(r.get("peak_bytes")),
-             "capacity": size(r.get("capacity_bytes")) if r.get("capacity_bytes") else "unknown",
-             "used": "-" if r.get("headroom_used") is None else f"{100 * r['headroom_used']:.0f}%"}
-            for r in v.ranks[:MAX_ROWS]]
+    rows = [
+        {
+            "rank": r["rank"],
+            "stage": r.get("stage"),
+            "peak": size(r.get("peak_bytes")),
+            "capacity": size(r.get("capacity_bytes")) if r.get("capacity_bytes") else "unknown",
+            "used": "-" if r.get("headroom_used") is None else f"{100 * r['headroom_used']:.0f}%",
+        }
+        for r in v.ranks[:MAX_ROWS]
+    ]
     return page(
-        run, "/memory", f"Memory of {run}",
+        run,
+        "/memory",
+        f"Memory of {run}",
         html.P(v.headline(), className="headline", id=ids.MEM_HEADLINE),
         html.P(f"Source: {v.source_text}." if v.available else "", className="hint"),
         findings_list(targets(mine, ctx), run, id=ids.MEM_SUMMARY, all_ranks=ctx.ranks),
         html.P(v.note, className="hint") if v.note else html.Div(),
         graph(ids.MEM_PEAKS, peaks_figure(v)),
         graph(ids.MEM_STAGES, stages_figure(v)) if v.stages else html.Div(),
-        graph(ids.MEM_SERIES, series_figure(series, v.capacity_bytes)) if series.ranks
-        else html.P("Memory over time: the trace has no allocator events (profile with "
-                    "profile_memory=True to see them).", className="hint", id=ids.MEM_SERIES),
+        graph(ids.MEM_SERIES, series_figure(series, v.capacity_bytes))
+        if series.ranks
+        else html.P(
+            "Memory over time: the trace has no allocator events (profile with "
+            "profile_memory=True to see them).",
+            className="hint",
+            id=ids.MEM_SERIES,
+        ),
         table(RANK_COLUMNS, rows),
     )
 
 
-dash.register_page(__name__, path="/memory", name="Memory", title="tracelab: memory", order=5,
-                   layout=layout)
+dash.register_page(
+    __name__, path="/memory", name="Memory", title="tracelab: memory", order=5, layout=layout
+)

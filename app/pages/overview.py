@@ -8,11 +8,11 @@ from typing import Any
 
 import dash
 from dash import Input, Output, dcc, html
+
 from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page, timeline_href
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, text
-
 from tracelab.figures.overview import step_heatmap, time_split_figure
 from tracelab.render.text import duration
 from tracelab.views.findings import step_windows, targets
@@ -22,15 +22,22 @@ from tracelab.views.overview import TimeSplit, step_matrix, summary, time_split
 def analyzer_errors(errors: dict[str, str]) -> list[Any]:
     if not errors:
         return []
-    return [html.Div(
-        [html.Strong("Some analyses failed; their results are missing: ")]
-        + [html.Div(f"{name}: {msg}") for name, msg in errors.items()],
-        className="warning-box",
-    )]
+    return [
+        html.Div(
+            [html.Strong("Some analyses failed; their results are missing: ")]
+            + [html.Div(f"{name}: {msg}") for name, msg in errors.items()],
+            className="warning-box",
+        )
+    ]
 
 
-def part_links(split: TimeSplit | None, run: str, found_targets: list[Any],
-               all_ranks: tuple[int, ...], typical: tuple[float, float] | None) -> dict[str, str]:
+def part_links(
+    split: TimeSplit | None,
+    run: str,
+    found_targets: list[Any],
+    all_ranks: tuple[int, ...],
+    typical: tuple[float, float] | None,
+) -> dict[str, str]:
     """part -> where its evidence is: the timeline at the finding that claims it (its window,
     blamed and affected ranks), else the timeline at a typical steady step."""
     out: dict[str, str] = {}
@@ -54,17 +61,42 @@ def parts_table(split: TimeSplit | None, links: dict[str, str]) -> Any:
         return html.Div()
     rows = []
     for p in split.parts:
-        cause = (html.Span([html.Span(p.finding.code, className="code"), " ", p.finding.title])
-                 if p.finding is not None else html.Span("no finding claims it", className="hint"))
-        rows.append(html.Tr([
-            html.Td(html.Span("■", style={"color": _color(p.part)}), className="swatch"),
-            html.Td(p.label), html.Td(f"{duration(p.job_ns)}", className="num"),
-            html.Td(f"{100 * p.share:.1f}%", className="num"), html.Td(cause),
-            html.Td(html.Span(dcc.Link("evidence →", href=links.get(p.part, "#"),
-                                       className="part-link"), **{"data-part": p.part})),
-        ]))
-    head = html.Thead(html.Tr([html.Th(""), html.Th("part"), html.Th("per step"),
-                               html.Th("share"), html.Th("explained by"), html.Th("")]))
+        cause = (
+            html.Span([html.Span(p.finding.code, className="code"), " ", p.finding.title])
+            if p.finding is not None
+            else html.Span("no finding claims it", className="hint")
+        )
+        rows.append(
+            html.Tr(
+                [
+                    html.Td(html.Span("■", style={"color": _color(p.part)}), className="swatch"),
+                    html.Td(p.label),
+                    html.Td(f"{duration(p.job_ns)}", className="num"),
+                    html.Td(f"{100 * p.share:.1f}%", className="num"),
+                    html.Td(cause),
+                    html.Td(
+                        html.Span(
+                            dcc.Link(
+                                "evidence →", href=links.get(p.part, "#"), className="part-link"
+                            ),
+                            **{"data-part": p.part},
+                        )
+                    ),
+                ]
+            )
+        )
+    head = html.Thead(
+        html.Tr(
+            [
+                html.Th(""),
+                html.Th("part"),
+                html.Th("per step"),
+                html.Th("share"),
+                html.Th("explained by"),
+                html.Th(""),
+            ]
+        )
+    )
     return html.Table([head, html.Tbody(rows)], className="table parts", id=ids.OV_PARTS)
 
 
@@ -95,10 +127,15 @@ def layout(**kwargs: Any) -> html.Div:
     links = part_links(split, run, found_targets, ctx.ranks, typical_ms)
     notes = [html.Li(n) for r in found.results for n in r.notes]
     return page(
-        run, "/overview", f"Overview of {run}",
+        run,
+        "/overview",
+        f"Overview of {run}",
         html.P(head.headline, className="headline", id=ids.OV_HEADLINE),
-        html.Dl([x for k, v in head.items for x in (html.Dt(k), html.Dd(v))],
-                id=ids.OV_SUMMARY, className="summary"),
+        html.Dl(
+            [x for k, v in head.items for x in (html.Dt(k), html.Dd(v))],
+            id=ids.OV_SUMMARY,
+            className="summary",
+        ),
         *analyzer_errors(found.errors),
         graph(ids.OV_BREAKDOWN, time_split_figure(split, links)),
         html.Div(id=ids.OV_CLICK_SINK, style={"display": "none"}),
@@ -120,9 +157,12 @@ dash.clientside_callback(
         return window.dash_clientside.no_update;
     }
     """,
-    Output(ids.OV_CLICK_SINK, "children"), Input(ids.OV_BREAKDOWN, "clickData"),
+    Output(ids.OV_CLICK_SINK, "children"),
+    Input(ids.OV_BREAKDOWN, "clickData"),
     prevent_initial_call=True,
 )
 
 # Registered last: Dash Pages needs the layout function at registration.
-dash.register_page(__name__, path="/overview", name="Overview", title="tracelab: overview", order=1, layout=layout)
+dash.register_page(
+    __name__, path="/overview", name="Overview", title="tracelab: overview", order=1, layout=layout
+)

@@ -10,11 +10,11 @@ from typing import Any
 
 import dash
 from dash import Input, Output, callback, dcc, html
+
 from tracelab.app import db, ids
 from tracelab.app.components import fmt, page, pager, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, integer
-
 from tracelab.render.text import duration
 from tracelab.views.overview import PART_LABELS
 from tracelab.views.runs import RunsPage, run_names, runs_page
@@ -38,9 +38,12 @@ def _row(r: dict[str, Any], findings: dict[str, str]) -> dict[str, Any]:
     loss = "-"
     if r.get("loss_part"):
         loss = f"{PART_LABELS.get(r['loss_part'], r['loss_part'])} {100 * r['loss_share']:.0f}%"
-    world = f" of {r['world_size']}" if r.get("world_size") and r["world_size"] != r["ranks"] else ""
+    world = (
+        f" of {r['world_size']}" if r.get("world_size") and r["world_size"] != r["ranks"] else ""
+    )
     return {
-        **r, "ranks": f"{r['ranks']}{world}",
+        **r,
+        "ranks": f"{r['ranks']}{world}",
         "steps": f"{r['steps']} ({r['steady_steps'] or 0})",
         "step": duration(r["step_ns"]) if r.get("step_ns") is not None else "-",
         "loss": loss,
@@ -51,8 +54,12 @@ def _row(r: dict[str, Any], findings: dict[str, str]) -> dict[str, Any]:
 
 def runs_table(p: RunsPage, findings: dict[str, str]) -> html.Div:
     rows = [_row(r, findings) for r in p.rows]
-    return table(COLUMNS, rows, links={"name": lambda r: href("/overview", run=r["name"])},
-                 empty="The store holds no runs yet. Ingest traces with `tracelab ingest`.")
+    return table(
+        COLUMNS,
+        rows,
+        links={"name": lambda r: href("/overview", run=r["name"])},
+        empty="The store holds no runs yet. Ingest traces with `tracelab ingest`.",
+    )
 
 
 @safe_layout("/")
@@ -68,23 +75,41 @@ def layout(**kwargs: Any) -> html.Div:
                 cached[r["name"]] = top_findings_text(found)
     options = [{"label": n, "value": n} for n in names]
     return page(
-        None, "/", "Runs",
+        None,
+        "/",
+        "Runs",
         html.Div(runs_table(p, cached), id=ids.RUNS_TABLE),
         pager(p.page, p.total, p.page_rows, lambda n: href("/", page=n)),
         html.H2("Compare two runs"),
-        html.Div([
-            dcc.Dropdown(id=ids.RUNS_COMPARE_A, options=options,
-                         value=names[1] if len(names) > 1 else None, placeholder="baseline run",
-                         clearable=False, className="picker"),
-            dcc.Dropdown(id=ids.RUNS_COMPARE_B, options=options,
-                         value=names[0] if names else None, placeholder="candidate run",
-                         clearable=False, className="picker"),
-            dcc.Link("Compare →", id=ids.RUNS_COMPARE_LINK, href="/compare", className="button"),
-        ], className="row"),
+        html.Div(
+            [
+                dcc.Dropdown(
+                    id=ids.RUNS_COMPARE_A,
+                    options=options,
+                    value=names[1] if len(names) > 1 else None,
+                    placeholder="baseline run",
+                    clearable=False,
+                    className="picker",
+                ),
+                dcc.Dropdown(
+                    id=ids.RUNS_COMPARE_B,
+                    options=options,
+                    value=names[0] if names else None,
+                    placeholder="candidate run",
+                    clearable=False,
+                    className="picker",
+                ),
+                dcc.Link(
+                    "Compare →", id=ids.RUNS_COMPARE_LINK, href="/compare", className="button"
+                ),
+            ],
+            className="row",
+        ),
         # A hidden, empty graph: the browser fetches and compiles plotly.js (4.8 MB) while the
         # user reads this list, not when they open their first run.
-        dcc.Graph(id=ids.RUNS_PRELOAD, figure={"data": [], "layout": {}},
-                  style={"display": "none"}),
+        dcc.Graph(
+            id=ids.RUNS_PRELOAD, figure={"data": [], "layout": {}}, style={"display": "none"}
+        ),
     )
 
 
@@ -99,8 +124,11 @@ def compare_href(a: str | None, b: str | None) -> str:
     return href("/compare", a=a, b=b)
 
 
-callback(Output(ids.RUNS_COMPARE_LINK, "href"),
-         Input(ids.RUNS_COMPARE_A, "value"), Input(ids.RUNS_COMPARE_B, "value"))(compare_href)
+callback(
+    Output(ids.RUNS_COMPARE_LINK, "href"),
+    Input(ids.RUNS_COMPARE_A, "value"),
+    Input(ids.RUNS_COMPARE_B, "value"),
+)(compare_href)
 
 __all__ = ["compare_href", "fmt", "layout"]
 

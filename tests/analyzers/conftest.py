@@ -27,8 +27,9 @@ def analyzed(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Analyzed
     cache: dict[str, Analyzed] = {}
     dbs: dict[str, Path] = {}
 
-    def make(scenario: str, analyzer_params: dict[str, dict[str, Any]] | None = None,
-             **params: Any) -> Analyzed:
+    def make(
+        scenario: str, analyzer_params: dict[str, dict[str, Any]] | None = None, **params: Any
+    ) -> Analyzed:
         key = repr((scenario, sorted(params.items()), sorted((analyzer_params or {}).items())))
         if key not in cache:
             root = tmp_path_factory.mktemp(scenario)

@@ -42,10 +42,25 @@ def test_json_document(store, capsys):
     assert sum(known) <= lost["step_ns"]
     assert doc["analyzers"]["steps"]["metrics"]["step_ns"] == pytest.approx(lost["step_ns"])
     for f in doc["findings"]:
-        assert set(f) == {"code", "severity", "title", "evidence", "impact_ns_per_step",
-                          "impact_share", "claim", "suggestion", "analyzer", "view"}
-        assert set(f["evidence"]) == {"ranks", "affected_ranks", "steps", "time_ranges_ns",
-                                      "numbers"}
+        assert set(f) == {
+            "code",
+            "severity",
+            "title",
+            "evidence",
+            "impact_ns_per_step",
+            "impact_share",
+            "claim",
+            "suggestion",
+            "analyzer",
+            "view",
+        }
+        assert set(f["evidence"]) == {
+            "ranks",
+            "affected_ranks",
+            "steps",
+            "time_ranges_ns",
+            "numbers",
+        }
         assert "{impact" not in f["title"] + f["suggestion"]
         assert f["severity"] in ("info", "warning", "critical")
         assert f["view"] in ("overview", "timeline", "pipeline", "stragglers", "memory")
@@ -75,8 +90,10 @@ def test_text_and_markdown(store, capsys):
     codes = re.findall(r"\] ([A-Z_]+):", text)
     assert codes[0] == "PIPELINE_BUBBLE" and "PIPELINE_STALL" in codes
     assert "PIPELINE METRICS" in text and "fix:" in text
-    assert main(["analyze", "--db", str(store), "--format", "markdown", "--only",
-                 "pipeline,memory"]) == 0
+    assert (
+        main(["analyze", "--db", str(store), "--format", "markdown", "--only", "pipeline,memory"])
+        == 0
+    )
     md = capsys.readouterr().out
     assert md.startswith("# tracelab analysis") and "| `PIPELINE_BUBBLE` |" in md
     assert "## memory" in md and "## steps" not in md
@@ -90,7 +107,21 @@ def test_usage_errors(store, capsys):
 
 
 def test_console_script_runs_in_a_fresh_process(store):
-    out = subprocess.run([sys.executable, "-m", "tracelab.cli", "analyze", "--db", str(store),
-                          "--format", "json", "--only", "steps"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracelab.cli",
+            "analyze",
+            "--db",
+            str(store),
+            "--format",
+            "json",
+            "--only",
+            "steps",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(out.stdout)["analyzers"]["steps"]["metrics"]["steps"] == 2

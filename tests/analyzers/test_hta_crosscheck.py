@@ -69,8 +69,12 @@ def _hta_numbers(folder: Path, monkeypatch: pytest.MonkeyPatch, rounding: bool) 
     out = {}
     for _, row in tb.iterrows():
         o = ov[ov["rank"] == row["rank"]]["comp_comm_overlap_pctg"].iloc[0]
-        out[int(row["rank"])] = (row["idle_time_pctg"], row["compute_time_pctg"],
-                                 row["non_compute_time_pctg"], None if math.isnan(o) else float(o))
+        out[int(row["rank"])] = (
+            row["idle_time_pctg"],
+            row["compute_time_pctg"],
+            row["non_compute_time_pctg"],
+            None if math.isnan(o) else float(o),
+        )
     return out
 
 
@@ -87,8 +91,9 @@ def ours(tmp_path_factory: pytest.TempPathFactory, hta_traces: Path) -> dict:
         with open_store(db) as con:
             rid, _ = resolve_run(con, name)
             (default,) = run_all(con, rid, only=["breakdown"])
-            (compat,) = run_all(con, rid, only=["breakdown"],
-                                params={"breakdown": {"hta_compatible": True}})
+            (compat,) = run_all(
+                con, rid, only=["breakdown"], params={"breakdown": {"hta_compatible": True}}
+            )
         out[name] = (default, compat)
     out["_db"] = db
     return out
@@ -100,8 +105,10 @@ def _assert_agree(name: str, ours_rows: list[dict], theirs: dict) -> int:
         idle, comp, noncomp, overlap = theirs[row["rank"]]
         assert 100 * row["idle_share"] == pytest.approx(idle, abs=PP), (name, "idle")
         assert 100 * row["compute_share"] == pytest.approx(comp, abs=PP), (name, "compute")
-        assert 100 * row["non_compute_share"] == pytest.approx(noncomp, abs=PP), \
-            (name, "non-compute")
+        assert 100 * row["non_compute_share"] == pytest.approx(noncomp, abs=PP), (
+            name,
+            "non-compute",
+        )
         if overlap is None:  # HTA divides by zero: the trace has no communication kernels
             assert row["overlap_share"] is None, name
         else:
@@ -162,8 +169,7 @@ def test_we_keep_device_work_whose_launch_was_lost(name, ours, hta_traces, monke
     theirs = hta_numbers(hta_traces / name, monkeypatch, rounding=False)
     _, compat = ours[name]
     rank = compat.tables["ranks"][0]["rank"]
-    assert 100 * compat.tables["ranks"][0]["idle_share"] == pytest.approx(theirs[rank][0],
-                                                                          abs=PP)
+    assert 100 * compat.tables["ranks"][0]["idle_share"] == pytest.approx(theirs[rank][0], abs=PP)
     with open_store(ours["_db"]) as con:
         rid, _ = resolve_run(con, name)
         n, orphan_ns, busy_ns = con.execute(ORPHANS_SQL, {"run": rid}).fetchall()[0]
@@ -186,5 +192,7 @@ def test_hta_agrees_on_constructed_overlap_with_new_nccl_names(tmp_path, monkeyp
     ingest(run.paths, db=db, run=run.name, workers=1, progress=False)
     with open_store(db) as con:
         rid, _ = resolve_run(con, run.name)
-        (res,) = run_all(con, rid, only=["breakdown"], params={"breakdown": {"hta_compatible": True}})
+        (res,) = run_all(
+            con, rid, only=["breakdown"], params={"breakdown": {"hta_compatible": True}}
+        )
     _assert_agree("synthetic overlap", res.tables["ranks"], theirs)

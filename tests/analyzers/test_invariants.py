@@ -24,13 +24,30 @@ from tracelab.testing.synth import build_run
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("compute", "transfer", "memcpy", "wait", "bubble", "stall", "host", "idle")
 #: Shared HTA traces, each one run (folders with several ranks' files are one run).
-HTA = ["df_index_resolver", "nccl_parser_config", "trace_diff/control", "trace_diff/test",
-       "ns_resolution_trace", "negative_queue_length_values_check", "trace_filter",
-       "amd_trace", "cpu_only", "triton_example", "critical_path/alexnet",
-       "critical_path/simple_add", "critical_path/cuda_event_sync"]
-SYNTH = [("overlap", {}), ("stragglers", {}), ("whatif", {}), ("bandwidth", {}),
-         ("clock_offset", {}), ("pipeline", {"schedule": "interleaved_1f1b", "v": 2}),
-         ("pipeline", {"schedule": "1f1b", "slow_stage": 2, "slow_factor": 1.5, "stall_ms": 3})]
+HTA = [
+    "df_index_resolver",
+    "nccl_parser_config",
+    "trace_diff/control",
+    "trace_diff/test",
+    "ns_resolution_trace",
+    "negative_queue_length_values_check",
+    "trace_filter",
+    "amd_trace",
+    "cpu_only",
+    "triton_example",
+    "critical_path/alexnet",
+    "critical_path/simple_add",
+    "critical_path/cuda_event_sync",
+]
+SYNTH = [
+    ("overlap", {}),
+    ("stragglers", {}),
+    ("whatif", {}),
+    ("bandwidth", {}),
+    ("clock_offset", {}),
+    ("pipeline", {"schedule": "interleaved_1f1b", "v": 2}),
+    ("pipeline", {"schedule": "1f1b", "slow_stage": 2, "slow_factor": 1.5, "stall_ms": 3}),
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +55,9 @@ def store(tmp_path_factory: pytest.TempPathFactory, hta_traces: Path) -> tuple[P
     tmp = tmp_path_factory.mktemp("invariants")
     db = tmp / "store.duckdb"
     names = []
-    for folder in sorted(p for p in (ROOT / "sample_traces").iterdir()
-                         if (p / "manifest.json").is_file()):
+    for folder in sorted(
+        p for p in (ROOT / "sample_traces").iterdir() if (p / "manifest.json").is_file()
+    ):
         ingest([folder], db=db, run=folder.name, workers=1, progress=False)
         names.append(folder.name)
     for name in HTA:
@@ -60,10 +78,10 @@ def test_parts_add_up_and_tile_every_step(store: tuple[Path, list[str]]) -> None
     db, names = store
     with open_store(db) as con:
         bad = con.execute(f"""
-            SELECT r.name, p.rank, p.step, p.step_ns, {' + '.join(f'p.{x}_ns' for x in PARTS)}
+            SELECT r.name, p.rank, p.step, p.step_ns, {" + ".join(f"p.{x}_ns" for x in PARTS)}
             FROM step_parts p JOIN runs r USING (run_id)
-            WHERE {' + '.join(f'p.{x}_ns' for x in PARTS)} <> p.step_ns
-               OR least({', '.join(f'p.{x}_ns' for x in PARTS)}) < 0""").fetchall()
+            WHERE {" + ".join(f"p.{x}_ns" for x in PARTS)} <> p.step_ns
+               OR least({", ".join(f"p.{x}_ns" for x in PARTS)}) < 0""").fetchall()
         assert not bad, bad[:5]
         # Segments tile their step: sorted by start, each starts where the previous ended.
         gaps = con.execute("""
@@ -80,8 +98,12 @@ def test_parts_add_up_and_tile_every_step(store: tuple[Path, list[str]]) -> None
               USING (run_id, rank, step)
             WHERE t.a <> s.start_ns OR t.b <> s.end_ns OR t.n <> s.dur_ns""").fetchall()
         assert covered[0][0] == 0
-        derived = {r for (r,) in con.execute(
-            "SELECT DISTINCT r.name FROM step_parts JOIN runs r USING (run_id)").fetchall()}
+        derived = {
+            r
+            for (r,) in con.execute(
+                "SELECT DISTINCT r.name FROM step_parts JOIN runs r USING (run_id)"
+            ).fetchall()
+        }
     assert set(names) <= derived | {n for n in names if n.startswith("hta-memory")}
 
 
@@ -95,8 +117,9 @@ def test_impacts_add_up_to_at_most_the_step(store: tuple[Path, list[str]]) -> No
             bud = analysis.budget
             assert bud is not None, name
             assert sum(bud.parts.values()) == pytest.approx(bud.step_ns, rel=1e-9), name
-            impacts = [f.impact_ns_per_step for f in analysis.findings
-                       if f.impact_ns_per_step is not None]
+            impacts = [
+                f.impact_ns_per_step for f in analysis.findings if f.impact_ns_per_step is not None
+            ]
             assert sum(impacts) <= bud.step_ns * (1 + 1e-9), (name, impacts, bud.step_ns)
             assert impacts == sorted(impacts, reverse=True), name
             steps = analysis.get("steps")

@@ -16,8 +16,10 @@ def by_rank(rows: list[dict], rank: int) -> dict:
 
 # -- overlap and time breakdown -------------------------------------------------------------
 
-@pytest.mark.parametrize("params", [{}, {"second_comm_stream": True}, {"backend": "gloo"},
-                                    {"steps": 3, "ranks": 3}])
+
+@pytest.mark.parametrize(
+    "params", [{}, {"second_comm_stream": True}, {"backend": "gloo"}, {"steps": 3, "ranks": 3}]
+)
 def test_overlap_50_percent_exposed_10(analyzed, params):
     run, res = analyzed("overlap", **params)
     bd = res["breakdown"]
@@ -44,10 +46,13 @@ PARTS = ("compute", "transfer", "memcpy", "wait", "bubble", "stall", "host", "id
 
 
 def test_parts_add_up_to_the_step(analyzed):
-    for scenario, params in [("overlap", {}), ("stragglers", {}), ("bandwidth", {}),
-                             ("pipeline", {"schedule": "gpipe", "annotate": "gpipe"}),
-                             ("pipeline", {"schedule": "1f1b", "backend": "gloo",
-                                           "annotate": "none"})]:
+    for scenario, params in [
+        ("overlap", {}),
+        ("stragglers", {}),
+        ("bandwidth", {}),
+        ("pipeline", {"schedule": "gpipe", "annotate": "gpipe"}),
+        ("pipeline", {"schedule": "1f1b", "backend": "gloo", "annotate": "none"}),
+    ]:
         _, res = analyzed(scenario, **params)
         for row in res["breakdown"].tables["steps"]:
             assert sum(row[f"{p}_ns"] for p in PARTS) == row["step_ns"], (scenario, row)
@@ -62,6 +67,7 @@ def test_below_threshold_no_exposed_comm_finding(analyzed):
 
 
 # -- bandwidth ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("style", ["legacy", "dev"])
 def test_busbw_175(analyzed, style):
@@ -140,6 +146,7 @@ def test_no_straggler_when_all_arrive_together(analyzed):
 
 # -- clocks ---------------------------------------------------------------------------------
 
+
 def test_clock_offset_3ms_recovered(analyzed):
     run, res = analyzed("clock_offset")
     ck = res["clocks"]
@@ -170,8 +177,9 @@ def test_straggler_found_through_a_skewed_clock(analyzed):
     assert by_rank(res["clocks"].tables["ranks"], 1)["offset_ns"] == pytest.approx(3.0 * MS)
     assert res["stragglers"].metrics["stragglers"] == [2]
     for by_rank_ in waits_by_match(analyzed, run).values():
-        assert [by_rank_[r] for r in range(4)] == pytest.approx(run.expected["waits_ms"],
-                                                                abs=TOL_MS)
+        assert [by_rank_[r] for r in range(4)] == pytest.approx(
+            run.expected["waits_ms"], abs=TOL_MS
+        )
 
 
 # -- pipelines ------------------------------------------------------------------------------
@@ -189,8 +197,9 @@ PIPELINES = [
 ]
 
 
-@pytest.mark.parametrize("params,share,megatron,idle,makespan", PIPELINES,
-                         ids=[str(p[0]) for p in PIPELINES])
+@pytest.mark.parametrize(
+    "params,share,megatron,idle,makespan", PIPELINES, ids=[str(p[0]) for p in PIPELINES]
+)
 def test_pipeline_bubbles(analyzed, params, share, megatron, idle, makespan):
     run, res = analyzed("pipeline", **params)
     pp = res["pipeline"]
@@ -205,7 +214,8 @@ def test_pipeline_bubbles(analyzed, params, share, megatron, idle, makespan):
         assert s["bubble_ns"] == pytest.approx(idle * MS, abs=TOL)
         assert s["stall_ns"] == pytest.approx(0.0, abs=TOL)
         assert s["leading_ns"] == pytest.approx(
-            run.expected["leading_idle_ms"][s["rank"]] * MS, abs=TOL)
+            run.expected["leading_idle_ms"][s["rank"]] * MS, abs=TOL
+        )
     assert pp.metrics["textbook_bubble_share"] == pytest.approx(share, abs=1e-4)
     codes = [f.code for f in pp.findings]
     assert codes == ["PIPELINE_BUBBLE"]
@@ -223,8 +233,9 @@ def test_pipeline_stall_and_slow_stage(analyzed):
     for s in pp.tables["stages"]:
         exp = run.expected
         assert s["idle_ns"] == pytest.approx(exp["idle_ms"][s["rank"]] * MS, abs=TOL)
-        assert s["inherent_idle_ns"] == pytest.approx(exp["inherent_idle_ms"][s["rank"]] * MS,
-                                                      abs=TOL)
+        assert s["inherent_idle_ns"] == pytest.approx(
+            exp["inherent_idle_ms"][s["rank"]] * MS, abs=TOL
+        )
     imb = next(f for f in pp.findings if f.code == "PIPELINE_STAGE_IMBALANCE")
     assert imb.evidence.ranks == (2,)
 
@@ -236,6 +247,7 @@ def test_no_pipeline_in_a_data_parallel_run(analyzed):
 
 
 # -- memory ---------------------------------------------------------------------------------
+
 
 def test_1f1b_activation_peaks_max_over_mean_16(analyzed):
     run, res = analyzed("pipeline", schedule="1f1b")
@@ -253,7 +265,9 @@ def test_memory_from_trace_events_is_a_lower_bound(analyzed):
     run, res = analyzed("pipeline", schedule="1f1b", capture=False)
     mem = res["memory"]
     assert mem.metrics["source"] == "trace" and mem.metrics["peak_is_lower_bound"]
-    assert [r["peak_bytes"] / 2**30 for r in mem.tables["ranks"]] == run.expected["peak_microbatches"]
+    assert [r["peak_bytes"] / 2**30 for r in mem.tables["ranks"]] == run.expected[
+        "peak_microbatches"
+    ]
     assert mem.notes and "lower bound" in mem.notes[0]
 
 
@@ -264,6 +278,7 @@ def test_gpipe_memory_is_balanced(analyzed):
 
 
 # -- steps ----------------------------------------------------------------------------------
+
 
 def test_step_summary(analyzed):
     run, res = analyzed("stragglers")

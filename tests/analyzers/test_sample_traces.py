@@ -27,8 +27,10 @@ def analyze_sample(tmp_path_factory: pytest.TempPathFactory):
     def get(name: str) -> dict[str, Result]:
         folder = SAMPLES / name
         if not (folder / "manifest.json").is_file():
-            pytest.skip(f"sample capture {folder} is missing: make it with "
-                        f"`bash sample_traces/regenerate.sh {name}`")
+            pytest.skip(
+                f"sample capture {folder} is missing: make it with "
+                f"`bash sample_traces/regenerate.sh {name}`"
+            )
         if name not in cache:
             ingest([folder], db=db, run=name, workers=1, progress=False)
             with open_store(db) as con:
@@ -71,8 +73,10 @@ def _warmups(res: Result) -> dict[int, int]:
     first = min(a["step"] for a in acts)
     out = {}
     for rank in sorted({a["rank"] for a in acts}):
-        seq = sorted((a for a in acts if a["rank"] == rank and a["step"] == first),
-                     key=lambda a: a["start_ns"])
+        seq = sorted(
+            (a for a in acts if a["rank"] == rank and a["step"] == first),
+            key=lambda a: a["start_ns"],
+        )
         out[rank] = next(i for i, a in enumerate(seq) if a["kind"] != "F")
     return out
 
@@ -105,11 +109,15 @@ def test_schedules_rank_by_inherent_bubble(analyze_sample):
     for name in ("pipeline_1f1b", "pipeline_interleaved_1f1b", "pipeline_zero_bubble"):
         m = analyze_sample(name)["pipeline"].metrics
         share[name] = m["inherent_idle_ns_mean"] / m["inherent_makespan_ns"]
-    assert share["pipeline_zero_bubble"] < share["pipeline_interleaved_1f1b"] \
-        < share["pipeline_1f1b"]
+    assert (
+        share["pipeline_zero_bubble"] < share["pipeline_interleaved_1f1b"] < share["pipeline_1f1b"]
+    )
     inter = analyze_sample("pipeline_interleaved_1f1b")["pipeline"].metrics
-    assert (inter["source"], inter["schedule"], inter["stages_per_rank"]) == \
-        ("pp", "interleaved_1f1b", 2)
+    assert (inter["source"], inter["schedule"], inter["stages_per_rank"]) == (
+        "pp",
+        "interleaved_1f1b",
+        2,
+    )
     zb = analyze_sample("pipeline_zero_bubble")["pipeline"].metrics
     assert set(zb["op_ns"]) == {"F", "I", "W"}
 

@@ -16,13 +16,16 @@ def dur(tf: float, tb: float):
     return lambda a: {"F": tf, "B": tb, "I": tf, "W": tf}[a[1]]
 
 
-@pytest.mark.parametrize("name,p,m,v,tf,tb,makespan,idle", [
-    ("gpipe", 4, 8, 1, 1, 2, 33, 9),
-    ("1f1b", 4, 8, 1, 1, 2, 33, 9),
-    ("1f1b", 8, 32, 1, 1, 2, 117, 21),
-    ("interleaved_1f1b", 4, 8, 2, 0.5, 1, 28.5, 4.5),
-    ("zb_h1", 4, 8, 1, 1, 1, 27, 3),
-])
+@pytest.mark.parametrize(
+    "name,p,m,v,tf,tb,makespan,idle",
+    [
+        ("gpipe", 4, 8, 1, 1, 2, 33, 9),
+        ("1f1b", 4, 8, 1, 1, 2, 33, 9),
+        ("1f1b", 8, 32, 1, 1, 2, 117, 21),
+        ("interleaved_1f1b", 4, 8, 2, 0.5, 1, 28.5, 4.5),
+        ("zb_h1", 4, 8, 1, 1, 1, 27, 3),
+    ],
+)
 def test_replay_oracles(name, p, m, v, tf, tb, makespan, idle):
     rp = sch.replay(sch.make_order(name, p, m, v), dur(tf, tb))
     assert rp.makespan == pytest.approx(makespan)
@@ -96,10 +99,13 @@ def test_sweep_matches_a_reference_model(seed):
     assert got["exposed_comm_ns"] == comm - overlapped
     busy = _length(_py_union([(a, b) for _, a, b, _ in rows]))
     assert got["idle_ns"] == window - busy
-    assert got["compute_ns"] + got["exposed_comm_ns"] + got["exposed_memcpy_ns"] + got["idle_ns"] \
+    assert (
+        got["compute_ns"] + got["exposed_comm_ns"] + got["exposed_memcpy_ns"] + got["idle_ns"]
         == window
-    merged = con.execute(f"SELECT t0, t1 FROM ({iv.union_sql('SELECT g, t0, t1 FROM t', 'g')}) "
-                         "ORDER BY t0").fetchall()
+    )
+    merged = con.execute(
+        f"SELECT t0, t1 FROM ({iv.union_sql('SELECT g, t0, t1 FROM t', 'g')}) ORDER BY t0"
+    ).fetchall()
     # Empty intervals cover nothing: the union drops them.
     assert [tuple(x) for x in merged] == _py_union([(a, b) for _, a, b, _ in rows if b > a])
 
@@ -109,19 +115,28 @@ def test_numpy_union_equals_the_sql_union(seed):
     """intervals.union (the numpy sweep the parts use on whole runs) against union_sql and the
     reference model, per key, touching and nested intervals included."""
     rng = random.Random(seed)
-    rows = [(rng.randrange(0, 3), a, a + rng.randrange(0, 60))
-            for a in (rng.randrange(0, 2000) for _ in range(300))]
+    rows = [
+        (rng.randrange(0, 3), a, a + rng.randrange(0, 60))
+        for a in (rng.randrange(0, 2000) for _ in range(300))
+    ]
     key, t0, t1 = (np.array([r[i] for r in rows], dtype=np.int64) for i in range(3))
     k, a, b = iv.union(key, t0, t1)
     got = sorted(zip(k.tolist(), a.tolist(), b.tolist()))
-    ref = sorted((g, x, y) for g in range(3)
-                 for x, y in _py_union([(x, y) for gg, x, y in rows if gg == g and y > x]))
+    ref = sorted(
+        (g, x, y)
+        for g in range(3)
+        for x, y in _py_union([(x, y) for gg, x, y in rows if gg == g and y > x])
+    )
     assert got == ref
     con = duckdb.connect()
     con.execute("CREATE TABLE t (g INTEGER, t0 BIGINT, t1 BIGINT)")
     con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
-    sql = sorted(tuple(x) for x in con.execute(
-        f"SELECT g, t0, t1 FROM ({iv.union_sql('SELECT g, t0, t1 FROM t', 'g')})").fetchall())
+    sql = sorted(
+        tuple(x)
+        for x in con.execute(
+            f"SELECT g, t0, t1 FROM ({iv.union_sql('SELECT g, t0, t1 FROM t', 'g')})"
+        ).fetchall()
+    )
     assert sql == ref
     one = key == 0
     assert iv.total(t0[one], t1[one]) == sum(y - x for g, x, y in ref if g == 0)

@@ -37,8 +37,16 @@ def xss_run(folder: Path) -> list[Path]:
             t.kernel(PROBE, o + 2 * MS, o + 9 * MS)
             t.nccl("all_reduce", o + 9 * MS + rank * MS, o + 14 * MS, nbytes=1 << 20)
         t.cpu_op("aten::mm", 1 * MS, 2 * MS, tid=t.pid + 7)
-        t.events.append({"name": "thread_name", "ph": "M", "ts": 0, "pid": t.pid,
-                         "tid": t.pid + 7, "args": {"name": PROBE}})
+        t.events.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "ts": 0,
+                "pid": t.pid,
+                "tid": t.pid + 7,
+                "args": {"name": PROBE},
+            }
+        )
         traces.append(t)
     return write_ranks(folder / "xss", traces)
 
@@ -47,8 +55,9 @@ def sample_captures() -> list[tuple[str, Path]]:
     """(run name, folder) of each capture under sample_traces/ (empty until they exist)."""
     if not SAMPLES.is_dir():
         return []
-    return sorted((p.name, p) for p in SAMPLES.iterdir()
-                  if p.is_dir() and (p / "manifest.json").is_file())
+    return sorted(
+        (p.name, p) for p in SAMPLES.iterdir() if p.is_dir() and (p / "manifest.json").is_file()
+    )
 
 
 def build_store(folder: Path) -> Path:
@@ -62,9 +71,17 @@ def build_store(folder: Path) -> Path:
         ("overlap_gloo", build_run(folder, "overlap", backend="gloo", steps=3).paths),
         ("xss", xss_run(folder)),
         # 40 ranks (over MANY_RANKS): the timeline opens on a rank summary; rank 33 is slow.
-        ("many", build_run(folder, "stragglers", name="many", end_ms=10, steps=2,
-                           arrivals_ms=tuple(8.0 if r == 33 else 0.5 * (r % 3)
-                                             for r in range(40))).paths),
+        (
+            "many",
+            build_run(
+                folder,
+                "stragglers",
+                name="many",
+                end_ms=10,
+                steps=2,
+                arrivals_ms=tuple(8.0 if r == 33 else 0.5 * (r % 3) for r in range(40)),
+            ).paths,
+        ),
     ]
     if REAL_TRACE.is_dir():
         runs.append(("real-gpu", [REAL_TRACE]))
@@ -93,15 +110,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(db: Path, log: Path, extra_env: dict[str, str] | None = None
-                 ) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    db: Path, log: Path, extra_env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """`tracelab serve` in a subprocess on a free port; returns it and its base URL once it
     answers."""
     port = free_port()
     env = {**os.environ, **(extra_env or {})}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tracelab.cli", "serve", "--db", str(db), "--port", str(port)],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

@@ -15,8 +15,8 @@ import json
 import os
 import shutil
 import tempfile
-import urllib.request
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -35,9 +35,11 @@ pytestmark = pytest.mark.browser
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
-    pytest.skip("needs Debian chromium and chromium-driver (/usr/bin/chromium, "
-                "/usr/bin/chromedriver): apt-get install -y chromium chromium-driver",
-                allow_module_level=True)
+    pytest.skip(
+        "needs Debian chromium and chromium-driver (/usr/bin/chromium, "
+        "/usr/bin/chromedriver): apt-get install -y chromium chromium-driver",
+        allow_module_level=True,
+    )
 
 from selenium import webdriver
 from selenium.common.exceptions import (
@@ -60,9 +62,17 @@ def driver() -> Iterator[webdriver.Chrome]:
     profile = tempfile.mkdtemp(prefix="tracelab-chromium-")
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        f"--window-size={WIDTH},{HEIGHT}",
+    ):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
@@ -76,8 +86,9 @@ def driver() -> Iterator[webdriver.Chrome]:
 def wait(drv: webdriver.Chrome) -> WebDriverWait:
     """A wait that polls again when Dash re-renders the element a condition was reading
     (a stale element means "not ready yet", not a failure)."""
-    return WebDriverWait(drv, TIMEOUT_S, ignored_exceptions=(StaleElementReferenceException,
-                                                            JavascriptException))
+    return WebDriverWait(
+        drv, TIMEOUT_S, ignored_exceptions=(StaleElementReferenceException, JavascriptException)
+    )
 
 
 def shot(drv: webdriver.Chrome, name: str) -> None:
@@ -88,8 +99,11 @@ def shot(drv: webdriver.Chrome, name: str) -> None:
 
 
 def console_errors(drv: webdriver.Chrome) -> list[str]:
-    return [e["message"] for e in drv.get_log("browser")
-            if e["level"] == "SEVERE" and "favicon" not in e["message"]]
+    return [
+        e["message"]
+        for e in drv.get_log("browser")
+        if e["level"] == "SEVERE" and "favicon" not in e["message"]
+    ]
 
 
 def open_page(drv: webdriver.Chrome, url: str, heading: str, graphs: int = 0) -> None:
@@ -110,7 +124,9 @@ def open_page(drv: webdriver.Chrome, url: str, heading: str, graphs: int = 0) ->
 def graph_range(drv: webdriver.Chrome, graph_id: str) -> list[float]:
     return drv.execute_script(
         "const gd = document.getElementById(arguments[0]).querySelector('.js-plotly-plot');"
-        "return gd._fullLayout.xaxis.range;", graph_id)
+        "return gd._fullLayout.xaxis.range;",
+        graph_id,
+    )
 
 
 def no_alert(drv: webdriver.Chrome) -> bool:
@@ -134,8 +150,9 @@ VIEWS = [
 
 
 @pytest.mark.parametrize("name,path,heading,graphs", VIEWS, ids=[v[0] for v in VIEWS])
-def test_each_view_loads(server: str, driver: webdriver.Chrome, name: str, path: str,
-                         heading: str, graphs: int) -> None:
+def test_each_view_loads(
+    server: str, driver: webdriver.Chrome, name: str, path: str, heading: str, graphs: int
+) -> None:
     driver.get_log("browser")
     open_page(driver, server + path, heading, graphs)
     body = driver.find_element(By.TAG_NAME, "body").text
@@ -146,15 +163,20 @@ def test_each_view_loads(server: str, driver: webdriver.Chrome, name: str, path:
     assert console_errors(driver) == []
 
 
-def test_sample_captures_load(server: str, driver: webdriver.Chrome,
-                              sample_runs: list[str]) -> None:
+def test_sample_captures_load(
+    server: str, driver: webdriver.Chrome, sample_runs: list[str]
+) -> None:
     """Every view on every sample capture: drawn, no error, no console error; a screenshot each."""
     if not sample_runs:
         pytest.skip("sample_traces/ has no captures yet (the collectors produce them)")
     for name in sample_runs:
-        views = [("overview", "Overview of", 2), ("timeline", "Timeline of", 1),
-                 ("stragglers", "Stragglers of", 0), ("memory", "Memory of", 1),
-                 ("operators", "Operators & kernels of", 2)]
+        views = [
+            ("overview", "Overview of", 2),
+            ("timeline", "Timeline of", 1),
+            ("stragglers", "Stragglers of", 0),
+            ("memory", "Memory of", 1),
+            ("operators", "Operators & kernels of", 2),
+        ]
         if "pipeline" in name:
             views.append(("pipeline", "Pipeline of", 2))
         for view, heading, graphs in views:
@@ -171,12 +193,14 @@ def _figure(drv: webdriver.Chrome, graph_id: str) -> dict:  # type: ignore[type-
         "const gd = document.getElementById(arguments[0]).querySelector('.js-plotly-plot');"
         "return {data: gd.data.map(t => ({name: t.name, type: t.type, x: t.x, y: t.y, z: t.z,"
         " x0: t.x0, dx: t.dx, customdata: t.customdata})),"
-        " range: gd._fullLayout.xaxis.range};", graph_id)
+        " range: gd._fullLayout.xaxis.range};",
+        graph_id,
+    )
 
 
-def test_pipeline_timeline_shows_idle_where_the_overview_does(server: str,
-                                                              driver: webdriver.Chrome,
-                                                              sample_runs: list[str]) -> None:
+def test_pipeline_timeline_shows_idle_where_the_overview_does(
+    server: str, driver: webdriver.Chrome, sample_runs: list[str]
+) -> None:
     """The aggregated timeline of a pipeline capture: each rank's time lane is mostly pipeline
     wait (idle), in the share the Overview's where-the-time-goes reports for that rank."""
     name = "sample-pipeline_1f1b"
@@ -195,7 +219,8 @@ def test_pipeline_timeline_shows_idle_where_the_overview_does(server: str,
                 idle[y] = idle.get(y, 0.0) + x
     steady = driver.execute_script(
         "return Array.from(document.querySelectorAll('#overview-step-heatmap .xtick text'))"
-        ".map(e => e.textContent).filter(t => !t.includes('warm-up'));")
+        ".map(e => e.textContent).filter(t => !t.includes('warm-up'));"
+    )
     assert steady, "the heatmap names the steady steps"
     # The Overview averages the steady steps: the timeline of those same steps.
     step = ",".join(t.split()[0] for t in steady)
@@ -216,8 +241,9 @@ def test_pipeline_timeline_shows_idle_where_the_overview_does(server: str,
         assert share == pytest.approx(want, abs=0.12), (rank, idle, total)
 
 
-def test_timeline_zooms_from_aggregates_to_events(server: str, driver: webdriver.Chrome,
-                                                  real_run: str) -> None:
+def test_timeline_zooms_from_aggregates_to_events(
+    server: str, driver: webdriver.Chrome, real_run: str
+) -> None:
     open_page(driver, server + "/timeline?run=real-gpu", "Timeline of real-gpu", 1)
     status = driver.find_element(By.ID, "timeline-status")
     assert status.text.startswith("Showing aggregates")
@@ -228,9 +254,12 @@ def test_timeline_zooms_from_aggregates_to_events(server: str, driver: webdriver
     driver.execute_script(
         "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
         "Plotly.relayout(gd, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
-        mid, mid + 0.4)
+        mid,
+        mid + 0.4,
+    )
     wait(driver).until(
-        lambda d: d.find_element(By.ID, "timeline-status").text.startswith("Showing all"))
+        lambda d: d.find_element(By.ID, "timeline-status").text.startswith("Showing all")
+    )
     elapsed = time.perf_counter() - started
     assert graph_range(driver, "timeline-graph") == pytest.approx([mid, mid + 0.4], rel=1e-6)
     query = parse_qs(urlparse(driver.current_url).query)
@@ -241,8 +270,11 @@ def test_timeline_zooms_from_aggregates_to_events(server: str, driver: webdriver
     # The shared URL reproduces the zoomed view.
     driver.get(driver.current_url)
     wait(driver).until(
-        lambda d: d.find_elements(By.ID, "timeline-status")
-        and d.find_element(By.ID, "timeline-status").text.startswith("Showing all"))
+        lambda d: (
+            d.find_elements(By.ID, "timeline-status")
+            and d.find_element(By.ID, "timeline-status").text.startswith("Showing all")
+        )
+    )
     assert graph_range(driver, "timeline-graph") == pytest.approx([mid, mid + 0.4], rel=1e-4)
 
 
@@ -251,8 +283,8 @@ def _follow_findings(server: str, drv: webdriver.Chrome, db: Path, run: str) -> 
     window that holds the finding's evidence, with its blamed and affected ranks drawn."""
     from tracelab.app.state import int_list
     from tracelab.store import open_store, run_id
-    from tracelab.views.context import run_context
     from tracelab.views.analysis import analyze_run
+    from tracelab.views.context import run_context
     from tracelab.views.findings import step_windows
 
     with open_store(db, read_only=True) as con:
@@ -262,7 +294,9 @@ def _follow_findings(server: str, drv: webdriver.Chrome, db: Path, run: str) -> 
         windows, typical = step_windows(con, rid)
     followed = 0
     open_page(drv, f"{server}/overview?run={run}", f"Overview of {run}", 2)
-    codes = [li.get_attribute("data-code") for li in drv.find_elements(By.CSS_SELECTOR, "li.finding")]
+    codes = [
+        li.get_attribute("data-code") for li in drv.find_elements(By.CSS_SELECTOR, "li.finding")
+    ]
     assert sorted(codes) == sorted(f.code for f in found.findings)
     for i, code in enumerate(codes):
         f = [x for x in found.findings if x.code == code][codes[:i].count(code)]
@@ -271,26 +305,34 @@ def _follow_findings(server: str, drv: webdriver.Chrome, db: Path, run: str) -> 
         assert items[i].get_attribute("data-code") == f.code
         links = items[i].find_elements(By.LINK_TEXT, "Show in timeline")
         if not links:
-            assert f.view not in ("timeline", "stragglers", "pipeline") or \
-                not (f.evidence.time_ranges_ns or f.evidence.steps)
+            assert f.view not in ("timeline", "stragglers", "pipeline") or not (
+                f.evidence.time_ranges_ns or f.evidence.steps
+            )
             continue
         links[0].click()
         wait(drv).until(lambda d: "/timeline" in d.current_url)
-        wait(drv).until(lambda d: d.find_elements(By.ID, "timeline-status")
-                        and "Showing" in d.find_element(By.ID, "timeline-status").text)
+        wait(drv).until(
+            lambda d: (
+                d.find_elements(By.ID, "timeline-status")
+                and "Showing" in d.find_element(By.ID, "timeline-status").text
+            )
+        )
         query = parse_qs(urlparse(drv.current_url).query)
         t0, t1 = float(query["t0"][0]), float(query["t1"][0])
         assert graph_range(drv, "timeline-graph") == pytest.approx([t0, t1], rel=1e-4, abs=1e-3)
-        ranges = list(f.evidence.time_ranges_ns) or [windows[s] for s in f.evidence.steps
-                                                     if s in windows] or [windows[typical]]
+        ranges = (
+            list(f.evidence.time_ranges_ns)
+            or [windows[s] for s in f.evidence.steps if s in windows]
+            or [windows[typical]]
+        )
         for a, b in ranges:  # the opened window holds the evidence
             assert t0 <= ctx.to_ms(a) + 1e-3 and ctx.to_ms(b) - 1e-3 <= t1, (f.code, a, b)
-        shown = set(int_list({"r": query["ranks"][0]}, "r")) if "ranks" in query \
-            else set(ctx.ranks)
+        shown = set(int_list({"r": query["ranks"][0]}, "r")) if "ranks" in query else set(ctx.ranks)
         assert set(f.evidence.ranks) | set(f.evidence.affected_ranks) <= shown, f.code
         ticks = drv.execute_script(
             "return Array.from(document.querySelectorAll('#timeline-graph .ytick text'))"
-            ".map(e => e.textContent.split(' ')[0]);")
+            ".map(e => e.textContent.split(' ')[0]);"
+        )
         for r in (*f.evidence.ranks, *f.evidence.affected_ranks):
             assert f"r{r}" in ticks, (f.code, r)
         shot(drv, f"finding-{run}-{i}-{f.code}")
@@ -298,14 +340,15 @@ def _follow_findings(server: str, drv: webdriver.Chrome, db: Path, run: str) -> 
     return followed
 
 
-def test_finding_link_opens_its_evidence(server: str, driver: webdriver.Chrome,
-                                         app_store: Path) -> None:
+def test_finding_link_opens_its_evidence(
+    server: str, driver: webdriver.Chrome, app_store: Path
+) -> None:
     assert _follow_findings(server, driver, app_store, "stragglers") >= 1
 
 
-def test_every_sample_finding_link_opens_its_evidence(server: str, driver: webdriver.Chrome,
-                                                      sample_runs: list[str],
-                                                      app_store: Path) -> None:
+def test_every_sample_finding_link_opens_its_evidence(
+    server: str, driver: webdriver.Chrome, sample_runs: list[str], app_store: Path
+) -> None:
     if not sample_runs:
         pytest.skip("sample_traces/ has no captures yet")
     followed = 0
@@ -315,8 +358,7 @@ def test_every_sample_finding_link_opens_its_evidence(server: str, driver: webdr
     assert followed >= 3
 
 
-def test_back_undoes_a_zoom(server: str, driver: webdriver.Chrome,
-                            sample_runs: list[str]) -> None:
+def test_back_undoes_a_zoom(server: str, driver: webdriver.Chrome, sample_runs: list[str]) -> None:
     run = "sample-ddp_slow_rank" if "sample-ddp_slow_rank" in sample_runs else "stragglers"
     open_page(driver, f"{server}/timeline?run={run}", f"Timeline of {run}", 1)
     first = graph_range(driver, "timeline-graph")
@@ -327,21 +369,25 @@ def test_back_undoes_a_zoom(server: str, driver: webdriver.Chrome,
         driver.execute_script(
             "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
             "Plotly.relayout(gd, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
-            a, b)
+            a,
+            b,
+        )
         wait(driver).until(lambda d: d.current_url != before and "t0=" in d.current_url)
         wait(driver).until(lambda d, a=a: abs(graph_range(d, "timeline-graph")[0] - a) < 1e-6)
     second = [lo + (hi - lo) * 0.2, lo + (hi - lo) * 0.3]
     driver.back()
     wait(driver).until(
-        lambda d: graph_range(d, "timeline-graph") == pytest.approx(second, rel=1e-5))
+        lambda d: graph_range(d, "timeline-graph") == pytest.approx(second, rel=1e-5)
+    )
     driver.back()
     wait(driver).until(lambda d: graph_range(d, "timeline-graph") == pytest.approx(first, rel=1e-5))
     wait(driver).until(lambda d: "t0=" not in d.current_url)
     assert console_errors(driver) == []
 
 
-def test_open_in_perfetto_downloads_one_aligned_trace(server: str, driver: webdriver.Chrome,
-                                                      sample_runs: list[str]) -> None:
+def test_open_in_perfetto_downloads_one_aligned_trace(
+    server: str, driver: webdriver.Chrome, sample_runs: list[str]
+) -> None:
     run = "sample-ddp_slow_rank" if "sample-ddp_slow_rank" in sample_runs else "stragglers"
     open_page(driver, f"{server}/timeline?run={run}", f"Timeline of {run}", 1)
     button = driver.find_element(By.ID, "timeline-perfetto")
@@ -360,23 +406,25 @@ def test_xss_probe_renders_as_text(server: str, driver: webdriver.Chrome) -> Non
     open_page(driver, server + "/timeline?run=xss", "Timeline of xss", 1)
     ticks = driver.execute_script(
         "return Array.from(document.querySelectorAll('#timeline-graph .ytick text'))"
-        ".map(e => e.textContent);")
+        ".map(e => e.textContent);"
+    )
     assert any(PROBE in t for t in ticks), ticks
     # Hover an event whose name is the probe: the hover label shows it as text.
     hover = driver.execute_script(
         "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
         "const i = gd.data.findIndex(t => t.name === 'compute' && t.legendgroup === 'events');"
         "Plotly.Fx.hover(gd, [{curveNumber: i, pointNumber: 0}]);"
-        "return Array.from(document.querySelectorAll('.hoverlayer text')).map(e => e.textContent).join(' ');")
+        "return Array.from(document.querySelectorAll('.hoverlayer text')).map(e => e.textContent).join(' ');"
+    )
     assert PROBE in hover
     # Click it: the detail panel prints the name as text.
     driver.execute_script(
         "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
         "const i = gd.data.findIndex(t => t.name === 'compute' && t.legendgroup === 'events');"
         "gd.emit('plotly_click', {points: [{curveNumber: i, pointNumber: 0,"
-        " customdata: gd.data[i].customdata[0]}]});")
-    wait(driver).until(
-        lambda d: PROBE in d.find_element(By.ID, "timeline-detail").text)
+        " customdata: gd.data[i].customdata[0]}]});"
+    )
+    wait(driver).until(lambda d: PROBE in d.find_element(By.ID, "timeline-detail").text)
     assert driver.execute_script("return document.querySelectorAll('img[src=\"x\"]').length") == 0
     assert no_alert(driver)
     shot(driver, "xss-probe")
@@ -389,30 +437,36 @@ def test_many_ranks_open_on_a_rank_summary(server: str, driver: webdriver.Chrome
     shot(driver, "timeline-rank-summary")
     driver.find_element(By.ID, "timeline-rank-summary").click()
     wait(driver).until(
-        lambda d: d.find_elements(By.ID, "timeline-status")
-        and d.find_element(By.ID, "timeline-status").text.startswith("Showing"))
+        lambda d: (
+            d.find_elements(By.ID, "timeline-status")
+            and d.find_element(By.ID, "timeline-status").text.startswith("Showing")
+        )
+    )
     ticks = driver.execute_script(
         "return Array.from(document.querySelectorAll('#timeline-graph .ytick text'))"
-        ".map(e => e.textContent.split(' ')[0]);")
+        ".map(e => e.textContent.split(' ')[0]);"
+    )
     assert "r33" in ticks and len(set(ticks)) == 2
     ranks = parse_qs(urlparse(driver.current_url).query)["ranks"][0].split(",")
     assert "33" in ranks and len(ranks) == 2
 
 
-@pytest.mark.parametrize("path,message", [
-    ("/timeline?run=stragglers&t0=abc", "must be a number"),
-    ("/timeline?run=stragglers&t0=5000&t1=6000", "after the end of the run"),
-    ("/timeline?run=stragglers&ranks=9", "9 is not among them"),
-    ("/pipeline?run=pipeline&step=99", "no pipeline step 99"),
-    ("/overview?run=no-such-run", "no run named"),
-    ("/nowhere", "No such page"),
-])
-def test_bad_urls_show_a_friendly_page(server: str, driver: webdriver.Chrome, path: str,
-                                       message: str) -> None:
+@pytest.mark.parametrize(
+    "path,message",
+    [
+        ("/timeline?run=stragglers&t0=abc", "must be a number"),
+        ("/timeline?run=stragglers&t0=5000&t1=6000", "after the end of the run"),
+        ("/timeline?run=stragglers&ranks=9", "9 is not among them"),
+        ("/pipeline?run=pipeline&step=99", "no pipeline step 99"),
+        ("/overview?run=no-such-run", "no run named"),
+        ("/nowhere", "No such page"),
+    ],
+)
+def test_bad_urls_show_a_friendly_page(
+    server: str, driver: webdriver.Chrome, path: str, message: str
+) -> None:
     driver.get(server + path)
-    wait(driver).until(
-        lambda d: message in d.find_element(By.TAG_NAME, "body").text)
+    wait(driver).until(lambda d: message in d.find_element(By.TAG_NAME, "body").text)
     assert "Traceback" not in driver.find_element(By.TAG_NAME, "body").text
     name = path.strip("/").replace("?", "-").replace("&", "-").replace("=", "")
     shot(driver, "friendly-" + (name or "root"))
-

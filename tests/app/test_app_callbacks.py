@@ -45,14 +45,20 @@ def route(client: Any, path: str, search: str = "") -> tuple[int, str]:
     """POST the page router callback as the browser does; (status, response text)."""
     body = {
         "output": ".._pages_content.children..._pages_store.data..",
-        "outputs": [{"id": "_pages_content", "property": "children"},
-                    {"id": "_pages_store", "property": "data"}],
-        "inputs": [{"id": "_pages_location", "property": "pathname", "value": path},
-                   {"id": "_pages_location", "property": "search", "value": search}],
-        "changedPropIds": ["_pages_location.pathname"], "state": [],
+        "outputs": [
+            {"id": "_pages_content", "property": "children"},
+            {"id": "_pages_store", "property": "data"},
+        ],
+        "inputs": [
+            {"id": "_pages_location", "property": "pathname", "value": path},
+            {"id": "_pages_location", "property": "search", "value": search},
+        ],
+        "changedPropIds": ["_pages_location.pathname"],
+        "state": [],
     }
-    r = client.post("/_dash-update-component", data=json.dumps(body),
-                    content_type="application/json")
+    r = client.post(
+        "/_dash-update-component", data=json.dumps(body), content_type="application/json"
+    )
     return r.status_code, r.get_data(as_text=True)
 
 
@@ -73,6 +79,7 @@ def test_pages_wait_for_analysis_then_draw(app_module: Any) -> None:
     import time
 
     import dash
+
     from tracelab.app import db, ids, pending
     from tracelab.app.pages import overview
 
@@ -130,30 +137,34 @@ def test_newest_run_is_the_default(analyzed: Any) -> None:
     assert find_text(tree, f"Overview of {newest}") or find_text(tree, f"Analyzing {newest}")
 
 
-@pytest.mark.parametrize("page,kwargs,message", [
-    ("timeline", {"run": "stragglers", "t0": "abc"}, "must be a number"),
-    ("timeline", {"run": "stragglers", "t0": "5", "t1": "2"}, "must end after it starts"),
-    ("timeline", {"run": "stragglers", "ranks": "0,x"}, "whole numbers"),
-    ("timeline", {"run": "stragglers", "cats": "bogus"}, "unknown value"),
-    ("timeline", {"run": "stragglers", "t0": "inf"}, "finite"),
-    ("overview", {"run": "no-such-run"}, "no run named"),
-    ("stragglers", {"run": "stragglers", "page": "-1"}, "between"),
-    ("pipeline", {"run": "pipeline", "step": "1e9999"}, "whole number"),
-    ("runs", {"page": "two"}, "whole number"),
-    ("compare", {"a": "stragglers", "b": "nope"}, "no run named"),
-    # Values that parse but name nothing in the run: the documented error page, never a
-    # silently different view (docs/app.md).
-    ("timeline", {"run": "stragglers", "t0": "5000", "t1": "6000"}, "after the end of the run"),
-    ("timeline", {"run": "stragglers", "t1": "-5"}, "before the run starts"),
-    ("timeline", {"run": "stragglers", "ranks": "9"}, "9 is not among them"),
-    ("timeline", {"run": "stragglers", "steps": "99"}, "99 is not among them"),
-    ("pipeline", {"run": "pipeline", "step": "99"}, "no pipeline step 99"),
-    ("stragglers", {"run": "stragglers", "page": "99"}, "between 1 and"),
-    ("operators", {"run": "stragglers", "ranks": "9"}, "not among them"),
-    ("operators", {"run": "stragglers", "steps": "99"}, "not among them"),
-])
-def test_bad_parameters_give_a_friendly_page(analyzed: Any, page: str,
-                                              kwargs: dict[str, str], message: str) -> None:
+@pytest.mark.parametrize(
+    "page,kwargs,message",
+    [
+        ("timeline", {"run": "stragglers", "t0": "abc"}, "must be a number"),
+        ("timeline", {"run": "stragglers", "t0": "5", "t1": "2"}, "must end after it starts"),
+        ("timeline", {"run": "stragglers", "ranks": "0,x"}, "whole numbers"),
+        ("timeline", {"run": "stragglers", "cats": "bogus"}, "unknown value"),
+        ("timeline", {"run": "stragglers", "t0": "inf"}, "finite"),
+        ("overview", {"run": "no-such-run"}, "no run named"),
+        ("stragglers", {"run": "stragglers", "page": "-1"}, "between"),
+        ("pipeline", {"run": "pipeline", "step": "1e9999"}, "whole number"),
+        ("runs", {"page": "two"}, "whole number"),
+        ("compare", {"a": "stragglers", "b": "nope"}, "no run named"),
+        # Values that parse but name nothing in the run: the documented error page, never a
+        # silently different view (docs/app.md).
+        ("timeline", {"run": "stragglers", "t0": "5000", "t1": "6000"}, "after the end of the run"),
+        ("timeline", {"run": "stragglers", "t1": "-5"}, "before the run starts"),
+        ("timeline", {"run": "stragglers", "ranks": "9"}, "9 is not among them"),
+        ("timeline", {"run": "stragglers", "steps": "99"}, "99 is not among them"),
+        ("pipeline", {"run": "pipeline", "step": "99"}, "no pipeline step 99"),
+        ("stragglers", {"run": "stragglers", "page": "99"}, "between 1 and"),
+        ("operators", {"run": "stragglers", "ranks": "9"}, "not among them"),
+        ("operators", {"run": "stragglers", "steps": "99"}, "not among them"),
+    ],
+)
+def test_bad_parameters_give_a_friendly_page(
+    analyzed: Any, page: str, kwargs: dict[str, str], message: str
+) -> None:
     import importlib
 
     mod = importlib.import_module(f"tracelab.app.pages.{page}")
@@ -168,21 +179,29 @@ def test_timeline_zoom_callback(app_module: Any) -> None:
 
     _, _, state, _ = timeline.render("stragglers", timeline.TimelineRequest())
     fig, status, new_state, query = timeline.update(
-        ids.TL_GRAPH, {"xaxis.range[0]": 15.0, "xaxis.range[1]": 20.0}, state, "", "", [])
+        ids.TL_GRAPH, {"xaxis.range[0]": 15.0, "xaxis.range[1]": 20.0}, state, "", "", []
+    )
     assert fig["layout"]["xaxis"]["range"] == [15.0, 20.0]
     assert "Showing all" in status
     assert new_state["t0"] == 15.0 and new_state["t1"] == 20.0
     assert "t0=15" in query and "t1=20" in query and "run=stragglers" in query
     # A resize is not a zoom: nothing changes.
-    assert all(x is timeline.dash.no_update for x in
-               timeline.update(ids.TL_GRAPH, {"autosize": True}, new_state, "", "", []))
+    assert all(
+        x is timeline.dash.no_update
+        for x in timeline.update(ids.TL_GRAPH, {"autosize": True}, new_state, "", "", [])
+    )
     # Double-click (autorange) goes back to the whole run.
-    fig, _, reset, query = timeline.update(ids.TL_GRAPH, {"xaxis.autorange": True}, new_state,
-                                           "", "", [])
+    fig, _, reset, query = timeline.update(
+        ids.TL_GRAPH, {"xaxis.autorange": True}, new_state, "", "", []
+    )
     assert reset["t0"] is None and "t0" not in query
     # Filters: ranks 1-2, communication only.
-    fig, status, st, query = timeline.update(ids.TL_APPLY, None, state, "1-2", "", ["communication"])
-    names = {t["name"] for t in fig["data"] if t["type"] == "bar" and t.get("legendgroup") == "events"}
+    fig, status, st, query = timeline.update(
+        ids.TL_APPLY, None, state, "1-2", "", ["communication"]
+    )
+    names = {
+        t["name"] for t in fig["data"] if t["type"] == "bar" and t.get("legendgroup") == "events"
+    }
     assert names == {"communication"}
     assert st["ranks"] == [1, 2] and "ranks=1-2" in query and "cats=communication" in query
     # A bad filter keeps the figure and says why.
@@ -199,8 +218,9 @@ def test_timeline_detail_callback(app_module: Any) -> None:
     out = timeline.detail({"points": [{"customdata": [rank, idx]}]}, state)
     assert find_text(out, "Collective name")
     assert find_text(timeline.detail(None, state), "Click an event")
-    assert find_text(timeline.detail({"points": [{"customdata": [0, 10**9]}]}, state),
-                     "no longer in the store")
+    assert find_text(
+        timeline.detail({"points": [{"customdata": [0, 10**9]}]}, state), "no longer in the store"
+    )
 
 
 def test_runs_page_runs_no_analyzer(app_module: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,23 +20,35 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _route(url: str, path: str, search: str = "") -> tuple[int, str]:
     """The page router callback over real HTTP, as the browser calls it."""
-    body = json.dumps({
-        "output": ".._pages_content.children..._pages_store.data..",
-        "outputs": [{"id": "_pages_content", "property": "children"},
-                    {"id": "_pages_store", "property": "data"}],
-        "inputs": [{"id": "_pages_location", "property": "pathname", "value": path},
-                   {"id": "_pages_location", "property": "search", "value": search}],
-        "changedPropIds": ["_pages_location.pathname"], "state": [],
-    }).encode()
-    req = urllib.request.Request(url + "/_dash-update-component", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "output": ".._pages_content.children..._pages_store.data..",
+            "outputs": [
+                {"id": "_pages_content", "property": "children"},
+                {"id": "_pages_store", "property": "data"},
+            ],
+            "inputs": [
+                {"id": "_pages_location", "property": "pathname", "value": path},
+                {"id": "_pages_location", "property": "search", "value": search},
+            ],
+            "changedPropIds": ["_pages_location.pathname"],
+            "state": [],
+        }
+    ).encode()
+    req = urllib.request.Request(
+        url + "/_dash-update-component", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         return r.status, r.read().decode()
 
 
 def test_serve_without_a_store_says_how_to_make_one(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "tracelab.cli", "serve", "--db",
-                        str(tmp_path / "none.duckdb")], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "tracelab.cli", "serve", "--db", str(tmp_path / "none.duckdb")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 3
     assert "no store here" in r.stderr and "tracelab ingest" in r.stderr
 
@@ -46,16 +58,27 @@ def test_demo_ingests_every_capture(tmp_path: Path) -> None:
     build_run(traces, "stragglers", capture=True)
     build_run(traces, "pipeline", capture=True)
     db = tmp_path / "demo.duckdb"
-    cmd = [sys.executable, "-m", "tracelab.cli", "demo", "--traces", str(traces), "--db", str(db),
-           "--no-serve"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tracelab.cli",
+        "demo",
+        "--traces",
+        str(traces),
+        "--db",
+        str(db),
+        "--no-serve",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "run 'stragglers_nccl'" in r.stdout and "tracelab serve --db" in r.stdout
     from tracelab.store import list_runs, open_store
 
     with open_store(db) as con:
-        assert {x["name"] for x in list_runs(con)} == {"stragglers_nccl",
-                                                       "pipeline_1f1b_p4_m8_nccl"}
+        assert {x["name"] for x in list_runs(con)} == {
+            "stragglers_nccl",
+            "pipeline_1f1b_p4_m8_nccl",
+        }
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "unchanged" in again.stdout
 
@@ -71,8 +94,12 @@ def test_demo_serves_the_sample_traces(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tmp_path / "demo.log"
-    proc = subprocess.Popen([sys.executable, "-m", "tracelab.cli", "demo", "--port", str(port)],
-                            cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracelab.cli", "demo", "--port", str(port)],
+        cwd=REPO,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600
@@ -96,8 +123,9 @@ def test_demo_serves_the_sample_traces(tmp_path: Path) -> None:
     assert "tracelab: serving" in text and "127.0.0.1" in text
 
 
-def test_app_keeps_serving_while_another_process_ingests(app_store: Path, tmp_path: Path,
-                                                        start_app_server) -> None:  # type: ignore[no-untyped-def]
+def test_app_keeps_serving_while_another_process_ingests(
+    app_store: Path, tmp_path: Path, start_app_server
+) -> None:  # type: ignore[no-untyped-def]
     """An ingest in another process takes the write lock while the app reads per request: every
     request still answers, and the new run shows up once the ingest commits."""
     db = tmp_path / "live.duckdb"
@@ -124,9 +152,22 @@ def test_app_keeps_serving_while_another_process_ingests(app_store: Path, tmp_pa
         for t in threads:
             t.start()
         time.sleep(1)
-        r = subprocess.run([sys.executable, "-m", "tracelab.cli", "ingest",
-                            *[str(p) for p in new.paths], "--db", str(db), "--run", "live-new"],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tracelab.cli",
+                "ingest",
+                *[str(p) for p in new.paths],
+                "--db",
+                str(db),
+                "--run",
+                "live-new",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         time.sleep(1)
     finally:

@@ -10,9 +10,9 @@ from tracelab.ingest import ingest
 from tracelab.store import open_store, run_id
 from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
 from tracelab.views import timeline as tl
-from tracelab.views.context import run_context
 from tracelab.views.analysis import analyze_run
 from tracelab.views.compare import HIST_BINS, comparison_rows, report, step_comparison
+from tracelab.views.context import run_context
 from tracelab.views.findings import step_windows, target, targets
 from tracelab.views.overview import step_matrix, summary, time_split
 from tracelab.views.ranksummary import rank_summary
@@ -32,8 +32,9 @@ def nested_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     t.kernel("k1", 0, 5 * MS)
     t.kernel("k2", 30 * MS, 40 * MS)
     db = folder / "n.duckdb"
-    ingest([str(p) for p in write_ranks(folder / "nested", [t])], db=str(db), run="nested",
-           workers=1)
+    ingest(
+        [str(p) for p in write_ranks(folder / "nested", [t])], db=str(db), run="nested", workers=1
+    )
     return db
 
 
@@ -61,8 +62,9 @@ def test_raw_mode_nests_host_ops_in_sub_rows(nested_db: Path) -> None:
     assert any("stream 7" in label for label in lanes)
 
 
-def test_aggregate_busy_share_is_the_union_of_intervals(nested_db: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aggregate_busy_share_is_the_union_of_intervals(
+    nested_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Forced into aggregate mode with 10 ms bins over [0, 50] ms: the host lane is busy 10 ms in
     bin 0 (nested ops count once), 5 ms in bin 2; the stream is busy 5, 0, 0, 10 ms."""
     monkeypatch.setattr(tl, "RAW_EVENT_LIMIT", 2)
@@ -87,8 +89,9 @@ def test_aggregate_busy_share_is_the_union_of_intervals(nested_db: Path,
     assert sum(sum(row) for row in agg.count) == data.visible_events
 
 
-def test_lod_on_a_real_trace_is_bounded_and_counts_every_event(tmp_path: Path,
-                                                               hta_traces: Path) -> None:
+def test_lod_on_a_real_trace_is_bounded_and_counts_every_event(
+    tmp_path: Path, hta_traces: Path
+) -> None:
     db = tmp_path / "real.duckdb"
     ingest([str(hta_traces / "df_index_resolver")], db=str(db), run="real")
     with open_store(db) as con:
@@ -113,8 +116,9 @@ def test_lod_on_a_real_trace_is_bounded_and_counts_every_event(tmp_path: Path,
         for s, d in zip(narrow.raw.start_ms, narrow.raw.dur_ms, strict=True):
             assert s < mid + 0.5 and s + d > mid
         # Category filter: only kernels' category.
-        comp = tl.timeline(con, ctx, tl.TimelineRequest(t0_ms=mid, t1_ms=mid + 0.5,
-                                                        categories=("compute",)))
+        comp = tl.timeline(
+            con, ctx, tl.TimelineRequest(t0_ms=mid, t1_ms=mid + 0.5, categories=("compute",))
+        )
         assert comp.raw is not None and set(comp.raw.category) <= {"compute"}
 
 
@@ -161,8 +165,12 @@ def test_step_matrix_time_split_and_findings(app_store: Path) -> None:
         ctx = run_context(con, rid)
         found = analyze_run(con, rid)
         m = step_matrix(con, rid, found.metric("steps", "step_ns"))
-        spans = {(r, s): d for r, s, d in con.execute(
-            "SELECT rank, step, dur_ns FROM step_spans WHERE run_id = ?", [rid]).fetchall()}
+        spans = {
+            (r, s): d
+            for r, s, d in con.execute(
+                "SELECT rank, step, dur_ns FROM step_spans WHERE run_id = ?", [rid]
+            ).fetchall()
+        }
         windows, typical = step_windows(con, rid)
     assert m.ranks == [0, 1, 2, 3] and m.steps == [1, 2, 3, 4]
     # The heatmap's cells are the derived layer's steps; its reference is the run's step time.
@@ -201,8 +209,9 @@ def test_runs_page_and_compare(app_store: Path) -> None:
         assert runs_page(con, 999, page_rows=2).page == -(-p.total // 2)  # clamped
         a, b = run_id(con, "stragglers"), run_id(con, "pipeline")
         c = step_comparison(con, a, b)
-        steady = con.execute("SELECT count(*), median(dur_ns) / 1e6 FROM step_spans "
-                             "WHERE run_id = ? AND steady", [a]).fetchone()
+        steady = con.execute(
+            "SELECT count(*), median(dur_ns) / 1e6 FROM step_spans WHERE run_id = ? AND steady", [a]
+        ).fetchone()
         assert c.a.count == steady[0] and c.a.median == pytest.approx(steady[1])
         assert sum(c.a.hist) == c.a.count and sum(c.b.hist) == c.b.count
         assert len(c.edges) == HIST_BINS
@@ -215,8 +224,9 @@ def test_runs_page_and_compare(app_store: Path) -> None:
     assert ranks == sorted(ranks)
     step = next(r for r in rows if r["key"] == "step_time")
     assert step["metric"] == "Step time" and step["a"].endswith("ms")
-    assert all(r["metric"] != r["key"] and not r["metric"].startswith(r["key"].split("[")[0])
-               for r in rows)
+    assert all(
+        r["metric"] != r["key"] and not r["metric"].startswith(r["key"].split("[")[0]) for r in rows
+    )
 
 
 def test_one_value_per_metric_on_every_view(app_store: Path, sample_runs: list[str]) -> None:
@@ -242,8 +252,11 @@ def test_one_value_per_metric_on_every_view(app_store: Path, sample_runs: list[s
             split = time_split(found)
             assert split is not None and split.step_ns == pytest.approx(step_ns)
             assert step_matrix(con, rid, step_ns).reference_ns == step_ns
-            loss = max((p for p in split.parts if p.part != "compute"),
-                       key=lambda p: p.job_ns, default=None)
+            loss = max(
+                (p for p in split.parts if p.part != "compute"),
+                key=lambda p: p.job_ns,
+                default=None,
+            )
             if loss is not None:
                 assert rows[name]["loss_share"] == pytest.approx(loss.job_ns / step_ns, rel=1e-6)
 
@@ -251,8 +264,7 @@ def test_one_value_per_metric_on_every_view(app_store: Path, sample_runs: list[s
 def test_rank_summary_picks_the_slow_rank(tmp_path: Path) -> None:
     """40 ranks, rank 33 computes 8 ms longer before each all-reduce: it is the outlier."""
     arrivals = tuple(8.0 if r == 33 else 0.5 * (r % 3) for r in range(40))
-    run = build_run(tmp_path, "stragglers", arrivals_ms=arrivals, end_ms=10, steps=3,
-                    name="many")
+    run = build_run(tmp_path, "stragglers", arrivals_ms=arrivals, end_ms=10, steps=3, name="many")
     db = tmp_path / "many.duckdb"
     ingest([str(p) for p in run.paths], db=str(db), run="many", workers=1)
     with open_store(db) as con:
@@ -265,8 +277,16 @@ def test_rank_summary_picks_the_slow_rank(tmp_path: Path) -> None:
 def test_finding_without_time_ranges_has_no_window(app_store: Path) -> None:
     from tracelab.results import Evidence, Finding, Severity
 
-    f = Finding(code="X", severity=Severity.INFO, title="t", evidence=Evidence(ranks=(1, 99)),
-                impact_ns_per_step=None, impact_share=None, suggestion="s", view="nowhere")
+    f = Finding(
+        code="X",
+        severity=Severity.INFO,
+        title="t",
+        evidence=Evidence(ranks=(1, 99)),
+        impact_ns_per_step=None,
+        impact_share=None,
+        suggestion="s",
+        view="nowhere",
+    )
     ctx = _ctx(app_store, "stragglers")
     t = target(f, ctx)
     assert t.view == "overview" and t.t0_ms is None and t.ranks == (1,)
@@ -293,7 +313,7 @@ def test_union_binning_matches_brute_force() -> None:
     got = union_busy(lane, s, t, n_lanes, a, w, nbins)
     covered = np.zeros((n_lanes, w * nbins), dtype=bool)
     for ln, x, y in zip(lane, s, t, strict=True):
-        covered[ln, x - a:y - a] = True
+        covered[ln, x - a : y - a] = True
     want = covered.reshape(n_lanes, nbins, w).sum(axis=2)
     assert np.array_equal(got, want)
     counts = start_counts(lane, s, n_lanes, a, w, nbins)

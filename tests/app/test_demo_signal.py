@@ -24,9 +24,20 @@ def test_demo_stopped_by_sigterm_removes_its_temporary_store(tmp_path: Path) -> 
         port = s.getsockname()[1]
     log = tmp_path / "demo.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tracelab.cli", "demo", "--traces", str(traces), "--port",
-         str(port)],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp)})
+        [
+            sys.executable,
+            "-m",
+            "tracelab.cli",
+            "demo",
+            "--traces",
+            str(traces),
+            "--port",
+            str(port),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
     try:
         deadline = time.monotonic() + 300
         while "tracelab: serving" not in log.read_text():

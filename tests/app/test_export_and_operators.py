@@ -20,13 +20,26 @@ def test_perfetto_export_is_one_aligned_trace(app_store: Path, tmp_path: Path) -
     with open_store(app_store, read_only=True) as con:
         found = con.execute(
             "SELECT r.name FROM runs r JOIN clock_offsets o USING (run_id) WHERE o.offset_ns <> 0 "
-            "AND r.rank_count = 4 ORDER BY r.run_id LIMIT 1").fetchone()
+            "AND r.rank_count = 4 ORDER BY r.run_id LIMIT 1"
+        ).fetchone()
     if found is None:
         pytest.skip("no 4-rank run with clock offsets in the store (sample_traces/ missing?)")
     run = str(found[0])
     out = tmp_path / "run.json.gz"
-    cmd = [sys.executable, "-m", "tracelab.cli", "export", "--db", str(app_store), "--run",
-           run, "--format", "perfetto", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tracelab.cli",
+        "export",
+        "--db",
+        str(app_store),
+        "--run",
+        run,
+        "--format",
+        "perfetto",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     doc = json.loads(gzip.decompress(out.read_bytes()))
@@ -35,10 +48,15 @@ def test_perfetto_export_is_one_aligned_trace(app_store: Path, tmp_path: Path) -
     assert sorted(procs) == [0, 1, 2, 3]
     with open_store(app_store, read_only=True) as con:
         rid = run_id(con, run)
-        offsets = dict(con.execute("SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?",
-                                   [rid]).fetchall())
-        rows = con.execute("SELECT rank, name, ts_ns FROM events WHERE run_id = ? AND "
-                           "category = 'communication'", [rid]).fetchall()
+        offsets = dict(
+            con.execute(
+                "SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?", [rid]
+            ).fetchall()
+        )
+        rows = con.execute(
+            "SELECT rank, name, ts_ns FROM events WHERE run_id = ? AND category = 'communication'",
+            [rid],
+        ).fetchall()
         count = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [rid]).fetchone()[0]
         parts = con.execute("SELECT count(*) FROM time_parts WHERE run_id = ?", [rid]).fetchone()[0]
     origin = doc["otherData"]["origin_ns"]
@@ -61,12 +79,16 @@ def test_operators_view_is_bounded_and_adds_up(app_store: Path) -> None:
     with open_store(app_store, read_only=True) as con:
         rid = run_id(con, "stragglers")
         v = operators_view(con, rid)
-        steady = con.execute("SELECT count(DISTINCT step), sum(dur_ns) FROM step_spans "
-                             "WHERE run_id = ? AND steady", [rid]).fetchone()
+        steady = con.execute(
+            "SELECT count(DISTINCT step), sum(dur_ns) FROM step_spans WHERE run_id = ? AND steady",
+            [rid],
+        ).fetchone()
         kernels = con.execute(
             "SELECT count(*), sum(e.dur_ns) FROM events e JOIN step_spans s USING (run_id, rank, step) "
             "WHERE e.run_id = ? AND s.steady AND e.on_device AND e.category IN "
-            "('compute', 'communication', 'memcpy', 'memset')", [rid]).fetchone()
+            "('compute', 'communication', 'memcpy', 'memset')",
+            [rid],
+        ).fetchone()
         one = operators_view(con, rid, ranks=(2,), steps=(2,))
         tiny = operators_view(con, rid, limit=1)
     assert v.ranks == 4 and len(v.steps) == steady[0] and v.step_ns == steady[1]

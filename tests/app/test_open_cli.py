@@ -18,16 +18,24 @@ from tracelab.testing.synth import build_run
 
 def _route(url: str, path: str, search: str = "") -> tuple[int, str]:
     """The page router callback over real HTTP, as the browser calls it."""
-    body = json.dumps({
-        "output": ".._pages_content.children..._pages_store.data..",
-        "outputs": [{"id": "_pages_content", "property": "children"},
-                    {"id": "_pages_store", "property": "data"}],
-        "inputs": [{"id": "_pages_location", "property": "pathname", "value": path},
-                   {"id": "_pages_location", "property": "search", "value": search}],
-        "changedPropIds": ["_pages_location.pathname"], "state": [],
-    }).encode()
-    req = urllib.request.Request(url + "/_dash-update-component", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "output": ".._pages_content.children..._pages_store.data..",
+            "outputs": [
+                {"id": "_pages_content", "property": "children"},
+                {"id": "_pages_store", "property": "data"},
+            ],
+            "inputs": [
+                {"id": "_pages_location", "property": "pathname", "value": path},
+                {"id": "_pages_location", "property": "search", "value": search},
+            ],
+            "changedPropIds": ["_pages_location.pathname"],
+            "state": [],
+        }
+    ).encode()
+    req = urllib.request.Request(
+        url + "/_dash-update-component", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         return r.status, r.read().decode()
 
@@ -37,9 +45,12 @@ def _open(tmp_path: Path, *paths: str) -> tuple[subprocess.Popen[bytes], Path]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tmp_path / "open.log"
-    proc = subprocess.Popen([sys.executable, "-m", "tracelab.cli", "open", *paths, "--port",
-                             str(port)], cwd=tmp_path, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracelab.cli", "open", *paths, "--port", str(port)],
+        cwd=tmp_path,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     return proc, log
 
 
@@ -85,5 +96,7 @@ def test_open_a_folder_of_captures_prints_each_runs_overview(tmp_path: Path) -> 
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
-    assert sorted(u.rpartition("run=")[2] for u in urls) == ["pipeline_1f1b_p4_m8_nccl",
-                                                               "stragglers_nccl"]
+    assert sorted(u.rpartition("run=")[2] for u in urls) == [
+        "pipeline_1f1b_p4_m8_nccl",
+        "stragglers_nccl",
+    ]

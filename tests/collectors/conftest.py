@@ -57,20 +57,41 @@ def read_capture(root: Path) -> Capture:
 
 
 def run_torchrun(
-    script: Path, *args: str, nproc: int = 2, timeout: float = 240,
+    script: Path,
+    *args: str,
+    nproc: int = 2,
+    timeout: float = 240,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `script` under torchrun on CPU; fail the test with its output if it fails."""
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_SHOW_CPP_STACKTRACES": "0",
-                "PYTHONUNBUFFERED": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           str(script), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
-                          cwd=REPO)
+    full_env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TORCH_SHOW_CPP_STACKTRACES": "0",
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(script),
+        *args,
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
+    )
     if proc.returncode != 0:
-        pytest.fail(f"torchrun {script.name} failed ({proc.returncode}):\n"
-                    f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        pytest.fail(
+            f"torchrun {script.name} failed ({proc.returncode}):\n"
+            f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
     return proc
 
 

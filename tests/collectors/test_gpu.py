@@ -23,8 +23,9 @@ MIB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def gpu_capture(tmp_path_factory: pytest.TempPathFactory, torchrun: Any,
-                capture_reader: Any) -> Any:
+def gpu_capture(
+    tmp_path_factory: pytest.TempPathFactory, torchrun: Any, capture_reader: Any
+) -> Any:
     out = tmp_path_factory.mktemp("gpu") / "capture"
     torchrun(HERE / "scripts" / "gpu_capture.py", str(out), nproc=1, timeout=240)
     return capture_reader(out)

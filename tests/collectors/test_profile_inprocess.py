@@ -19,10 +19,10 @@ import torch.distributed as dist
 from torch._C._autograd import _profiler_enabled as _is_profiler_enabled
 from torch._C._distributed_c10d import ProcessGroup
 from torch.profiler import ProfilerAction
-from tracelab.collectors import DISABLE_ENV, ProfileConfig
-from tracelab.collectors.comm_timing import _METHODS
 
 import tracelab
+from tracelab.collectors import DISABLE_ENV, ProfileConfig
+from tracelab.collectors.comm_timing import _METHODS
 from tracelab.errors import UsageError
 
 
@@ -33,18 +33,33 @@ def _pg_methods() -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("kwargs", "torch_kwargs"),
     [
-        ({"steps": range(10, 15)}, {"skip_first": 9, "wait": 0, "warmup": 1, "active": 5, "repeat": 1}),
-        ({"steps": range(3, 4), "warmup": 0}, {"skip_first": 3, "wait": 0, "warmup": 0, "active": 1, "repeat": 1}),
-        ({"wait": 2, "warmup": 1, "active": 3, "repeat": 2}, {"wait": 2, "warmup": 1, "active": 3, "repeat": 2}),
-        ({"wait": 1, "warmup": 0, "active": 2, "repeat": 0, "skip_first": 4},
-         {"wait": 1, "warmup": 0, "active": 2, "repeat": 0, "skip_first": 4}),
+        (
+            {"steps": range(10, 15)},
+            {"skip_first": 9, "wait": 0, "warmup": 1, "active": 5, "repeat": 1},
+        ),
+        (
+            {"steps": range(3, 4), "warmup": 0},
+            {"skip_first": 3, "wait": 0, "warmup": 0, "active": 1, "repeat": 1},
+        ),
+        (
+            {"wait": 2, "warmup": 1, "active": 3, "repeat": 2},
+            {"wait": 2, "warmup": 1, "active": 3, "repeat": 2},
+        ),
+        (
+            {"wait": 1, "warmup": 0, "active": 2, "repeat": 0, "skip_first": 4},
+            {"wait": 1, "warmup": 0, "active": 2, "repeat": 0, "skip_first": 4},
+        ),
     ],
 )
 def test_schedule_matches_torch(kwargs: dict[str, Any], torch_kwargs: dict[str, int]) -> None:
     cfg = ProfileConfig(dir=Path("unused"), **kwargs)
     reference = torch.profiler.schedule(**torch_kwargs)
-    names = {ProfilerAction.NONE: "none", ProfilerAction.WARMUP: "warmup",
-             ProfilerAction.RECORD: "record", ProfilerAction.RECORD_AND_SAVE: "record_and_save"}
+    names = {
+        ProfilerAction.NONE: "none",
+        ProfilerAction.WARMUP: "warmup",
+        ProfilerAction.RECORD: "record",
+        ProfilerAction.RECORD_AND_SAVE: "record_and_save",
+    }
     assert [cfg.action(s) for s in range(40)] == [names[reference(s)] for s in range(40)]
 
 
@@ -114,7 +129,10 @@ def test_hooks_and_profiler_only_inside_windows(world1: Any, tmp_path: Path) -> 
     # warm-up steps only prepare Kineto; the profiler records during the window's steps only
     assert [s for s, (_, on) in enumerate(seen) if on] == [2, 3, 6, 7]
     rank = json.loads((tmp_path / "run" / "rank-0" / "rank.json").read_text())
-    assert rank["traces"] == ["rank-0/window-0.pt.trace.json.gz", "rank-0/window-1.pt.trace.json.gz"]
+    assert rank["traces"] == [
+        "rank-0/window-0.pt.trace.json.gz",
+        "rank-0/window-1.pt.trace.json.gz",
+    ]
     assert [w["first_step"] for w in rank["windows"]] == [2, 6]
     records = (tmp_path / "run" / "rank-0" / "collectives.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in records] == [2, 3, 6, 7]
@@ -139,7 +157,10 @@ def test_loop_exception_passes_through_after_a_flush(world1: Any, tmp_path: Path
     rank = json.loads((out / "rank-0" / "rank.json").read_text())
     assert rank["traces"] == ["rank-0/window-0.pt.trace.json.gz"]
     assert (out / rank["traces"][0]).stat().st_size > 0
-    assert [json.loads(r)["step"] for r in (out / "rank-0" / "collectives.jsonl").read_text().splitlines()] == [1]
+    assert [
+        json.loads(r)["step"]
+        for r in (out / "rank-0" / "collectives.jsonl").read_text().splitlines()
+    ] == [1]
     assert json.loads((out / "manifest.json").read_text())["ranks"][0]["rank"] == 0
 
 
@@ -191,11 +212,14 @@ def test_convert_in_a_child_process(world1: Any, tmp_path: Path) -> None:
     assert info is not None and info.rank == 0 and info.event_count > 0
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"wait": 1, "warmup": 1, "active": 2, "repeat": 3},
-    {"wait": 0, "warmup": 0, "active": 1, "repeat": 4},
-    {"steps": range(2, 6)},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"wait": 1, "warmup": 1, "active": 2, "repeat": 3},
+        {"wait": 0, "warmup": 0, "active": 1, "repeat": 4},
+        {"steps": range(2, 6)},
+    ],
+)
 def test_a_failed_rank_keeps_answering_the_clock_exchanges(
     world1: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any]
 ) -> None:
@@ -229,7 +253,11 @@ def test_a_failed_rank_keeps_answering_the_clock_exchanges(
     steps = 10  # the first schedule ends inside a window: the exit exchange is checked too
     live = run(tmp_path / "live", steps)
     cfg = configs[0]
-    expected = [("enter", "window_start")] if cfg.action(0) in ("warmup", "record", "record_and_save") else []
+    expected = (
+        [("enter", "window_start")]
+        if cfg.action(0) in ("warmup", "record", "record_and_save")
+        else []
+    )
     expected += [(i, w) for i in range(steps) if (w := profile_mod._exchange_at(cfg, i))]
     if cfg.action(steps) in ("record", "record_and_save"):
         expected.append(("exit", "window_end"))

@@ -23,8 +23,10 @@ def test_summary_names_the_capture_and_the_next_commands(world1: Any, tmp_path: 
         _train(prof, 6)
     lines = prof.summary().splitlines()
     assert lines[0] == f"tracelab: captured 3 steps on 1 rank into {out}/"
-    assert lines[1] == (f"next: tracelab open '{out}'   (or: tracelab ingest '{out}' && "
-                        "tracelab analyze --run 'exp 42')")
+    assert lines[1] == (
+        f"next: tracelab open '{out}'   (or: tracelab ingest '{out}' && "
+        "tracelab analyze --run 'exp 42')"
+    )
     assert (out / "manifest.json").is_file()
 
 

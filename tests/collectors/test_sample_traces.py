@@ -15,8 +15,16 @@ from typing import Any
 import pytest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
-NAMES = ["ddp", "ddp_slow_rank", "pipeline_1f1b", "pipeline_interleaved_1f1b",
-         "pipeline_zero_bubble", "pipeline_unbalanced", "fsdp2", "tensor_parallel"]
+NAMES = [
+    "ddp",
+    "ddp_slow_rank",
+    "pipeline_1f1b",
+    "pipeline_interleaved_1f1b",
+    "pipeline_zero_bubble",
+    "pipeline_unbalanced",
+    "fsdp2",
+    "tensor_parallel",
+]
 
 
 def load(name: str) -> tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]:
@@ -48,16 +56,20 @@ def test_sample_is_a_complete_capture(name: str) -> None:
 @pytest.mark.parametrize("name", ["ddp", "ddp_slow_rank", "fsdp2", "tensor_parallel"])
 def test_collectives_match_across_ranks(name: str) -> None:
     _, records = load(name)
-    keyed = {r: {(x["pg_name"], x["seq"]): (x["op"], x["in_bytes"]) for x in recs}
-             for r, recs in records.items()}
+    keyed = {
+        r: {(x["pg_name"], x["seq"]): (x["op"], x["in_bytes"]) for x in recs}
+        for r, recs in records.items()
+    }
     assert all(keyed[r] == keyed[0] for r in keyed)
     assert all(x["start_ns"] and x["end_ns"] for recs in records.values() for x in recs)
 
 
 def test_slow_rank_is_last_at_every_gradient_all_reduce() -> None:
     _, records = load("ddp_slow_rank")
-    fr_rows = {r: {(x["pg_name"], x["seq"]): x for x in recs if x["source"] == "flight_recorder"}
-               for r, recs in records.items()}
+    fr_rows = {
+        r: {(x["pg_name"], x["seq"]): x for x in recs if x["source"] == "flight_recorder"}
+        for r, recs in records.items()
+    }
     assert len(fr_rows[0]) == 20  # 2 buckets x 10 steps
     for key in fr_rows[0]:
         arrival = {r: fr_rows[r][key]["enqueue_ns"] for r in fr_rows}
@@ -66,20 +78,42 @@ def test_slow_rank_is_last_at_every_gradient_all_reduce() -> None:
 
 @pytest.mark.parametrize(
     ("name", "schedule", "stages", "rank_stages"),
-    [("pipeline_1f1b", "Schedule1F1B", 4, [[0], [1], [2], [3]]),
-     ("pipeline_interleaved_1f1b", "ScheduleInterleaved1F1B", 8, [[0, 4], [1, 5], [2, 6], [3, 7]]),
-     ("pipeline_zero_bubble", "ScheduleInterleavedZeroBubble", 8, [[0, 4], [1, 5], [2, 6], [3, 7]]),
-     ("pipeline_unbalanced", "Schedule1F1B", 4, [[0], [1], [2], [3]])],
+    [
+        ("pipeline_1f1b", "Schedule1F1B", 4, [[0], [1], [2], [3]]),
+        (
+            "pipeline_interleaved_1f1b",
+            "ScheduleInterleaved1F1B",
+            8,
+            [[0, 4], [1, 5], [2, 6], [3, 7]],
+        ),
+        (
+            "pipeline_zero_bubble",
+            "ScheduleInterleavedZeroBubble",
+            8,
+            [[0, 4], [1, 5], [2, 6], [3, 7]],
+        ),
+        ("pipeline_unbalanced", "Schedule1F1B", 4, [[0], [1], [2], [3]]),
+    ],
 )
-def test_pipeline_samples(name: str, schedule: str, stages: int, rank_stages: list[list[int]]) -> None:
+def test_pipeline_samples(
+    name: str, schedule: str, stages: int, rank_stages: list[list[int]]
+) -> None:
     manifest, records = load(name)
     assert manifest["pipeline"] == {"schedule": schedule, "stages": stages, "microbatches": 8}
     assert [r["pp_stages"] for r in manifest["ranks"]] == rank_stages
     assert [r["pp_stage"] for r in manifest["ranks"]] == [0, 1, 2, 3]
-    sends = Counter((r, x["peer"], x["seq"], x["in_bytes"]) for r, recs in records.items()
-                    for x in recs if x["op"] == "send")
-    recvs = Counter((x["peer"], r, x["seq"], x["out_bytes"]) for r, recs in records.items()
-                    for x in recs if x["op"] == "recv")
+    sends = Counter(
+        (r, x["peer"], x["seq"], x["in_bytes"])
+        for r, recs in records.items()
+        for x in recs
+        if x["op"] == "send"
+    )
+    recvs = Counter(
+        (x["peer"], r, x["seq"], x["out_bytes"])
+        for r, recs in records.items()
+        for x in recs
+        if x["op"] == "recv"
+    )
     assert sends == recvs and sends
 
 

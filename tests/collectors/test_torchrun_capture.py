@@ -69,8 +69,9 @@ def _by_key(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, An
 
 def test_ddp_capture(tmp_path: Path, torchrun: Any, capture_reader: Any) -> None:
     out = tmp_path / "ddp"
-    proc = torchrun(EXAMPLES / "ddp.py", "--out", str(out), "--steps", "6", "--record", "2:5",
-                    nproc=2)
+    proc = torchrun(
+        EXAMPLES / "ddp.py", "--out", str(out), "--steps", "6", "--record", "2:5", nproc=2
+    )
     # rank 0 got every rank's metadata through the store, not from the rank.json fallback
     assert "could not gather" not in proc.stderr + proc.stdout
     cap = capture_reader(out)
@@ -82,10 +83,15 @@ def test_ddp_capture(tmp_path: Path, torchrun: Any, capture_reader: Any) -> None
     # the explicit loss all-reduce: one per step, hooked, 4 bytes (one float32)
     hooked = [x for x in per_rank[0] if x["source"] == "collector"]
     assert [(x["op"], x["in_bytes"], x["step"]) for x in hooked] == [
-        ("all_reduce", 4, 2), ("all_reduce", 4, 3), ("all_reduce", 4, 4)]
+        ("all_reduce", 4, 2),
+        ("all_reduce", 4, 3),
+        ("all_reduce", 4, 4),
+    ]
     # the DDP reducer's gradient all-reduces come from the Flight Recorder, on every rank, with
     # the same sequence numbers, and their buckets add up to the model's parameter bytes
-    grads = {r: [x for x in recs if x["source"] == "flight_recorder"] for r, recs in per_rank.items()}
+    grads = {
+        r: [x for x in recs if x["source"] == "flight_recorder"] for r, recs in per_rank.items()
+    }
     assert grads[0] and [x["seq"] for x in grads[0]] == [x["seq"] for x in grads[1]]
     for recs in grads.values():
         assert all(x["op"] == "all_reduce" and x["dtype"] == "float32" for x in recs)
@@ -127,8 +133,20 @@ def test_all_op_kinds(tmp_path: Path, torchrun: Any, capture_reader: Any) -> Non
 
 def test_slow_rank_arrives_last(tmp_path: Path, torchrun: Any, capture_reader: Any) -> None:
     out = tmp_path / "slow"
-    torchrun(EXAMPLES / "ddp_slow_rank.py", "--out", str(out), "--steps", "6", "--record", "2:5",
-             "--slow-rank", "2", "--delay-ms", "100", nproc=4)
+    torchrun(
+        EXAMPLES / "ddp_slow_rank.py",
+        "--out",
+        str(out),
+        "--steps",
+        "6",
+        "--record",
+        "2:5",
+        "--slow-rank",
+        "2",
+        "--delay-ms",
+        "100",
+        nproc=4,
+    )
     cap = capture_reader(out)
     _check_common(cap, 4, [2, 3, 4])
     keyed = {r: _by_key(cap.records(r)) for r in range(4)}
@@ -145,20 +163,36 @@ def test_slow_rank_arrives_last(tmp_path: Path, torchrun: Any, capture_reader: A
         others = max(arrival[r] for r in range(4) if r != 2)
         assert arrival[2] - others > 20_000_000  # 100 ms delay, minus the others' backward
         # the others' all-reduces last longer: they wait for rank 2
-        dur = {r: keyed[r][key]["end_ns"] - keyed[r][key]["start_ns"] for r in range(4)
-               if keyed[r][key]["end_ns"] is not None}
+        dur = {
+            r: keyed[r][key]["end_ns"] - keyed[r][key]["start_ns"]
+            for r in range(4)
+            if keyed[r][key]["end_ns"] is not None
+        }
         if len(dur) == 4:
             assert dur[2] < min(dur[r] for r in (0, 1, 3))
 
 
 def test_pipeline_capture(tmp_path: Path, torchrun: Any, capture_reader: Any) -> None:
     out = tmp_path / "pp"
-    torchrun(EXAMPLES / "pipeline.py", "--schedule", "interleaved-1f1b", "--out", str(out),
-             "--steps", "3", "--record", "1:2", nproc=2)
+    torchrun(
+        EXAMPLES / "pipeline.py",
+        "--schedule",
+        "interleaved-1f1b",
+        "--out",
+        str(out),
+        "--steps",
+        "3",
+        "--record",
+        "1:2",
+        nproc=2,
+    )
     cap = capture_reader(out)
     _check_common(cap, 2, [1])
-    assert cap.manifest["pipeline"] == {"schedule": "ScheduleInterleaved1F1B", "stages": 4,
-                                        "microbatches": 8}
+    assert cap.manifest["pipeline"] == {
+        "schedule": "ScheduleInterleaved1F1B",
+        "stages": 4,
+        "microbatches": 8,
+    }
     assert cap.manifest["parallelism"]["dims"]["pp"] == 2
     assert [cap.ranks[r]["pp_stages"] for r in (0, 1)] == [[0, 2], [1, 3]]
     assert [cap.ranks[r]["pp_stage"] for r in (0, 1)] == [0, 1]
@@ -185,7 +219,7 @@ def test_internal_fault_never_reaches_the_loop(
     proc = torchrun(SCRIPTS / "internal_fault.py", str(out), nproc=2)
     output = f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
     assert "rank 0 finished: total=10 error=None" in proc.stdout, output
-    assert "rank 1 finished: total=10 error=\"IsADirectoryError" in proc.stdout, output
+    assert 'rank 1 finished: total=10 error="IsADirectoryError' in proc.stdout, output
     assert proc.stderr.count("tracelab: internal error on rank 1") == 1, output
     # The failed rank still answers the clock exchanges: rank 0 never waits out the timeout.
     assert "clock exchange failed" not in proc.stderr, output

@@ -41,7 +41,8 @@ REPO = HERE.parents[1]
 # The collectors' torchrun helper (free port, OMP_NUM_THREADS=1, fails the test with the
 # job's output). tests/collectors is not a package, so load its conftest by path.
 _spec = importlib.util.spec_from_file_location(
-    "tracelab_tests_collectors_conftest", REPO / "tests" / "collectors" / "conftest.py")
+    "tracelab_tests_collectors_conftest", REPO / "tests" / "collectors" / "conftest.py"
+)
 assert _spec and _spec.loader
 _collectors = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _collectors
@@ -72,8 +73,11 @@ BUCKETS = {"model": {"width": 512, "layers": 6}, "bucket_cap_mb": 0.25}
 DDP_SCENARIOS: dict[str, dict[str, Any]] = {
     "ddp_clean": {"model": SMALL_MODEL, "bucket_cap_mb": SMALL_BUCKET_MB},
     "ddp_sleep": {"model": SMALL_MODEL, "bucket_cap_mb": SMALL_BUCKET_MB, "sleep": SLEEP},
-    "ddp_compute": {"model": SMALL_MODEL, "bucket_cap_mb": SMALL_BUCKET_MB,
-                    "extra_matmuls": EXTRA_COMPUTE},
+    "ddp_compute": {
+        "model": SMALL_MODEL,
+        "bucket_cap_mb": SMALL_BUCKET_MB,
+        "extra_matmuls": EXTRA_COMPUTE,
+    },
     "ddp_buckets": BUCKETS,
 }
 
@@ -89,8 +93,15 @@ PIPELINE_SCHEDULES = {
     "dualpipev": "dualpipev",
 }
 #: Stages per rank of each schedule.
-STAGES_PER_RANK = {"gpipe": 1, "1f1b": 1, "interleaved_1f1b": 2, "looped_bfs": 2,
-                   "interleaved_zb": 2, "zbv": 2, "dualpipev": 2}
+STAGES_PER_RANK = {
+    "gpipe": 1,
+    "1f1b": 1,
+    "interleaved_1f1b": 2,
+    "looped_bfs": 2,
+    "interleaved_zb": 2,
+    "zbv": 2,
+    "dualpipev": 2,
+}
 PIPELINE = {"width": 512, "layers_per_stage": 2, "microbatches": 8, "microbatch_size": 32}
 
 CAPTURES = [*DDP_SCENARIOS, *(f"pp_{s}" for s in PIPELINE_SCHEDULES)]
@@ -138,16 +149,24 @@ class Diagnosis:
         out = []
         for f in self.findings[:top]:
             imp = f.get("impact_ns_per_step")
-            out.append(f"{f['code']} ranks={f['evidence'].get('ranks')} "
-                       f"impact={'-' if imp is None else f'{imp / MS:.1f} ms'}")
+            out.append(
+                f"{f['code']} ranks={f['evidence'].get('ranks')} "
+                f"impact={'-' if imp is None else f'{imp / MS:.1f} ms'}"
+            )
         step = self.doc.get("lost_time", {}).get("step_ns")
         return f"{self.name}: step {step and step / MS:.1f} ms; " + "; ".join(out)
 
 
 def _tracelab(*args: str) -> subprocess.CompletedProcess[str]:
     code = "import sys; from tracelab.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=300, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        check=False,
+    )
 
 
 def _diagnose(name: str, traces: Path, work: Path) -> Diagnosis:
@@ -156,8 +175,9 @@ def _diagnose(name: str, traces: Path, work: Path) -> Diagnosis:
     if ing.returncode != 0:
         pytest.fail(f"tracelab ingest {name} failed ({ing.returncode}):\n{ing.stderr[-4000:]}")
     ana = _tracelab("analyze", "--db", str(db), "--run", name, "--format", "json")
-    diag = Diagnosis(name=name, traces=traces, db=db, rc=ana.returncode, stdout=ana.stdout,
-                     stderr=ana.stderr)
+    diag = Diagnosis(
+        name=name, traces=traces, db=db, rc=ana.returncode, stdout=ana.stdout, stderr=ana.stderr
+    )
     try:
         diag.doc = json.loads(ana.stdout)
     except json.JSONDecodeError:
@@ -172,8 +192,10 @@ def _captures(tmp: pytest.TempPathFactory, kind: str) -> Path:
         return Path(cached)
     out = tmp.mktemp(kind)
     if kind == "ddp":
-        spec = {"profiler": PROFILER,
-                "scenarios": [{"name": n, **sc} for n, sc in DDP_SCENARIOS.items()]}
+        spec = {
+            "profiler": PROFILER,
+            "scenarios": [{"name": n, **sc} for n, sc in DDP_SCENARIOS.items()],
+        }
         run_torchrun(SCRIPTS / "ddp_faults.py", str(out), json.dumps(spec), nproc=WORLD)
     else:
         spec = {"profiler": PROFILER, "pipeline": PIPELINE, "schedules": list(PIPELINE_SCHEDULES)}
@@ -203,8 +225,9 @@ def pipeline_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def diagnose(request: pytest.FixtureRequest,
-             tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Diagnosis]:
+def diagnose(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Diagnosis]:
     """diagnose(name) -> the capture's Diagnosis, made once per session."""
     cache: dict[str, Diagnosis] = {}
     work = tmp_path_factory.mktemp("stores")

@@ -57,7 +57,8 @@ def test_sleeping_rank_impact_is_the_sleep(diagnose: Any) -> None:
     # time.sleep overshoots a little; the measured sleep is the same fault
     measured = statistics.median(d.fault["recorded_ns"])
     assert top["impact_ns_per_step"] == pytest.approx(measured, rel=IMPACT_TOLERANCE), (
-        f"{d.summary()}; measured sleep {measured / MS:.1f} ms")
+        f"{d.summary()}; measured sleep {measured / MS:.1f} ms"
+    )
 
 
 def test_sleep_is_host_bound(diagnose: Any) -> None:
@@ -82,7 +83,8 @@ def test_extra_compute_impact_is_its_cost(diagnose: Any) -> None:
     measured = statistics.median(d.fault["recorded_ns"])
     assert top["code"].startswith("STRAGGLER_"), d.summary()
     assert top["impact_ns_per_step"] == pytest.approx(measured, rel=IMPACT_TOLERANCE), (
-        f"{d.summary()}; measured extra compute {measured / MS:.1f} ms")
+        f"{d.summary()}; measured extra compute {measured / MS:.1f} ms"
+    )
 
 
 def test_clean_run_blames_nobody(diagnose: Any) -> None:
@@ -103,8 +105,10 @@ def test_small_buckets_expose_communication(diagnose: Any) -> None:
     d = diagnose("ddp_buckets")
     _ok(d)
     # the capture did what it should: several gradient all-reduces a step on every rank
-    per_step = d.sql("SELECT rank, step, count(DISTINCT match_key) AS n FROM matched_collectives "
-                     "WHERE run_id = $run GROUP BY rank, step")
+    per_step = d.sql(
+        "SELECT rank, step, count(DISTINCT match_key) AS n FROM matched_collectives "
+        "WHERE run_id = $run GROUP BY rank, step"
+    )
     assert per_step and min(r["n"] for r in per_step) >= 4, per_step[:8]
     assert "EXPOSED_COMM" in d.codes(), d.summary(5)
     assert not [c for c in d.codes() if c.startswith("STRAGGLER_")], d.summary(5)

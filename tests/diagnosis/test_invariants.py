@@ -17,23 +17,34 @@ from .conftest import CAPTURES, MS
 
 pytestmark = pytest.mark.torchrun
 
-PARTS = ("compute_ns", "transfer_ns", "memcpy_ns", "wait_ns", "bubble_ns", "stall_ns",
-         "host_ns", "idle_ns")
+PARTS = (
+    "compute_ns",
+    "transfer_ns",
+    "memcpy_ns",
+    "wait_ns",
+    "bubble_ns",
+    "stall_ns",
+    "host_ns",
+    "idle_ns",
+)
 
 
 @pytest.mark.parametrize("name", CAPTURES)
 def test_parts_add_up_to_the_step(diagnose: Any, name: str) -> None:
     d = diagnose(name)
     got = d.sql(f"""
-        SELECT p.rank, p.step, p.step_ns, s.dur_ns, {' + '.join('p.' + c for c in PARTS)} AS parts,
-               least({', '.join('p.' + c for c in PARTS)}) AS smallest
+        SELECT p.rank, p.step, p.step_ns, s.dur_ns, {" + ".join("p." + c for c in PARTS)} AS parts,
+               least({", ".join("p." + c for c in PARTS)}) AS smallest
         FROM step_parts p JOIN step_spans s USING (run_id, rank, step)
         WHERE p.run_id = $run ORDER BY p.rank, p.step""")
     assert got, f"{name}: no step_parts"
     ranks = {r["rank"] for r in got}
     assert ranks == set(range(4)), ranks
-    bad = [r for r in got if r["parts"] != r["step_ns"] or r["step_ns"] != r["dur_ns"]
-           or r["smallest"] < 0]
+    bad = [
+        r
+        for r in got
+        if r["parts"] != r["step_ns"] or r["step_ns"] != r["dur_ns"] or r["smallest"] < 0
+    ]
     assert not bad, bad[:5]
 
 
@@ -43,5 +54,6 @@ def test_impacts_at_most_the_step(diagnose: Any, name: str) -> None:
     assert d.doc, f"{name}: no analysis document (exit {d.rc})\n{d.stderr[-2000:]}"
     step = d.doc["lost_time"]["step_ns"]
     total = sum(f["impact_ns_per_step"] or 0 for f in d.findings)
-    assert total <= step, (f"{name}: impacts add up to {total / MS:.1f} ms, step "
-                           f"{step / MS:.1f} ms; {d.summary(10)}")
+    assert total <= step, (
+        f"{name}: impacts add up to {total / MS:.1f} ms, step {step / MS:.1f} ms; {d.summary(10)}"
+    )

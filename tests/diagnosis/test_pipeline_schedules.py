@@ -73,9 +73,12 @@ def test_schedule_identified(diagnose: Any, schedule: str) -> None:
     d = diagnose(f"pp_{schedule}")
     m = _ok(d)
     got = {k: m.get(k) for k in ("schedule", "ranks", "stages_per_rank", "microbatches")}
-    assert got == {"schedule": PIPELINE_SCHEDULES[schedule], "ranks": WORLD,
-                   "stages_per_rank": STAGES_PER_RANK[schedule],
-                   "microbatches": PIPELINE["microbatches"]}
+    assert got == {
+        "schedule": PIPELINE_SCHEDULES[schedule],
+        "ranks": WORLD,
+        "stages_per_rank": STAGES_PER_RANK[schedule],
+        "microbatches": PIPELINE["microbatches"],
+    }
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -114,9 +117,13 @@ def test_measured_bubble_matches_closed_form(diagnose: Any, schedule: str) -> No
     d = diagnose(f"pp_{schedule}")
     m = _ok(d)
     mb = PIPELINE["microbatches"]
-    med = {(r["stage"], r["kind"]): r["med"] for r in d.sql(
-        "SELECT stage, kind, median(busy_ns) AS med FROM pipeline_actions WHERE run_id = $run "
-        "GROUP BY stage, kind")}
+    med = {
+        (r["stage"], r["kind"]): r["med"]
+        for r in d.sql(
+            "SELECT stage, kind, median(busy_ns) AS med FROM pipeline_actions WHERE run_id = $run "
+            "GROUP BY stage, kind"
+        )
+    }
     stages = range(WORLD)
     f = [med[(s, "F")] for s in stages]
     b = [med[(s, "B")] for s in stages]
@@ -126,4 +133,5 @@ def test_measured_bubble_matches_closed_form(diagnose: Any, schedule: str) -> No
     assert measured == pytest.approx(expected, abs=MEASURED_TOLERANCE), (
         f"measured {measured:.3f}, closed form {expected:.3f} (equal stages "
         f"{_textbook(WORLD, mb):.3f}); stage F {[round(x / 1e6, 2) for x in f]} ms, "
-        f"B {[round(x / 1e6, 2) for x in b]} ms")
+        f"B {[round(x / 1e6, 2) for x in b]} ms"
+    )

@@ -36,13 +36,44 @@ SEED_CAPTURE = REPO / "sample_traces/ddp"
 
 #: Raw JSON texts of hostile values (written verbatim, so they can be what json.dumps refuses).
 HOSTILE_RAW = (
-    "1e400", "-1e400", "1e30", "-1e30", str(2**63), str(2**63 - 1), str(-(2**63)),
-    str(2**64), str(2**31), str(-(2**31) - 1), "9e15", "4.6e15", "-1", "0", "1.5", "-0.0",
-    "null", "true", "false", '""', '"0"', '"1"', "[]", "{}", "[1]", '{"a": 1}',
-    '"\\ud800"', '"x\\udc00y"', '"\\u0000"', '"\\u001b]0;owned\\u0007\\u001b[2J"',
-    "[" * 600 + "]" * 600, "[" * 3000 + "]" * 3000, '"' + "a" * 70000 + '"',
-    '"ProfilerStep#2147483648"', '"ProfilerStep#99999999999999999999"', '"../../etc/passwd"',
-    '"/etc/passwd"', '"rank-0/window-0.pt.trace.json.gz"',
+    "1e400",
+    "-1e400",
+    "1e30",
+    "-1e30",
+    str(2**63),
+    str(2**63 - 1),
+    str(-(2**63)),
+    str(2**64),
+    str(2**31),
+    str(-(2**31) - 1),
+    "9e15",
+    "4.6e15",
+    "-1",
+    "0",
+    "1.5",
+    "-0.0",
+    "null",
+    "true",
+    "false",
+    '""',
+    '"0"',
+    '"1"',
+    "[]",
+    "{}",
+    "[1]",
+    '{"a": 1}',
+    '"\\ud800"',
+    '"x\\udc00y"',
+    '"\\u0000"',
+    '"\\u001b]0;owned\\u0007\\u001b[2J"',
+    "[" * 600 + "]" * 600,
+    "[" * 3000 + "]" * 3000,
+    '"' + "a" * 70000 + '"',
+    '"ProfilerStep#2147483648"',
+    '"ProfilerStep#99999999999999999999"',
+    '"../../etc/passwd"',
+    '"/etc/passwd"',
+    '"rank-0/window-0.pt.trace.json.gz"',
 )
 
 
@@ -93,7 +124,7 @@ def byte_edit(draw: st.DrawFn, text: str) -> bytes:
         elif op == "insert":
             data[at:at] = bytes([byte])
         elif op == "delete":
-            del data[at:at + draw(st.integers(1, 64))]
+            del data[at : at + draw(st.integers(1, 64))]
         else:
             del data[at:]
     return bytes(data)
@@ -118,8 +149,17 @@ def mutated_capture(draw: st.DrawFn, root: Path) -> Path:
     rank's trace mutated."""
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(SEED_CAPTURE, root)
-    target = draw(st.sampled_from(("manifest.json", "manifest.json", "rank-1/collectives.jsonl",
-                                   "rank-2/rank.json", "trace")))
+    target = draw(
+        st.sampled_from(
+            (
+                "manifest.json",
+                "manifest.json",
+                "rank-1/collectives.jsonl",
+                "rank-2/rank.json",
+                "trace",
+            )
+        )
+    )
     if target == "trace":
         name, data = draw(mutated_trace())
         path = root / "rank-1" / "window-0.pt.trace.json.gz"
@@ -135,8 +175,9 @@ def mutated_capture(draw: st.DrawFn, root: Path) -> Path:
         if target == "rank-2/rank.json":
             (root / "manifest.json").unlink()  # rebuilt from the rank parts
             doc = json.loads((SEED_CAPTURE / "manifest.json").read_text())["ranks"][2]
-            for r, entry in enumerate(json.loads((SEED_CAPTURE / "manifest.json").read_text())
-                                      ["ranks"]):
+            for r, entry in enumerate(
+                json.loads((SEED_CAPTURE / "manifest.json").read_text())["ranks"]
+            ):
                 (root / f"rank-{r}" / "rank.json").write_text(json.dumps(entry))
         else:
             doc = json.loads(path.read_text())
@@ -154,13 +195,18 @@ def fingerprint(db: Path) -> tuple[Any, ...]:
 
     with open_store(db) as con:
         list_runs(con)
-        con.execute("SELECT run_id, max(ts_ns + dur_ns) - min(ts_ns), sum(dur_ns) FROM events "
-                    "GROUP BY run_id").fetchall()
-        counts = tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (
-            "runs", "ranks", "events", "steps", "lanes", "collectives", "memory"))
+        con.execute(
+            "SELECT run_id, max(ts_ns + dur_ns) - min(ts_ns), sum(dur_ns) FROM events "
+            "GROUP BY run_id"
+        ).fetchall()
+        counts = tuple(
+            con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("runs", "ranks", "events", "steps", "lanes", "collectives", "memory")
+        )
         names = tuple(r[0] for r in con.execute("SELECT name FROM runs ORDER BY name").fetchall())
-        events = con.execute("SELECT sum(hash(run_id, rank, idx, name, ts_ns, dur_ns, args)) "
-                             "FROM events").fetchone()[0]
+        events = con.execute(
+            "SELECT sum(hash(run_id, rank, idx, name, ts_ns, dur_ns, args)) FROM events"
+        ).fetchone()[0]
     return counts, names, events
 
 
@@ -182,8 +228,11 @@ class Store:
         if res.code not in CLEAN_EXITS or "Traceback" in res.err:
             return f"ingest exit {res.code}: {res.err.strip()[:500]}"
         if res.code != 0:
-            return None if fingerprint(self.db) == self.before else (
-                f"refused ingest changed the store ({res.err.strip()[:300]})")
+            return (
+                None
+                if fingerprint(self.db) == self.before
+                else (f"refused ingest changed the store ({res.err.strip()[:300]})")
+            )
         try:
             after = fingerprint(self.db)
         except Exception as exc:  # noqa: BLE001

@@ -42,8 +42,7 @@ def cli(*args: str) -> Result:
 def snapshot(db: Path) -> dict[str, list[tuple[object, ...]]]:
     """Every row of every table (small stores only), in a stable order."""
     with open_store(db) as con:
-        return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall()))
-                for t in TABLES}
+        return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in TABLES}
 
 
 @pytest.fixture()

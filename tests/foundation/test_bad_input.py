@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.errors import InputError, RankConflictError, TraceFormatError, UsageError
+from tracelab.errors import InputError, RankConflictError, TraceFormatError
 from tracelab.ingest import ingest
 from tracelab.store import open_store
 
@@ -40,30 +40,78 @@ def _bad_files(folder: Path) -> dict[str, tuple[Path, str]]:
         "invalid_json": (folder / "invalid.json", "not valid Kineto JSON"),
         "no_trace_events": (write(folder / "nokey.json", {"schemaVersion": 1}), "traceEvents"),
         "top_level_list": (write(folder / "list.json", [1, 2]), "not a JSON object"),
-        "negative_dur": (write(folder / "neg.json", trace(rank=1, events=[
-            {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": 1.0, "dur": -5.0}])),
-            "negative duration"),
+        "negative_dur": (
+            write(
+                folder / "neg.json",
+                trace(
+                    rank=1,
+                    events=[
+                        {
+                            "ph": "X",
+                            "cat": "cpu_op",
+                            "name": "x",
+                            "pid": 1,
+                            "tid": 1,
+                            "ts": 1.0,
+                            "dur": -5.0,
+                        }
+                    ],
+                ),
+            ),
+            "negative duration",
+        ),
         "nan_dur": (folder / "nan.json", "NaN"),
         "non_utf8": (folder / "latin1.json", "UTF-8"),
         "no_complete_events": (write(folder / "noevents.json", trace(rank=1, events=[])), "empty"),
-        "wrong_schema": (write(folder / "schema.json", {"traceEvents": [{"ph": "X", "name": 3}]}),
-                         "unexpected event shape"),
+        "wrong_schema": (
+            write(folder / "schema.json", {"traceEvents": [{"ph": "X", "name": 3}]}),
+            "unexpected event shape",
+        ),
     }
     (folder / "truncated.json").write_bytes(good[: len(good) // 2])
     (folder / "empty.json").write_bytes(b"")
     (folder / "corrupt.json.gz").write_bytes(gzip.compress(good)[:40] + b"garbage")
     (folder / "invalid.json").write_bytes(b'{"traceEvents": [}')
-    (folder / "nan.json").write_bytes(json.dumps(trace(rank=1, events=[
-        {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": 1.0, "dur": float("nan")}])).encode())
+    (folder / "nan.json").write_bytes(
+        json.dumps(
+            trace(
+                rank=1,
+                events=[
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "x",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 1.0,
+                        "dur": float("nan"),
+                    }
+                ],
+            )
+        ).encode()
+    )
     (folder / "latin1.json").write_bytes(
-        json.dumps(trace(rank=1)).encode().replace(b"aten::mm", "aten::m\u00e9".encode("latin-1")))
+        json.dumps(trace(rank=1)).encode().replace(b"aten::mm", "aten::m\u00e9".encode("latin-1"))
+    )
     return cases
 
 
-@pytest.mark.parametrize("case", [
-    "truncated", "empty", "corrupt_gzip", "invalid_json", "no_trace_events", "top_level_list",
-    "negative_dur", "nan_dur", "non_utf8", "no_complete_events", "wrong_schema",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated",
+        "empty",
+        "corrupt_gzip",
+        "invalid_json",
+        "no_trace_events",
+        "top_level_list",
+        "negative_dur",
+        "nan_dur",
+        "non_utf8",
+        "no_complete_events",
+        "wrong_schema",
+    ],
+)
 def test_bad_file_is_named_and_store_unchanged(case: str, store: Path, tmp_path: Path) -> None:
     path, words = _bad_files(tmp_path / "bad")[case]
     before = snapshot(store)
@@ -81,9 +129,15 @@ def test_skip_bad_ingests_good_ranks_and_records_skipped(store: Path, tmp_path: 
     report = ingest([folder], db=store, run="partial", skip_bad=True, progress=False)
     assert report.ranks == [0, 2]
     with open_store(store) as con:
-        skipped = json.loads(con.execute("SELECT skipped FROM runs WHERE name = 'partial'").fetchone()[0])
-        ranks = [r[0] for r in con.execute(
-            "SELECT rank FROM ranks JOIN runs USING (run_id) WHERE name = 'partial' ORDER BY rank").fetchall()]
+        skipped = json.loads(
+            con.execute("SELECT skipped FROM runs WHERE name = 'partial'").fetchone()[0]
+        )
+        ranks = [
+            r[0]
+            for r in con.execute(
+                "SELECT rank FROM ranks JOIN runs USING (run_id) WHERE name = 'partial' ORDER BY rank"
+            ).fetchall()
+        ]
     assert ranks == [0, 2]
     assert skipped[0]["file"].endswith("rank-1.json") and "truncated" in skipped[0]["error"]
 
@@ -118,7 +172,9 @@ def test_partial_capture_records_ranks_out_of_world(store: Path, tmp_path: Path)
     report = ingest([path], db=store, run="r34", progress=False)
     assert report.ranks == [34] and report.world_size == 300
     with open_store(store) as con:
-        assert con.execute("SELECT rank_count, world_size FROM runs WHERE name='r34'").fetchone() == (1, 300)
+        assert con.execute(
+            "SELECT rank_count, world_size FROM runs WHERE name='r34'"
+        ).fetchone() == (1, 300)
 
 
 def test_non_trace_files_are_listed_not_taken(tmp_path: Path) -> None:
@@ -141,7 +197,9 @@ def test_hostile_names_are_stored_verbatim(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tracelab.cli", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "tracelab.cli", *args], capture_output=True, text=True
+    )
 
 
 def test_cli_exit_codes(tmp_path: Path) -> None:
@@ -166,9 +224,19 @@ def test_capture_rank_without_trace_is_skippable(tmp_path: Path) -> None:
         rel = f"rank-{r}/window-0.pt.trace.json"
         if r == 0:
             write(cap / rel, trace(rank=r))
-        ranks.append({"rank": r, "traces": [rel] if r == 0 else [], "collector_error": "boom" if r else None})
-    write(cap / "manifest.json", {"format": "tracelab.capture", "format_version": 1,
-                                  "run_name": "cap", "world_size": 2, "ranks": ranks})
+        ranks.append(
+            {"rank": r, "traces": [rel] if r == 0 else [], "collector_error": "boom" if r else None}
+        )
+    write(
+        cap / "manifest.json",
+        {
+            "format": "tracelab.capture",
+            "format_version": 1,
+            "run_name": "cap",
+            "world_size": 2,
+            "ranks": ranks,
+        },
+    )
     with pytest.raises(InputError, match="rank 1 has no trace files.*boom"):
         ingest([cap], db=tmp_path / "s.duckdb", progress=False)
     report = ingest([cap], db=tmp_path / "s.duckdb", skip_bad=True, progress=False)

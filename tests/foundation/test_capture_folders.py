@@ -27,10 +27,13 @@ def captures(tmp_path: Path) -> Path:
     return folder
 
 
-def test_a_folder_of_captures_is_one_run_each(captures: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_of_captures_is_one_run_each(
+    captures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert [name for name, _ in capture_runs([captures]) or []] == [
-        "pipeline_1f1b_p4_m8_nccl", "stragglers_nccl"]
+        "pipeline_1f1b_p4_m8_nccl",
+        "stragglers_nccl",
+    ]
     db = tmp_path / "s.duckdb"
     assert main(["ingest", str(captures), "--db", str(db)]) == 0
     out = capsys.readouterr().out
@@ -42,8 +45,9 @@ def test_a_folder_of_captures_is_one_run_each(captures: Path, tmp_path: Path,
     assert capsys.readouterr().out.count("nothing to do") == 2
 
 
-def test_run_with_several_captures_says_what_to_do(captures: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_with_several_captures_says_what_to_do(
+    captures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["ingest", str(captures), "--db", str(tmp_path / "s.duckdb"), "--run", "x"]) == 2
     err = capsys.readouterr().err
     assert "holds 2 capture folders" in err and "Drop --run" in err
@@ -66,5 +70,6 @@ def test_the_sample_traces_folder_is_a_folder_of_captures() -> None:
     samples = REPO / "sample_traces"
     found = capture_runs([samples]) or []
     assert sorted(name for name, _ in found) == sorted(
-        p.parent.name for p in samples.glob("*/manifest.json"))
+        p.parent.name for p in samples.glob("*/manifest.json")
+    )
     assert len(found) >= 8

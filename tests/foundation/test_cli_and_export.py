@@ -16,7 +16,9 @@ from .kineto import run_set
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tracelab.cli", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "tracelab.cli", *args], capture_output=True, text=True
+    )
 
 
 def test_every_subcommand_has_help() -> None:
@@ -31,8 +33,14 @@ def test_every_subcommand_has_help() -> None:
 def test_sql_is_read_only_and_prints_csv(tmp_path: Path) -> None:
     db = str(tmp_path / "s.duckdb")
     ingest([run_set(tmp_path / "t")], db=db, run="a", progress=False)
-    res = cli("sql", "SELECT rank, count(*) AS n FROM events GROUP BY rank ORDER BY rank",
-              "--db", db, "--format", "csv")
+    res = cli(
+        "sql",
+        "SELECT rank, count(*) AS n FROM events GROUP BY rank ORDER BY rank",
+        "--db",
+        db,
+        "--format",
+        "csv",
+    )
     assert res.returncode == 0
     assert res.stdout.splitlines() == ["rank,n", "0,4", "1,4"]
     res = cli("sql", "DELETE FROM events", "--db", db)
@@ -55,11 +63,20 @@ def test_export_partitions_by_rank_and_reads_back_in_place(tmp_path: Path) -> No
     con = duckdb.connect()
     back = con.execute(
         "SELECT rank, count(*), sum(dur_ns) FROM read_parquet(?, hive_partitioning = true) "
-        "GROUP BY rank ORDER BY rank", [str(out / "events" / "*" / "*.parquet")]
+        "GROUP BY rank ORDER BY rank",
+        [str(out / "events" / "*" / "*.parquet")],
     ).fetchall()
-    src = duckdb.connect(db, read_only=True).execute(
-        "SELECT rank, count(*), sum(dur_ns) FROM events GROUP BY rank ORDER BY rank").fetchall()
+    src = (
+        duckdb.connect(db, read_only=True)
+        .execute("SELECT rank, count(*), sum(dur_ns) FROM events GROUP BY rank ORDER BY rank")
+        .fetchall()
+    )
     assert back == src
-    assert con.execute("SELECT count(*) FROM read_parquet(?)", [str(out / "steps.parquet")]).fetchone()[0] == 3
+    assert (
+        con.execute(
+            "SELECT count(*) FROM read_parquet(?)", [str(out / "steps.parquet")]
+        ).fetchone()[0]
+        == 3
+    )
     res = cli("export", "--db", db, "--run", "a", "--out", str(out))
     assert res.returncode == 2 and "--overwrite" in res.stderr

@@ -22,8 +22,15 @@ def test_unique_small_is_np_unique(bound: int) -> None:
 
 def test_classify_columns_per_event() -> None:
     cats = pa.array(["kernel", "cpu_op", None, "kernel", "cuda_runtime"])
-    names = pa.array(["ncclDevKernel_AllReduce_Sum_f32_RING_LL", "aten::mm", "x",
-                      "ampere_sgemm_128x64_tn", "cudaLaunchKernel"])
+    names = pa.array(
+        [
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "aten::mm",
+            "x",
+            "ampere_sgemm_128x64_tn",
+            "cudaLaunchKernel",
+        ]
+    )
     category, on_device = columns.classify_columns(cats, names)
     assert on_device.to_pylist() == [True, False, False, True, False]
     assert category.to_pylist()[0] == "communication"

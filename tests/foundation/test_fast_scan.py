@@ -19,8 +19,10 @@ import pytest
 from tracelab import decode as dec
 from tracelab.errors import TraceFormatError
 
-pytestmark = pytest.mark.skipif(dec._kineto is None and shutil.which("cc") is None,
-                                reason="no C compiler here: the extension could not be built")
+pytestmark = pytest.mark.skipif(
+    dec._kineto is None and shutil.which("cc") is None,
+    reason="no C compiler here: the extension could not be built",
+)
 
 
 def test_the_extension_was_built() -> None:
@@ -28,13 +30,17 @@ def test_the_extension_was_built() -> None:
     would silently cost the fast path, so it is an error here."""
     assert dec._kineto is not None, "tracelab._kineto is missing: reinstall (pip install -e .)"
 
+
 ARRAYS = ("ph", "pid", "tid", "ts_ns", "dur_ns", "ts_missing", "dur_missing")
 STRINGS = ("name", "cat", "args")
 
 
 def shared_traces(root: Path) -> list[Path]:
-    files = sorted(p for p in root.rglob("*") if p.is_file() and (
-        p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+    )
     assert len(files) >= 15, files
     return files
 
@@ -79,31 +85,76 @@ def test_identical_columns_on_every_shared_trace(hta_traces: Path) -> None:
 
 
 def event(**kw: object) -> dict[str, object]:
-    base: dict[str, object] = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
-                               "tid": 2, "ts": 10.5, "dur": 3}
+    base: dict[str, object] = {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "aten::mm",
+        "pid": 1,
+        "tid": 2,
+        "ts": 10.5,
+        "dur": 3,
+    }
     base.update(kw)
     return base
 
 
 ODD_BUT_VALID = [
     # escapes and non-ASCII in names, keys and args; surrogate pairs
-    {"traceEvents": [event(name="a\"b\\c\u00e9\U0001f600\n\t/", args={"k\u00e9y": "v\\\"",
-                                                                     "correlation": 7})]},
-    {"traceEvents": [json.loads('{"ph": "X", "na\\u006de": "x\\ud83d\\ude00", "ts": 1, "dur": 2}')]},
+    {
+        "traceEvents": [
+            event(name='a"b\\c\u00e9\U0001f600\n\t/', args={"k\u00e9y": 'v\\"', "correlation": 7})
+        ]
+    },
+    {
+        "traceEvents": [
+            json.loads('{"ph": "X", "na\\u006de": "x\\ud83d\\ude00", "ts": 1, "dur": 2}')
+        ]
+    },
     # pid/tid as text, floats, null, absent; ts/dur null or absent; cat null
-    {"traceEvents": [event(pid="Spans", tid=1.5), event(pid=None, tid=True), event(cat=None),
-                     {"ph": "X", "name": "n", "ts": 1}, {"ph": "M", "name": "process_name",
-                                                         "pid": 3, "args": {"name": "r"}}]},
+    {
+        "traceEvents": [
+            event(pid="Spans", tid=1.5),
+            event(pid=None, tid=True),
+            event(cat=None),
+            {"ph": "X", "name": "n", "ts": 1},
+            {"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "r"}},
+        ]
+    },
     # ids of every kind: negative, huge, float, text, duplicated keys
-    {"traceEvents": [event(args={"correlation": -1, "External id": 2**70, "stream": 7.0,
-                                 "Bytes": -4096, "Device Id": "1", "Total Allocated": 0})]},
+    {
+        "traceEvents": [
+            event(
+                args={
+                    "correlation": -1,
+                    "External id": 2**70,
+                    "stream": 7.0,
+                    "Bytes": -4096,
+                    "Device Id": "1",
+                    "Total Allocated": 0,
+                }
+            )
+        ]
+    },
     # fractional µs past the ns: round half to even, negative times
-    {"traceEvents": [event(ts=1.0005, dur=0.0015), event(ts=-2.25, dur=0.0025),
-                     event(ts=1669783687464181.123, dur=1.9999)]},
+    {
+        "traceEvents": [
+            event(ts=1.0005, dur=0.0015),
+            event(ts=-2.25, dur=0.0025),
+            event(ts=1669783687464181.123, dur=1.9999),
+        ]
+    },
     # args that are not objects, nested deeply, empty objects/arrays; other top-level keys
-    {"traceEvents": [event(args=[1, {"a": [[], {}]}]), event(args="s"), event(args=None),
-                     event(args={"a": {"b": {"c": [1, 2, {"correlation": 9}]}}})],
-     "distributedInfo": {"rank": 3}, "baseTimeNanoseconds": 1000, "x": [None, True, False]},
+    {
+        "traceEvents": [
+            event(args=[1, {"a": [[], {}]}]),
+            event(args="s"),
+            event(args=None),
+            event(args={"a": {"b": {"c": [1, 2, {"correlation": 9}]}}}),
+        ],
+        "distributedInfo": {"rank": 3},
+        "baseTimeNanoseconds": 1000,
+        "x": [None, True, False],
+    },
     {"traceEvents": []},
 ]
 
@@ -119,8 +170,8 @@ def test_odd_but_valid_documents(doc: dict[str, object], indent: int | None) -> 
 
 
 DECLINED = [
-    b'{"traceEvents": [{"ph": "X", "ts": 1e3, "dur": 1}]}',       # exponent: reference decides
-    b'{"traceEvents": [], "traceEvents": []}',                      # duplicate member
+    b'{"traceEvents": [{"ph": "X", "ts": 1e3, "dur": 1}]}',  # exponent: reference decides
+    b'{"traceEvents": [], "traceEvents": []}',  # duplicate member
     b'{"traceEvents": [{"ph": "X", "ts": 99999999999999999999, "dur": 1}]}',  # past int64 ns
 ]
 
@@ -131,14 +182,28 @@ def test_declines_what_it_does_not_handle(buf: bytes) -> None:
 
 
 INVALID = [
-    b"", b"{", b"[]", b'{"traceEvents": [}', b'{"traceEvents": [{"ph": "X"}]', b"{} x",
-    b'{"traceEvents": [{"ph": "X", "ts": NaN}]}', b'{"traceEvents": [{"ts": 01}]}',
-    b'{"traceEvents": [{"ts": 1.}]}', b'{"traceEvents": [{"ts": -}]}', b'{"a": tru}',
-    b'{"traceEvents": [{"name": "\x01"}]}', b'{"traceEvents": [{"name": "\\x"}]}',
-    b'{"traceEvents": [{"name": "\\ud800"}]}', b'{"traceEvents": [{"name": "\xff"}]}',
-    b'{"traceEvents": [{"name": "\xc0\xaf"}]}', b'{"traceEvents": [1]}',
-    b'{"traceEvents": [{"name": 3}]}', b'{"traceEvents": [{"ts": "1"}]}',
-    b'{"traceEvents": [{"ph": null}]}', b'{"traceEvents": {}}', b'{"schemaVersion": 1}',
+    b"",
+    b"{",
+    b"[]",
+    b'{"traceEvents": [}',
+    b'{"traceEvents": [{"ph": "X"}]',
+    b"{} x",
+    b'{"traceEvents": [{"ph": "X", "ts": NaN}]}',
+    b'{"traceEvents": [{"ts": 01}]}',
+    b'{"traceEvents": [{"ts": 1.}]}',
+    b'{"traceEvents": [{"ts": -}]}',
+    b'{"a": tru}',
+    b'{"traceEvents": [{"name": "\x01"}]}',
+    b'{"traceEvents": [{"name": "\\x"}]}',
+    b'{"traceEvents": [{"name": "\\ud800"}]}',
+    b'{"traceEvents": [{"name": "\xff"}]}',
+    b'{"traceEvents": [{"name": "\xc0\xaf"}]}',
+    b'{"traceEvents": [1]}',
+    b'{"traceEvents": [{"name": 3}]}',
+    b'{"traceEvents": [{"ts": "1"}]}',
+    b'{"traceEvents": [{"ph": null}]}',
+    b'{"traceEvents": {}}',
+    b'{"schemaVersion": 1}',
     b'{"traceEvents": [{"args": ' + b"[" * 600 + b"]" * 600 + b"}]}",
 ]
 
@@ -185,7 +250,9 @@ def test_damaged_traces_agree_with_the_reference(hta_traces: Path) -> None:
             data = data[: rng.randrange(len(data))]
         else:
             for _ in range(rng.randint(1, 3)):
-                data[rng.randrange(len(data))] = rng.choice(b'"{}[],:\\ 0123456789eE.-+ntfu\x00\xff')
+                data[rng.randrange(len(data))] = rng.choice(
+                    b'"{}[],:\\ 0123456789eE.-+ntfu\x00\xff'
+                )
         fast, ref = decode_both(bytes(data))
         if fast is None:
             continue
@@ -195,8 +262,9 @@ def test_damaged_traces_agree_with_the_reference(hta_traces: Path) -> None:
     assert accepted >= 30, accepted  # flips inside strings and numbers keep the JSON valid
 
 
-def test_conversion_without_the_extension_is_identical(hta_traces: Path, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_conversion_without_the_extension_is_identical(
+    hta_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Where no C compiler was available the reference decoder does everything: same files."""
     import pyarrow.parquet as pq
 

@@ -20,8 +20,10 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return request.param
 
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"),
-                    reason="isal is a dependency only where PyPI has wheels for it")
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"),
+    reason="isal is a dependency only where PyPI has wheels for it",
+)
 def test_the_fast_backend_is_installed_here() -> None:
     """isal is a dependency on x86-64 and ARM64: without it, gzipped traces inflate 3x slower."""
     assert gunzip.BACKEND == "isal"

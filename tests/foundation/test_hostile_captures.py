@@ -23,17 +23,41 @@ def capture(root: Path, ranks: int = 2) -> Path:
     for r in range(ranks):
         rel = f"rank-{r}/window-0.pt.trace.json"
         write(root / rel, trace(rank=r, world=ranks))
-        (root / f"rank-{r}" / "collectives.jsonl").write_text(json.dumps(
-            {"op": "all_reduce", "pg_name": "0", "seq": 0, "in_bytes": 4, "out_bytes": 4,
-             "start_ns": 1_700_000_000_000_010_000, "end_ns": 1_700_000_000_000_020_000,
-             "step": 1}) + "\n")
-        entries.append({"rank": r, "host": "h", "traces": [rel],
-                        "collectives": f"rank-{r}/collectives.jsonl",
-                        "memory": [{"step": 1, "ts_ns": 1_700_000_000_000_000_000,
-                                    "rss_bytes": 10}],
-                        "clock": {"offset_ns": 0, "uncertainty_ns": 0}})
-    write(root / "manifest.json", {"format": "tracelab.capture", "format_version": 1,
-                                   "run_name": root.name, "world_size": ranks, "ranks": entries})
+        (root / f"rank-{r}" / "collectives.jsonl").write_text(
+            json.dumps(
+                {
+                    "op": "all_reduce",
+                    "pg_name": "0",
+                    "seq": 0,
+                    "in_bytes": 4,
+                    "out_bytes": 4,
+                    "start_ns": 1_700_000_000_000_010_000,
+                    "end_ns": 1_700_000_000_000_020_000,
+                    "step": 1,
+                }
+            )
+            + "\n"
+        )
+        entries.append(
+            {
+                "rank": r,
+                "host": "h",
+                "traces": [rel],
+                "collectives": f"rank-{r}/collectives.jsonl",
+                "memory": [{"step": 1, "ts_ns": 1_700_000_000_000_000_000, "rss_bytes": 10}],
+                "clock": {"offset_ns": 0, "uncertainty_ns": 0},
+            }
+        )
+    write(
+        root / "manifest.json",
+        {
+            "format": "tracelab.capture",
+            "format_version": 1,
+            "run_name": root.name,
+            "world_size": ranks,
+            "ranks": entries,
+        },
+    )
     return root
 
 
@@ -43,18 +67,21 @@ def _manifest(edit: Callable[[Doc], None]) -> Callable[[Path], Path]:
         edit(doc)
         (root / "manifest.json").write_text(json.dumps(doc))
         return root / "manifest.json"
+
     return apply
 
 
 def _entry(**fields: Any) -> Callable[[Doc], None]:
     def edit(doc: Doc) -> None:
         doc["ranks"][1].update(fields)
+
     return edit
 
 
 def _set(key: str, value: Any) -> Callable[[Doc], None]:
     def edit(doc: Doc) -> None:
         doc[key] = value
+
     return edit
 
 
@@ -63,6 +90,7 @@ def _raw_manifest(text: Callable[[str], str] | bytes) -> Callable[[Path], Path]:
         path = root / "manifest.json"
         path.write_bytes(text if isinstance(text, bytes) else text(path.read_text()).encode())
         return path
+
     return apply
 
 
@@ -71,6 +99,7 @@ def _records(line: str) -> Callable[[Path], Path]:
         path = root / "rank-1" / "collectives.jsonl"
         path.write_text(line + "\n" + json.dumps({"op": "barrier"}) + "\n")
         return path
+
     return apply
 
 
@@ -103,25 +132,35 @@ BAD: dict[str, tuple[Callable[[Path], Path], str]] = {
     "coords_string": (_manifest(_entry(coords={"dp": "0"})), "coords 'dp'"),
     "traces_string": (_manifest(_entry(traces="rank-1/window-0.pt.trace.json")), "'traces'"),
     "pp_stage_negative": (_manifest(_entry(pp_stage=-1)), "'pp_stage'"),
-    "one_file_two_ranks": (_manifest(_entry(traces=["rank-0/window-0.pt.trace.json"])),
-                           "of rank 0 and of rank 1"),
-    "dotdot_path": (_manifest(_entry(traces=["../elsewhere/rank-1.json"])),
-                    "leaves the capture folder"),
+    "one_file_two_ranks": (
+        _manifest(_entry(traces=["rank-0/window-0.pt.trace.json"])),
+        "of rank 0 and of rank 1",
+    ),
+    "dotdot_path": (
+        _manifest(_entry(traces=["../elsewhere/rank-1.json"])),
+        "leaves the capture folder",
+    ),
     "absolute_path": (_manifest(_entry(traces=["/etc/passwd.json"])), "leaves the capture"),
     "symlink_escape": (_symlink_escape, "outside the capture folder"),
     "collectives_dotdot": (_manifest(_entry(collectives="../x.jsonl")), "leaves the capture"),
-    "manifest_deep": (_raw_manifest(lambda t: t[:-1] + ', "d": ' + "[" * 5000 + "]" * 5000
-                                    + "}"), "deeper than 512"),
-    "manifest_surrogate": (_raw_manifest(lambda t: t.replace('"h"', '"\\ud800"', 1)),
-                           "lone UTF-16 surrogate"),
+    "manifest_deep": (
+        _raw_manifest(lambda t: t[:-1] + ', "d": ' + "[" * 5000 + "]" * 5000 + "}"),
+        "deeper than 512",
+    ),
+    "manifest_surrogate": (
+        _raw_manifest(lambda t: t.replace('"h"', '"\\ud800"', 1)),
+        "lone UTF-16 surrogate",
+    ),
     "manifest_latin1": (_raw_manifest(b'{"format": "tracelab.capture", "x": "\xe9"}'), "UTF-8"),
     "manifest_list": (_raw_manifest(b"[1]"), "not a tracelab capture manifest"),
     "records_seq_string": (_records('{"op": "all_reduce", "seq": "x"}'), "'seq' must be an int"),
     "records_bytes_negative": (_records('{"op": "send", "in_bytes": -1}'), "'in_bytes'"),
     "records_end_beyond_int64": (_records('{"op": "send", "end_ns": %d}' % 2**70), "'end_ns'"),
     "records_step_float": (_records('{"op": "send", "step": 1.5}'), "'step' must be an int"),
-    "records_deep": (_records('{"op": "x", "d": ' + "[" * 5000 + "]" * 5000 + "}"),
-                     "deeper than 512"),
+    "records_deep": (
+        _records('{"op": "x", "d": ' + "[" * 5000 + "]" * 5000 + "}"),
+        "deeper than 512",
+    ),
     "records_surrogate": (_records('{"op": "\\udc00"}'), "lone UTF-16 surrogate"),
     "records_ranks_strings": (_records('{"op": "x", "pg_ranks": ["0"]}'), "'pg_ranks' item"),
 }
@@ -147,9 +186,15 @@ def test_bad_collectives_file_is_skipped_with_skip_bad(store: Path, tmp_path: Pa
     res = cli("ingest", str(root), "--db", str(store), "--skip-bad")
     assert res.code == 0, res.err
     assert f"skipped {bad}" in res.out
-    rows = cli("sql", "SELECT DISTINCT rank FROM collectives JOIN runs USING (run_id) "
-               "WHERE name = 'cap' AND collectives.source = 'collector'",
-               "--db", str(store), "--format", "csv")
+    rows = cli(
+        "sql",
+        "SELECT DISTINCT rank FROM collectives JOIN runs USING (run_id) "
+        "WHERE name = 'cap' AND collectives.source = 'collector'",
+        "--db",
+        str(store),
+        "--format",
+        "csv",
+    )
     assert rows.out.split() == ["rank", "0"]
     assert "2/2" in cli("runs", "--db", str(store)).out
 

@@ -22,23 +22,29 @@ from .kineto import run_set, trace, write
 SAMPLES = REPO / "sample_traces"
 
 
-@pytest.mark.parametrize("args, words", [
-    (("report", "--baseline", "good", "--candidate", "good", "--seed", "-1"), "seed"),
-    (("report", "--baseline", "good", "--candidate", "good", "--alpha", "2"), "alpha"),
-    (("analyze", "--run", "\udcff"), "not valid UTF-8"),
-    (("analyze", "--run", ""), "non-empty run name"),
-    (("ingest", "{good}", "--run", ""), "non-empty run name"),
-    (("ingest", "{good}", "--run", "a\x1b[2Jb"), "control characters"),
-    (("ingest", "{good}", "--run", "x", "--rank", "rank-0.json=99999999999"), "--rank"),
-    (("ingest", "{good}", "--run", "x", "--rank", "rank-0.json=5"), "not below the world size"),
-    (("sql", ""), "no SQL statement"),
-    (("serve", "--port", "99999"), "--port must be 1..65535"),
-    (("serve", "--port", "0"), "--port must be 1..65535"),
-    (("report", "--baseline", "good", "--candidate", "good", "--out", "/proc/x/r.md"),
-     "cannot"),
-])
-def test_bad_options_exit_cleanly(args: tuple[str, ...], words: str, store: Path,
-                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("report", "--baseline", "good", "--candidate", "good", "--seed", "-1"), "seed"),
+        (("report", "--baseline", "good", "--candidate", "good", "--alpha", "2"), "alpha"),
+        (("analyze", "--run", "\udcff"), "not valid UTF-8"),
+        (("analyze", "--run", ""), "non-empty run name"),
+        (("ingest", "{good}", "--run", ""), "non-empty run name"),
+        (("ingest", "{good}", "--run", "a\x1b[2Jb"), "control characters"),
+        (("ingest", "{good}", "--run", "x", "--rank", "rank-0.json=99999999999"), "--rank"),
+        (("ingest", "{good}", "--run", "x", "--rank", "rank-0.json=5"), "not below the world size"),
+        (("sql", ""), "no SQL statement"),
+        (("serve", "--port", "99999"), "--port must be 1..65535"),
+        (("serve", "--port", "0"), "--port must be 1..65535"),
+        (
+            ("report", "--baseline", "good", "--candidate", "good", "--out", "/proc/x/r.md"),
+            "cannot",
+        ),
+    ],
+)
+def test_bad_options_exit_cleanly(
+    args: tuple[str, ...], words: str, store: Path, tmp_path: Path
+) -> None:
     good = run_set(tmp_path / "in", ranks=2)
     before = snapshot(store)
     res = cli(*(a.format(good=good) for a in args), "--db", str(store))
@@ -51,13 +57,23 @@ def test_bad_options_exit_cleanly(args: tuple[str, ...], words: str, store: Path
 def test_thresholds_file_not_utf8(store: Path, tmp_path: Path) -> None:
     path = tmp_path / "t.yml"
     path.write_bytes(b"step_time: +5%\n# caf\xe9\n")
-    res = cli("report", "--baseline", "good", "--candidate", "good", "--thresholds", str(path),
-              "--db", str(store))
+    res = cli(
+        "report",
+        "--baseline",
+        "good",
+        "--candidate",
+        "good",
+        "--thresholds",
+        str(path),
+        "--db",
+        str(store),
+    )
     assert res.code == 3 and str(path) in res.err and "UTF-8" in res.err
 
 
-def test_lock_timeout_env_is_checked_when_used(store: Path, monkeypatch: pytest.MonkeyPatch
-                                               ) -> None:
+def test_lock_timeout_env_is_checked_when_used(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRACELAB_LOCK_TIMEOUT_S", "abc")
     res = cli("runs", "--db", str(store))
     assert res.code == 2 and "TRACELAB_LOCK_TIMEOUT_S" in res.err
@@ -69,7 +85,7 @@ def test_lock_timeout_env_is_checked_when_used(store: Path, monkeypatch: pytest.
 def test_corrupt_store_is_an_error_not_a_traceback(store: Path) -> None:
     data = bytearray(store.read_bytes())
     for at in range(8192, len(data), 4096):  # every block after the headers
-        data[at:at + 64] = b"\xa5" * 64
+        data[at : at + 64] = b"\xa5" * 64
     store.write_bytes(bytes(data))
     for args in (("runs",), ("analyze",), ("sql", "SELECT count(*) FROM events")):
         res = cli(*args, "--db", str(store))
@@ -93,8 +109,10 @@ def test_unexpected_errors_are_one_line(store: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_closed_pipe_exits_quietly(store: Path) -> None:
-    cmd = (f"{sys.executable} -m tracelab.cli sql 'SELECT * FROM range(200000)' --limit 0 "
-           f"--db {store} | head -1")
+    cmd = (
+        f"{sys.executable} -m tracelab.cli sql 'SELECT * FROM range(200000)' --limit 0 "
+        f"--db {store} | head -1"
+    )
     res = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True)
     assert res.returncode == 0 and res.stderr == "", res.stderr
 
@@ -104,22 +122,44 @@ def test_busy_port_exits_2_before_any_thread(store: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        res = subprocess.run([sys.executable, "-m", "tracelab.cli", "serve", "--db", str(store),
-                              "--port", str(port)], capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tracelab.cli",
+                "serve",
+                "--db",
+                str(store),
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert res.returncode == 2 and "in use" in res.stderr and "terminate" not in res.stderr
 
 
 def test_failing_report_leaves_the_store_as_it_was(store: Path, tmp_path: Path) -> None:
     before = snapshot(store)
-    res = cli("report", "--baseline", "no-such-run", "--candidate", str(SAMPLES / "ddp"),
-              "--db", str(store))
+    res = cli(
+        "report",
+        "--baseline",
+        "no-such-run",
+        "--candidate",
+        str(SAMPLES / "ddp"),
+        "--db",
+        str(store),
+    )
     assert res.code == 3, res.err
     assert snapshot(store) == before
-    ok = cli("report", "--baseline", "good", "--candidate", str(SAMPLES / "ddp"),
-             "--db", str(store))
+    ok = cli(
+        "report", "--baseline", "good", "--candidate", str(SAMPLES / "ddp"), "--db", str(store)
+    )
     assert ok.code in (0, 1), ok.err
-    names = cli("sql", "SELECT name FROM runs ORDER BY name", "--db", str(store),
-                "--format", "csv").out.split()
+    names = cli(
+        "sql", "SELECT name FROM runs ORDER BY name", "--db", str(store), "--format", "csv"
+    ).out.split()
     assert names == ["name", "ddp", "good"]
 
 
@@ -131,14 +171,19 @@ def test_demo_never_replaces_runs_it_did_not_make(tmp_path: Path) -> None:
     assert res.code == 0, res.err
     assert "'ddp' is already in" in res.out
     assert snapshot(db)["ranks"][: len(before)] == before or all(
-        r in snapshot(db)["ranks"] for r in before)
+        r in snapshot(db)["ranks"] for r in before
+    )
 
 
 def _on_a_terminal(args: list[str]) -> str:
     """What a command writes to a pseudo-terminal."""
     main, sub = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "tracelab.cli", *args], stdout=sub,
-                            stderr=sub, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracelab.cli", *args],
+        stdout=sub,
+        stderr=sub,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(sub)
     out = b""
     while True:
@@ -184,8 +229,9 @@ def test_delete_removes_one_run_and_leaves_the_others(store: Path, tmp_path: Pat
     still_works(store)
 
 
-def test_skip_bad_skips_any_per_file_failure(store: Path, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_skip_bad_skips_any_per_file_failure(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Item 7: a failure that is not an input error (a bug met on one file) is skipped and
     recorded with --skip-bad, and without it is one line naming the file (exit 70)."""
     import tracelab.ingest

@@ -26,8 +26,14 @@ from .kineto import run_set
 
 EXAMPLES = int(os.environ.get("TRACELAB_FUZZ_EXAMPLES", "300"))
 RANDOM = os.environ.get("TRACELAB_FUZZ_RANDOM") == "1"
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not RANDOM, database=None,
-                suppress_health_check=list(HealthCheck), print_blob=True)
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=not RANDOM,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    print_blob=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +44,11 @@ def fuzz_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     # On tmpfs where there is one: the store's fsyncs then cost nothing, and the examples'
     # time goes to tracelab itself.
     shm = Path("/dev/shm")
-    root = (Path(tempfile.mkdtemp(prefix="tracelab-fuzz-", dir=shm)) if shm.is_dir()
-            and os.access(shm, os.W_OK) else tmp_path_factory.mktemp("fuzz"))
+    root = (
+        Path(tempfile.mkdtemp(prefix="tracelab-fuzz-", dir=shm))
+        if shm.is_dir() and os.access(shm, os.W_OK)
+        else tmp_path_factory.mktemp("fuzz")
+    )
     db = root / "store.duckdb"
     ingest([run_set(root / "good")], db=db, run="good", progress=False)
     yield Store(db)

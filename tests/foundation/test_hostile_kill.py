@@ -50,8 +50,19 @@ def _alive(pid: int) -> bool:
 
 
 def _ingest_cmd(data: Path, db: Path) -> list[str]:
-    return [sys.executable, "-m", "tracelab.cli", "ingest", str(data), "--db", str(db),
-            "--run", "big", "--workers", "2"]
+    return [
+        sys.executable,
+        "-m",
+        "tracelab.cli",
+        "ingest",
+        str(data),
+        "--db",
+        str(db),
+        "--run",
+        "big",
+        "--workers",
+        "2",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +82,14 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 @pytest.mark.parametrize("point", POINTS)
-def test_killed_ingest_leaves_nothing_behind(sig: signal.Signals, point: float,
-                                             big: tuple[Path, float], tmp_path: Path) -> None:
+def test_killed_ingest_leaves_nothing_behind(
+    sig: signal.Signals, point: float, big: tuple[Path, float], tmp_path: Path
+) -> None:
     data, full_s = big
     db = tmp_path / "store.duckdb"
     ingest([run_set(tmp_path / "good")], db=db, run="good", progress=False)
     before = snapshot(db)
-    proc = subprocess.Popen(_ingest_cmd(data, db), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_ingest_cmd(data, db), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen: set[int] = set()
     deadline = time.monotonic() + point * full_s
     while time.monotonic() < deadline and proc.poll() is None:

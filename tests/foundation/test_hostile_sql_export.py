@@ -11,24 +11,28 @@ import pytest
 from .hostile import cli, snapshot, still_works, store  # noqa: F401 (fixture)
 
 
-@pytest.mark.parametrize("query, words", [
-    ("", "no SQL statement"),
-    ("SELECT 1; DELETE FROM runs", "one statement"),
-    ("COPY events TO '{tmp}/leak.csv'", "COPY statements are refused"),
-    ("EXPORT DATABASE '{tmp}/leak'", "EXPORT statements are refused"),
-    ("ATTACH '{db}' AS again (READ_ONLY false)", "ATTACH statements are refused"),
-    ("SET enable_external_access = true", "SET statements are refused"),
-    ("CHECKPOINT", "refused"),
-    ("INSTALL httpfs", "refused"),
-    ("LOAD httpfs", "refused"),
-    ("PRAGMA show_tables", "PRAGMA statements are refused"),
-    ("DELETE FROM runs", "DELETE statements are refused"),
-    ("SELECT * FROM read_text('/etc/passwd')", "disabled by configuration"),
-    ("SELECT * FROM read_json('{tmp}/good/rank-0.json')", "disabled by configuration"),
-    ("SELECT * FROM glob('/etc/*')", "disabled by configuration"),
-])
-def test_sql_refuses_writes_and_file_access(query: str, words: str, store: Path,
-                                            tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "query, words",
+    [
+        ("", "no SQL statement"),
+        ("SELECT 1; DELETE FROM runs", "one statement"),
+        ("COPY events TO '{tmp}/leak.csv'", "COPY statements are refused"),
+        ("EXPORT DATABASE '{tmp}/leak'", "EXPORT statements are refused"),
+        ("ATTACH '{db}' AS again (READ_ONLY false)", "ATTACH statements are refused"),
+        ("SET enable_external_access = true", "SET statements are refused"),
+        ("CHECKPOINT", "refused"),
+        ("INSTALL httpfs", "refused"),
+        ("LOAD httpfs", "refused"),
+        ("PRAGMA show_tables", "PRAGMA statements are refused"),
+        ("DELETE FROM runs", "DELETE statements are refused"),
+        ("SELECT * FROM read_text('/etc/passwd')", "disabled by configuration"),
+        ("SELECT * FROM read_json('{tmp}/good/rank-0.json')", "disabled by configuration"),
+        ("SELECT * FROM glob('/etc/*')", "disabled by configuration"),
+    ],
+)
+def test_sql_refuses_writes_and_file_access(
+    query: str, words: str, store: Path, tmp_path: Path
+) -> None:
     before = snapshot(store)
     res = cli("sql", query.format(tmp=tmp_path, db=store), "--db", str(store))
     assert res.code == 2, res.err
@@ -39,16 +43,25 @@ def test_sql_refuses_writes_and_file_access(query: str, words: str, store: Path,
     still_works(store)
 
 
-@pytest.mark.parametrize("query", ["SELECT count(*) FROM events", "SHOW TABLES",
-                                   "DESCRIBE events", "FROM runs", "SUMMARIZE runs",
-                                   "WITH a AS (SELECT 1 AS x) SELECT * FROM a",
-                                   "EXPLAIN SELECT 1"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT count(*) FROM events",
+        "SHOW TABLES",
+        "DESCRIBE events",
+        "FROM runs",
+        "SUMMARIZE runs",
+        "WITH a AS (SELECT 1 AS x) SELECT * FROM a",
+        "EXPLAIN SELECT 1",
+    ],
+)
 def test_sql_runs_queries(query: str, store: Path) -> None:
     assert cli("sql", query, "--db", str(store)).code == 0
 
 
-def test_export_overwrite_never_deletes_the_store_or_other_files(store: Path,
-                                                                 tmp_path: Path) -> None:
+def test_export_overwrite_never_deletes_the_store_or_other_files(
+    store: Path, tmp_path: Path
+) -> None:
     before = snapshot(store)
     res = cli("export", "--db", str(store), "--out", str(tmp_path), "--overwrite")
     assert res.code == 2 and "holds the store" in res.err

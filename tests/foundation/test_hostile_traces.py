@@ -23,24 +23,28 @@ Doc = dict[str, Any]
 def _event(**fields: Any) -> Callable[[Doc], None]:
     def edit(doc: Doc) -> None:
         doc["traceEvents"][1].update(fields)
+
     return edit
 
 
 def _top(key: str, value: Any) -> Callable[[Doc], None]:
     def edit(doc: Doc) -> None:
         doc[key] = value
+
     return edit
 
 
 def _dist(key: str, value: Any) -> Callable[[Doc], None]:
     def edit(doc: Doc) -> None:
         doc["distributedInfo"][key] = value
+
     return edit
 
 
 def _step(name: str) -> Callable[[Doc], None]:
     def edit(doc: Doc) -> None:
         doc["traceEvents"][0]["name"] = name
+
     return edit
 
 
@@ -97,15 +101,22 @@ BAD_TEXT: dict[str, tuple[Callable[[str], str], str]] = {
     "lone_surrogate_name": (lambda t: t.replace("aten::mm", "\\ud800mm"), "lone UTF-16 surrogate"),
     "lone_low_surrogate_args": (
         lambda t: t.replace('"External id": 7}', '"External id": 7, "s": "\\udc00"}'),
-        "lone UTF-16 surrogate"),
+        "lone UTF-16 surrogate",
+    ),
     "lone_surrogate_metadata": (
         lambda t: t.replace('"schemaVersion": 1', '"schemaVersion": "x\\udbff"'),
-        "lone UTF-16 surrogate"),
+        "lone UTF-16 surrogate",
+    ),
     "nesting_5000_args": (
-        lambda t: t.replace('"External id": 7}', '"External id": 7, "d": ' + "[" * 5000
-                            + "]" * 5000 + "}"), "deeper than 512"),
-    "nesting_5000_top": (lambda t: t[:-1] + ', "d": ' + "[" * 5000 + "]" * 5000 + "}",
-                         "deeper than 512"),
+        lambda t: t.replace(
+            '"External id": 7}', '"External id": 7, "d": ' + "[" * 5000 + "]" * 5000 + "}"
+        ),
+        "deeper than 512",
+    ),
+    "nesting_5000_top": (
+        lambda t: t[:-1] + ', "d": ' + "[" * 5000 + "]" * 5000 + "}",
+        "deeper than 512",
+    ),
 }
 
 
@@ -122,19 +133,38 @@ def test_malformed_text_is_named(case: str, store: Path, tmp_path: Path) -> None
     still_works(store)
 
 
-@pytest.mark.parametrize("case, edit", [
-    ("bom", lambda t: "\ufeff" + t),
-    ("nesting_600_top", lambda t: t[:-1] + ', "d": ' + "[" * 600 + "]" * 600 + "}"),
-    ("pid_int64_min", lambda t: t.replace('"pid": 1, "tid": 1, "ts": 10.5',
-                                          f'"pid": {-2**63}, "tid": 1, "ts": 10.5')),
-    ("tid_int64_min", lambda t: t.replace('"tid": 1, "ts": 10.5', f'"tid": {-2**63}, "ts": 10.5')),
-    ("device_props_odd", lambda t: t[:-1] + ', "deviceProperties": [{"name": [1], '
-                                            f'"totalGlobalMem": {2**70}}}]}}'),
-    ("base_null", lambda t: t.replace('"baseTimeNanoseconds": 1700000000000000000',
-                                      '"baseTimeNanoseconds": null')),
-])
-def test_odd_but_valid_traces_ingest(case: str, edit: Callable[[str], str], store: Path,
-                                     tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "case, edit",
+    [
+        ("bom", lambda t: "\ufeff" + t),
+        ("nesting_600_top", lambda t: t[:-1] + ', "d": ' + "[" * 600 + "]" * 600 + "}"),
+        (
+            "pid_int64_min",
+            lambda t: t.replace(
+                '"pid": 1, "tid": 1, "ts": 10.5', f'"pid": {-(2**63)}, "tid": 1, "ts": 10.5'
+            ),
+        ),
+        (
+            "tid_int64_min",
+            lambda t: t.replace('"tid": 1, "ts": 10.5', f'"tid": {-(2**63)}, "ts": 10.5'),
+        ),
+        (
+            "device_props_odd",
+            lambda t: (
+                t[:-1] + f', "deviceProperties": [{{"name": [1], "totalGlobalMem": {2**70}}}]}}'
+            ),
+        ),
+        (
+            "base_null",
+            lambda t: t.replace(
+                '"baseTimeNanoseconds": 1700000000000000000', '"baseTimeNanoseconds": null'
+            ),
+        ),
+    ],
+)
+def test_odd_but_valid_traces_ingest(
+    case: str, edit: Callable[[str], str], store: Path, tmp_path: Path
+) -> None:
     path = tmp_path / f"{case}.json"
     path.write_text(edit(_text(trace(rank=0))), encoding="utf-8")
     res = cli("ingest", str(path), "--db", str(store), "--run", case)
@@ -166,8 +196,10 @@ def _forge(kind: str, folder: Path) -> None:
     elif kind == "overflowing_times":
         table = pq.read_table(folder / "events.parquet")
         dur = pa.array([2**62] * table.num_rows, pa.int64())
-        pq.write_table(table.set_column(table.schema.get_field_index("dur_ns"), "dur_ns", dur),
-                       folder / "events.parquet")
+        pq.write_table(
+            table.set_column(table.schema.get_field_index("dur_ns"), "dur_ns", dur),
+            folder / "events.parquet",
+        )
     elif kind == "truncated_parquet":
         data = (folder / "steps.parquet").read_bytes()
         (folder / "steps.parquet").write_bytes(data[: len(data) // 2])
@@ -175,10 +207,20 @@ def _forge(kind: str, folder: Path) -> None:
         meta.write_text("{")
 
 
-@pytest.mark.parametrize("kind", ["rank_string", "event_count", "old_columns",
-                                  "overflowing_times", "truncated_parquet", "metadata_not_json"])
-def test_stale_or_forged_converted_folder_is_converted_again(kind: str, store: Path,
-                                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "rank_string",
+        "event_count",
+        "old_columns",
+        "overflowing_times",
+        "truncated_parquet",
+        "metadata_not_json",
+    ],
+)
+def test_stale_or_forged_converted_folder_is_converted_again(
+    kind: str, store: Path, tmp_path: Path
+) -> None:
     """Item 12: a `.tracelab` folder beside a trace is registered only when it is exactly what
     convert_trace writes; otherwise the trace itself is converted (and validated) again."""
     from tracelab.convert import convert_trace, converted_dir
@@ -190,7 +232,14 @@ def test_stale_or_forged_converted_folder_is_converted_again(kind: str, store: P
     _forge(kind, converted_dir(path))
     res = cli("ingest", str(path), "--db", str(store), "--run", kind)
     assert res.code == 0, res.err
-    got = cli("sql", f"SELECT count(*), max(dur_ns) FROM events JOIN runs USING (run_id) "
-              f"WHERE runs.name = '{kind}'", "--db", str(store), "--format", "csv").out.split()
+    got = cli(
+        "sql",
+        f"SELECT count(*), max(dur_ns) FROM events JOIN runs USING (run_id) "
+        f"WHERE runs.name = '{kind}'",
+        "--db",
+        str(store),
+        "--format",
+        "csv",
+    ).out.split()
     assert got[1] == "4,100000", got
     still_works(store)

@@ -51,7 +51,8 @@ def test_counts_ranks_and_groups_match_the_json(rel: str, hta_traces: Path, tmp_
 
     direct = collections.Counter(
         classify(e.get("cat"), e.get("name", "")).value
-        for e in doc["traceEvents"] if e.get("ph") == "X"
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
     )
     with open_store(tmp_path / "s.duckdb") as con:
         stored = dict(con.execute("SELECT category, count(*) FROM events GROUP BY 1").fetchall())
@@ -62,7 +63,9 @@ def test_counts_ranks_and_groups_match_the_json(rel: str, hta_traces: Path, tmp_
     assert rank_row[0] == expected_rank
     assert rank_row[1] == dist.get("world_size")
     assert json.loads(rank_row[2]) == (dist.get("pg_config") or [])
-    assert mem == sum(1 for e in doc["traceEvents"] if e.get("ph") in ("i", "I") and e.get("name") == "[memory]")
+    assert mem == sum(
+        1 for e in doc["traceEvents"] if e.get("ph") in ("i", "I") and e.get("name") == "[memory]"
+    )
     assert negative == 0
 
 
@@ -70,7 +73,9 @@ def test_nccl_kernels_become_collectives_with_metadata(hta_traces: Path, tmp_pat
     path = hta_traces / "nccl_parser_config/nccl_data.json.gz"
     ingest([path], db=tmp_path / "s.duckdb", run="r", progress=False)
     doc = _load(path)
-    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    kernels = [
+        e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()
+    ]
     with open_store(tmp_path / "s.duckdb") as con:
         rows = con.execute(
             "SELECT op, pg_name, group_size, in_bytes, dtype, start_ns, end_ns FROM collectives "
@@ -79,7 +84,10 @@ def test_nccl_kernels_become_collectives_with_metadata(hta_traces: Path, tmp_pat
     assert len(rows) == len(kernels)
     first = min(kernels, key=lambda e: e["ts"])
     op, pg, size, in_bytes, dtype, start, end = rows[0]
-    assert op == {"allreduce": "all_reduce", "broadcast": "broadcast"}[first["args"]["Collective name"]]
+    assert (
+        op
+        == {"allreduce": "all_reduce", "broadcast": "broadcast"}[first["args"]["Collective name"]]
+    )
     assert (pg, size, dtype) == ("0", 2, first["args"]["dtype"])
     elem = {"Float": 4, "Long": 8}[first["args"]["dtype"]]
     assert in_bytes == first["args"]["In msg nelems"] * elem
@@ -105,8 +113,12 @@ def test_ns_resolution_timestamps_are_exact(hta_traces: Path, tmp_path: Path) ->
 
 
 def test_device_events_get_their_launch_step(hta_traces: Path, tmp_path: Path) -> None:
-    ingest([hta_traces / "nccl_parser_config/nccl_data.json.gz"], db=tmp_path / "s.duckdb",
-           run="r", progress=False)
+    ingest(
+        [hta_traces / "nccl_parser_config/nccl_data.json.gz"],
+        db=tmp_path / "s.duckdb",
+        run="r",
+        progress=False,
+    )
     with open_store(tmp_path / "s.duckdb") as con:
         mismatched = con.execute(
             """SELECT count(*) FROM events k JOIN events l

@@ -15,8 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Source folder -> the package it installs as.
-PACKAGES = {ROOT / "tracelab": "tracelab", ROOT / "app": "tracelab.app",
-            ROOT / "collectors": "tracelab.collectors"}
+PACKAGES = {
+    ROOT / "tracelab": "tracelab",
+    ROOT / "app": "tracelab.app",
+    ROOT / "collectors": "tracelab.collectors",
+}
 
 
 def _module_of(path: Path) -> str:
@@ -57,9 +60,11 @@ def test_no_private_module_is_imported_from_outside_its_package() -> None:
     assert not bad, "\n".join(sorted(set(bad)))
 
 
-@pytest.mark.skipif(shutil.which("lint-imports") is None and
-                    not (Path(sys.executable).parent / "lint-imports").exists(),
-                    reason="import-linter is not installed")
+@pytest.mark.skipif(
+    shutil.which("lint-imports") is None
+    and not (Path(sys.executable).parent / "lint-imports").exists(),
+    reason="import-linter is not installed",
+)
 def test_import_layer_contracts_hold() -> None:
     exe = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
     out = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import sysconfig
 import venv
 from pathlib import Path
@@ -40,8 +39,13 @@ def test_install_modes(editable: bool, tmp_path: Path) -> None:
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    out = subprocess.run([str(py), "-c", PROBE], capture_output=True, text=True, cwd=tmp_path,
-                         env={k: v for k, v in env.items() if k != "PYTHONPATH"})
+    out = subprocess.run(
+        [str(py), "-c", PROBE],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in env.items() if k != "PYTHONPATH"},
+    )
     assert out.returncode == 0, out.stderr
     import json
 
@@ -54,5 +58,7 @@ def test_install_modes(editable: bool, tmp_path: Path) -> None:
         assert found["app"].startswith(str(REPO / "app"))
     else:
         assert str(env_dir) in found["tracelab"] and str(env_dir) in found["collectors"]
-    cli = subprocess.run([str(env_dir / "bin" / "tracelab"), "--help"], capture_output=True, text=True)
+    cli = subprocess.run(
+        [str(env_dir / "bin" / "tracelab"), "--help"], capture_output=True, text=True
+    )
     assert cli.returncode == 0 and "ingest" in cli.stdout

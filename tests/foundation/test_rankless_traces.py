@@ -24,11 +24,14 @@ def _ranks(db: Path, run: str) -> list[tuple[int, int | None]]:
     with open_store(db) as con:
         return con.execute(
             "SELECT k.rank, k.world_size FROM ranks k JOIN runs r USING (run_id) WHERE r.name = ? "
-            "ORDER BY k.rank", [run]).fetchall()
+            "ORDER BY k.rank",
+            [run],
+        ).fetchall()
 
 
-def test_the_amd_trace_alone_is_rank_0_of_1(hta_traces: Path, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_amd_trace_alone_is_rank_0_of_1(
+    hta_traces: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "s.duckdb"
     path = hta_traces / AMD
     assert main(["ingest", str(path), "--db", str(db)]) == 0
@@ -70,8 +73,11 @@ def test_one_tensorboard_workers_windows_are_one_rank_in_time_order(tmp_path: Pa
     from torch.profiler import schedule, tensorboard_trace_handler
 
     out = tmp_path / "tb"
-    _torch_profile(6, schedule=schedule(wait=0, warmup=1, active=2, repeat=2),
-                   on_trace_ready=tensorboard_trace_handler(str(out)))
+    _torch_profile(
+        6,
+        schedule=schedule(wait=0, warmup=1, active=2, repeat=2),
+        on_trace_ready=tensorboard_trace_handler(str(out)),
+    )
     files = sorted(out.iterdir())
     assert len(files) == 2 and all(tensorboard_name(f) for f in files)
     worker = tensorboard_name(files[0])[0]  # type: ignore[index]
@@ -82,23 +88,30 @@ def test_one_tensorboard_workers_windows_are_one_rank_in_time_order(tmp_path: Pa
     single = ingest([files[0]], db=db, progress=False)
     assert single.run == worker  # host_pid, not host_pid.<time>.pt.trace
     with open_store(db) as con:
-        steps = [s for (s,) in con.execute(
-            "SELECT DISTINCT step FROM steps JOIN runs USING (run_id) WHERE name = 'tb' "
-            "ORDER BY step").fetchall()]
+        steps = [
+            s
+            for (s,) in con.execute(
+                "SELECT DISTINCT step FROM steps JOIN runs USING (run_id) WHERE name = 'tb' "
+                "ORDER BY step"
+            ).fetchall()
+        ]
     assert steps == sorted(steps) and len(steps) == 4
     del torch
 
 
 def test_tensorboard_names() -> None:
     assert tensorboard_name(Path("vm_8976.1796308723015068791.pt.trace.json")) == (
-        "vm_8976", 1796308723015068791)
+        "vm_8976",
+        1796308723015068791,
+    )
     assert tensorboard_name(Path("host.a_12.17.pt.trace.json.gz")) == ("host.a_12", 17)
     assert tensorboard_name(Path("rank-0.json")) is None
     assert tensorboard_name(Path("x.pt.trace.json")) is None
 
 
 def test_several_rankless_traces_need_the_mapping_the_error_gives(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "job"
     write(folder / "host_11.100.pt.trace.json", trace(rank=None))
     write(folder / "host_11.200.pt.trace.json", trace(rank=None))

@@ -33,7 +33,9 @@ def test_stale_derived_tables_are_refused_then_rederived(tmp_path: Path, capsys)
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute(PARTS_SQL).fetchall() == before
         assert con.execute("SELECT count(*) FROM events").fetchall()[0][0] == events
-        comment = con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = "
-                              "'step_parts' AND column_name = 'wait_ns'").fetchall()[0][0]
+        comment = con.execute(
+            "SELECT comment FROM duckdb_columns() WHERE table_name = "
+            "'step_parts' AND column_name = 'wait_ns'"
+        ).fetchall()[0][0]
         assert comment and "wait" in comment.lower()
     assert main(["analyze", "--db", str(db), "--format", "json"]) == 0

@@ -21,15 +21,15 @@ def test_unique_names_match_duckdbs_own_deduplication() -> None:
     select = ", ".join(f"{i} AS {n}" for i, n in enumerate(names))
     con = duckdb.connect()
     deduped = [d[0] for d in con.execute(f"SELECT * FROM (SELECT {select})").description]
-    assert unique_names(names) == deduped == ["name", "name_1", "name_1_1", "NAME_2", "x",
-                                              "name_3"]
+    assert unique_names(names) == deduped == ["name", "name_1", "name_1_1", "NAME_2", "x", "name_3"]
 
 
-def test_repeated_names_print_both_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_repeated_names_print_both_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "s.duckdb"
     ingest([run_set(tmp_path / "t", ranks=1)], db=db, run="runA", progress=False)
-    query = ("SELECT r.name, e.name FROM runs r JOIN events e USING (run_id) "
-             "ORDER BY e.name LIMIT 1")
+    query = "SELECT r.name, e.name FROM runs r JOIN events e USING (run_id) ORDER BY e.name LIMIT 1"
     assert main(["sql", query, "--db", str(db), "--format", "csv"]) == 0
     rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
     assert rows[0] == ["name", "name_1"]

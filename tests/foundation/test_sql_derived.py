@@ -32,5 +32,6 @@ def test_each_derived_table_is_queryable_and_described(table: str, db: Path, cap
     capsys.readouterr()
     assert main(["sql", "--db", str(db), "--format", "json", f"DESCRIBE {table}"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert rows and all(r["comment"] for r in rows), [r["column_name"] for r in rows
-                                                       if not r["comment"]]
+    assert rows and all(r["comment"] for r in rows), [
+        r["column_name"] for r in rows if not r["comment"]
+    ]

@@ -21,8 +21,10 @@ from .kineto import run_set, trace, write
 def counts(db: Path, run: str) -> dict[str, int]:
     with open_store(db) as con:
         rid = run_id(con, run)
-        return {t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [rid]).fetchone()[0]
-                for t in ("events", "steps", "ranks", "memory", "lanes", "collectives")}
+        return {
+            t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [rid]).fetchone()[0]
+            for t in ("events", "steps", "ranks", "memory", "lanes", "collectives")
+        }
 
 
 def test_reingest_of_identical_files_is_a_no_op(tmp_path: Path) -> None:
@@ -30,8 +32,14 @@ def test_reingest_of_identical_files_is_a_no_op(tmp_path: Path) -> None:
     first = ingest([folder], db=db, run="a", progress=False)
     again = ingest([folder], db=db, run="a", progress=False)
     assert again.unchanged and again.run_id == first.run_id
-    assert counts(db, "a") == {"events": 8, "steps": 2, "ranks": 2, "memory": 2, "lanes": 2,
-                               "collectives": 0}
+    assert counts(db, "a") == {
+        "events": 8,
+        "steps": 2,
+        "ranks": 2,
+        "memory": 2,
+        "lanes": 2,
+        "collectives": 0,
+    }
 
 
 def test_changed_files_are_refused_then_replaced(tmp_path: Path) -> None:
@@ -61,7 +69,8 @@ def test_delete_run_removes_every_row(tmp_path: Path) -> None:
         delete_run(con, rid)
         leftovers = sum(
             con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [rid]).fetchone()[0]
-            for t in ("runs", "ranks", "events", "steps", "lanes", "collectives", "memory"))
+            for t in ("runs", "ranks", "events", "steps", "lanes", "collectives", "memory")
+        )
     assert leftovers == 0
     assert counts(db, "b")["events"] == 8
 
@@ -96,18 +105,33 @@ def test_readers_keep_working_while_an_ingest_runs(tmp_path: Path) -> None:
     ingest([run_set(tmp_path / "t")], db=db, run="first", progress=False)
     big = tmp_path / "big"
     for r in range(4):
-        events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 50}", "pid": 1, "tid": 1,
-                   "ts": float(i), "dur": 0.5, "args": {"External id": i}} for i in range(60_000)]
+        events = [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"op{i % 50}",
+                "pid": 1,
+                "tid": 1,
+                "ts": float(i),
+                "dur": 0.5,
+                "args": {"External id": i},
+            }
+            for i in range(60_000)
+        ]
         write(big / f"rank-{r}.json", trace(rank=r, world=4, events=events))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tracelab.cli", "ingest", str(big), "--db", str(db), "--run", "big"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     reads = 0
     try:
         while proc.poll() is None:
             with open_store(db, timeout_s=60) as con:
-                assert con.execute("SELECT count(*) FROM runs WHERE name='first'").fetchone()[0] == 1
+                assert (
+                    con.execute("SELECT count(*) FROM runs WHERE name='first'").fetchone()[0] == 1
+                )
             reads += 1
             time.sleep(0.05)
     finally:
@@ -117,10 +141,13 @@ def test_readers_keep_working_while_an_ingest_runs(tmp_path: Path) -> None:
     assert counts(db, "big")["events"] == 4 * 60_000 + 0
 
 
-def test_preconverted_ranks_are_registered_not_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_preconverted_ranks_are_registered_not_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A trace converted on its rank (collector or `tracelab convert`) is not parsed again,
     and gives the same rows as a fresh parse; a changed trace is parsed afresh."""
-    from tracelab import convert, ingest as ingest_mod
+    from tracelab import convert
+    from tracelab import ingest as ingest_mod
 
     folder = run_set(tmp_path / "t", ranks=2)
     fresh = tmp_path / "fresh.duckdb"
@@ -143,7 +170,10 @@ def test_preconverted_ranks_are_registered_not_parsed(tmp_path: Path, monkeypatc
     monkeypatch.undo()
     ingest([folder], db=reg, run="a", if_exists="replace", progress=False)
     with open_store(reg) as con:
-        assert con.execute("SELECT min(ts_ns) FROM events WHERE rank = 1").fetchone()[0] == 1_900_000_000_000_000_000
+        assert (
+            con.execute("SELECT min(ts_ns) FROM events WHERE rank = 1").fetchone()[0]
+            == 1_900_000_000_000_000_000
+        )
 
 
 def test_preconverted_folder_of_an_older_format_is_converted_again(tmp_path: Path) -> None:

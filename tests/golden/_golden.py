@@ -24,14 +24,19 @@ def tb_events(name: str, rank: int = 0) -> list[dict[str, Any]]:
     return json.loads((FIXTURES / "tb_plugin" / f"{name}.rank{rank}.json").read_text())
 
 
-def write_ranks(folder: Path, ranks: dict[int, list[dict[str, Any]]],
-                extra: dict[str, Any] | None = None) -> list[Path]:
+def write_ranks(
+    folder: Path, ranks: dict[int, list[dict[str, Any]]], extra: dict[str, Any] | None = None
+) -> list[Path]:
     """One trace file per rank, as the plugin's test wraps its event lists."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for rank, events in ranks.items():
-        doc = {"schemaVersion": 1, "traceEvents": events,
-               "distributedInfo": {"rank": rank, "world_size": len(ranks)}, **(extra or {})}
+        doc = {
+            "schemaVersion": 1,
+            "traceEvents": events,
+            "distributedInfo": {"rank": rank, "world_size": len(ranks)},
+            **(extra or {}),
+        }
         path = folder / f"worker{rank}.pt.trace.json"
         path.write_text(json.dumps(doc))
         paths.append(path)
@@ -55,8 +60,12 @@ class Store:
         return {int(r["rank"]): r for r in self.rows(sql)}
 
 
-def ingest_ranks(tmp: Path, ranks: dict[int, list[dict[str, Any]]], name: str = "golden",
-                 extra: dict[str, Any] | None = None) -> Store:
+def ingest_ranks(
+    tmp: Path,
+    ranks: dict[int, list[dict[str, Any]]],
+    name: str = "golden",
+    extra: dict[str, Any] | None = None,
+) -> Store:
     paths = write_ranks(tmp / name, ranks, extra)
     db = tmp / f"{name}.duckdb"
     report = ingest([str(p) for p in paths], db=db, run=name, workers=1, progress=False)
@@ -69,8 +78,11 @@ def step_parts_us(store: Store) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
     for r in store.rows("SELECT * FROM step_parts WHERE run_id = $run ORDER BY rank, step"):
         out.setdefault(int(r["rank"]), {})
-        out[int(r["rank"])][int(r["step"])] = {k: v / US for k, v in r.items()  # type: ignore[index]
-                                               if k.endswith("_ns")}
+        out[int(r["rank"])][int(r["step"])] = {
+            k: v / US
+            for k, v in r.items()  # type: ignore[index]
+            if k.endswith("_ns")
+        }
     return out
 
 

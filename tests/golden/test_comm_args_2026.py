@@ -25,12 +25,16 @@ def test_comms_id_matches_and_src_dst_name_the_peer(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     ingest(paths, db=db, run="r", workers=1, progress=False)
     with open_store(db) as con:
-        seqs = con.execute("SELECT rank, seq FROM collectives WHERE source = 'kernel' AND "
-                           "op = 'all_reduce' ORDER BY rank, seq").fetchall()
-        peers = con.execute("SELECT rank, op, peer FROM collectives WHERE op IN ('send', "
-                            "'recv') ORDER BY rank").fetchall()
-        keys = con.execute("SELECT count(DISTINCT match_key) FROM matched_collectives"
-                           ).fetchall()[0][0]
+        seqs = con.execute(
+            "SELECT rank, seq FROM collectives WHERE source = 'kernel' AND "
+            "op = 'all_reduce' ORDER BY rank, seq"
+        ).fetchall()
+        peers = con.execute(
+            "SELECT rank, op, peer FROM collectives WHERE op IN ('send', 'recv') ORDER BY rank"
+        ).fetchall()
+        keys = con.execute("SELECT count(DISTINCT match_key) FROM matched_collectives").fetchall()[
+            0
+        ][0]
     assert seqs == [(0, 7000), (0, 7001), (1, 7000), (1, 7001)]
     assert peers == [(0, "send", 1), (1, "recv", 0)]
     assert keys == 2

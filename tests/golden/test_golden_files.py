@@ -27,8 +27,10 @@ REGENERATE = os.environ.get("TRACELAB_REGENERATE_GOLDEN") == "1"
 SCENARIOS = {
     "stragglers": ("stragglers", {}),
     "overlap": ("overlap", {"steps": 3}),
-    "pipeline_1f1b_stall": ("pipeline", {"schedule": "1f1b", "slow_stage": 2,
-                                          "slow_factor": 1.5, "stall_ms": 3}),
+    "pipeline_1f1b_stall": (
+        "pipeline",
+        {"schedule": "1f1b", "slow_stage": 2, "slow_factor": 1.5, "stall_ms": 3},
+    ),
 }
 
 
@@ -39,10 +41,15 @@ def _check(name: str, text: str) -> None:
         return
     assert path.is_file(), f"{path} is missing: regenerate (see this module's docstring)"
     want = path.read_text(encoding="utf-8")
-    diff = "\n".join(list(difflib.unified_diff(want.splitlines(), text.splitlines(),
-                                               "golden", "now", lineterm=""))[:60])
-    assert text == want, (f"{name} differs from its golden file: review the change, then "
-                          f"regenerate (see tests/golden/test_golden_files.py)\n{diff}")
+    diff = "\n".join(
+        list(
+            difflib.unified_diff(want.splitlines(), text.splitlines(), "golden", "now", lineterm="")
+        )[:60]
+    )
+    assert text == want, (
+        f"{name} differs from its golden file: review the change, then "
+        f"regenerate (see tests/golden/test_golden_files.py)\n{diff}"
+    )
 
 
 def test_store_schema(tmp_path: Path) -> None:
@@ -53,15 +60,20 @@ def test_store_schema(tmp_path: Path) -> None:
         tables = con.execute("""SELECT table_name, CASE WHEN table_type = 'VIEW' THEN 'view'
                                        ELSE 'table' END
                                 FROM information_schema.tables ORDER BY table_name""").fetchall()
-        comments = dict(con.execute(
-            "SELECT table_name, comment FROM duckdb_tables() UNION ALL "
-            "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal").fetchall())
+        comments = dict(
+            con.execute(
+                "SELECT table_name, comment FROM duckdb_tables() UNION ALL "
+                "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal"
+            ).fetchall()
+        )
         lines = []
         for table, kind in tables:
             lines.append(f"{kind} {table}: {comments.get(table) or ''}".rstrip())
             for col, typ, comment in con.execute(
-                    "SELECT column_name, data_type, comment FROM duckdb_columns() "
-                    "WHERE table_name = ? ORDER BY column_index", [table]).fetchall():
+                "SELECT column_name, data_type, comment FROM duckdb_columns() "
+                "WHERE table_name = ? ORDER BY column_index",
+                [table],
+            ).fetchall():
                 lines.append(f"  {col} {typ}: {comment or ''}".rstrip())
     _check("store_schema.txt", "\n".join(lines) + "\n")
 
@@ -76,8 +88,10 @@ def test_analysis_document(name: str, tmp_path: Path) -> None:
         rid, run_name = resolve_run(con, r.name)
         doc = analysis_document({"name": run_name, "run_id": rid}, run(con, rid))
     doc.pop("tracelab_version")
-    _check(f"analysis_{name}.json",
-           json.dumps(_rounded(doc), indent=1, sort_keys=True, default=str) + "\n")
+    _check(
+        f"analysis_{name}.json",
+        json.dumps(_rounded(doc), indent=1, sort_keys=True, default=str) + "\n",
+    )
 
 
 def _rounded(x: object) -> object:

@@ -52,8 +52,10 @@ def test_all_categories_pytorch_1_8_names(tmp_path: Path) -> None:
     `Operator`) and string thread ids. Expected: Kernel 15, Memcpy 10, Memset 5, Runtime 30,
     DataLoader 180, CpuOp 35, Other 125 (Total 400)."""
     s = one_rank(tmp_path, "all_categories")
-    cats = {(r["cat"], r["name"][:20]): (r["category"], r["on_device"]) for r in s.rows(
-        "SELECT cat, name, category, on_device FROM events WHERE run_id = $run")}
+    cats = {
+        (r["cat"], r["name"][:20]): (r["category"], r["on_device"])
+        for r in s.rows("SELECT cat, name, category, on_device FROM events WHERE run_id = $run")
+    }
     assert cats[("Kernel", "void cunn_ClassNLLCr")] == ("compute", True)
     assert cats[("Memcpy", "Memcpy HtoD (Pageabl")] == ("memcpy", True)
     assert cats[("Memset", "Memset (Device)")] == ("memset", True)
@@ -62,15 +64,19 @@ def test_all_categories_pytorch_1_8_names(tmp_path: Path) -> None:
     assert cats[("Operator", "ProfilerStep#1")] == ("annotation", False)
     assert cats[("Operator", "enumerate(DataLoader")] == ("annotation", False)
     # "tid": "123" and "456" are two threads; "stream 7" is stream 7
-    lanes = s.rows("SELECT DISTINCT tid, stream, lane_label FROM events WHERE run_id = $run "
-                   "ORDER BY tid")
+    lanes = s.rows(
+        "SELECT DISTINCT tid, stream, lane_label FROM events WHERE run_id = $run ORDER BY tid"
+    )
     assert [(r["tid"], r["stream"], r["lane_label"]) for r in lanes] == [
-        (7, 7, None), (123, None, None), (456, None, None)]
+        (7, 7, None),
+        (123, None, None),
+        (456, None, None),
+    ]
     p = step_parts_us(s)[0][1]
     assert p["step_ns"] == 400
-    assert p["compute_ns"] == 15                       # Kernel
-    assert p["memcpy_ns"] == 10 + 5                    # Memcpy + Memset
-    assert host_us(p) == 30 + 180 + 35 + 125           # Runtime + DataLoader + CpuOp + Other
+    assert p["compute_ns"] == 15  # Kernel
+    assert p["memcpy_ns"] == 10 + 5  # Memcpy + Memset
+    assert host_us(p) == 30 + 180 + 35 + 125  # Runtime + DataLoader + CpuOp + Other
 
 
 def test_runtime_called_by_profilerstep(tmp_path: Path) -> None:
@@ -168,21 +174,26 @@ def _per_rank_op_unions(s: Store) -> dict[tuple[int, str], tuple[float, float]]:
     """(rank, op) -> (union of the op's spans, union of its transfer intervals), µs: the
     plugin's comm_ops 'total latency' and 'data transfer time' (a transfer interval is the last
     transfer_ns of the op, the plugin's real_time_range)."""
-    rows = s.rows("SELECT rank, op, start_ns, end_ns, transfer_ns FROM matched_collectives "
-                  "WHERE run_id = $run")
+    rows = s.rows(
+        "SELECT rank, op, start_ns, end_ns, transfer_ns FROM matched_collectives "
+        "WHERE run_id = $run"
+    )
     out: dict[tuple[int, str], tuple[float, float]] = {}
     for key in {(r["rank"], r["op"]) for r in rows}:
         mine = [r for r in rows if (r["rank"], r["op"]) == key]
-        out[key] = (union_us([(r["start_ns"], r["end_ns"]) for r in mine]),
-                    union_us([(r["end_ns"] - r["transfer_ns"], r["end_ns"]) for r in mine]))
+        out[key] = (
+            union_us([(r["start_ns"], r["end_ns"]) for r in mine]),
+            union_us([(r["end_ns"] - r["transfer_ns"], r["end_ns"]) for r in mine]),
+        )
     return out
 
 
 def _wait_graph(s: Store) -> dict[int, tuple[float, float]]:
     """rank -> (data transfer, synchronizing) as the plugin's wait graph: the union of the
     transfer intervals, and the union of the ops minus it."""
-    rows = s.rows("SELECT rank, start_ns, end_ns, transfer_ns FROM matched_collectives "
-                  "WHERE run_id = $run")
+    rows = s.rows(
+        "SELECT rank, start_ns, end_ns, transfer_ns FROM matched_collectives WHERE run_id = $run"
+    )
     out = {}
     for rank in {r["rank"] for r in rows}:
         mine = [r for r in rows if r["rank"] == rank]
@@ -201,14 +212,23 @@ def test_distributed_nccl_transfer_and_wait(tmp_path: Path) -> None:
     Dims and Input type (the trace has no record_param_comms), linked to the kernel by External
     id (PyTorch 1.8 spells it `external id` on device events)."""
     s = two_ranks(tmp_path, "distributed_nccl")
-    m = {(r["rank"], r["op"]): r for r in s.rows(
-        "SELECT * FROM matched_collectives WHERE run_id = $run")}
+    m = {
+        (r["rank"], r["op"]): r
+        for r in s.rows("SELECT * FROM matched_collectives WHERE run_id = $run")
+    }
     assert {k: (v["bytes"], v["dur_ns"] / US, v["transfer_ns"] / US) for k, v in m.items()} == {
-        (0, "broadcast"): (212480, 16, 16), (0, "all_reduce"): (8196000, 1556, 1058),
-        (1, "broadcast"): (212480, 31, 16), (1, "all_reduce"): (8196000, 1058, 1058)}
+        (0, "broadcast"): (212480, 16, 16),
+        (0, "all_reduce"): (8196000, 1556, 1058),
+        (1, "broadcast"): (212480, 31, 16),
+        (1, "all_reduce"): (8196000, 1058, 1058),
+    }
     assert _wait_graph(s) == {0: (1074, 498), 1: (1074, 15)}
     assert {k: v["wait_ns"] / US for k, v in m.items()} == {
-        (0, "broadcast"): 0, (0, "all_reduce"): 498, (1, "broadcast"): 15, (1, "all_reduce"): 0}
+        (0, "broadcast"): 0,
+        (0, "all_reduce"): 498,
+        (1, "broadcast"): 15,
+        (1, "all_reduce"): 0,
+    }
 
 
 def test_distributed_nccl_host_span_differs_on_purpose(tmp_path: Path) -> None:
@@ -235,14 +255,22 @@ def test_distributed_gloo_transfer_and_wait(tmp_path: Path, name: str) -> None:
     [2, 16392000, 46, 34]; worker1 broadcast [3, 637440, 44, 44], all_reduce [2, 16392000, 54,
     34]. gloo ops run on two threads ("tid": "23803" and "23805"), so they overlap on a rank."""
     s = two_ranks(tmp_path, name)
-    rows = s.rows("SELECT rank, op, count(*) AS n, sum(bytes) AS b FROM matched_collectives "
-                  "WHERE run_id = $run GROUP BY ALL")
+    rows = s.rows(
+        "SELECT rank, op, count(*) AS n, sum(bytes) AS b FROM matched_collectives "
+        "WHERE run_id = $run GROUP BY ALL"
+    )
     assert {(r["rank"], r["op"]): (r["n"], r["b"]) for r in rows} == {
-        (0, "broadcast"): (3, 637440), (0, "all_reduce"): (2, 16392000),
-        (1, "broadcast"): (3, 637440), (1, "all_reduce"): (2, 16392000)}
+        (0, "broadcast"): (3, 637440),
+        (0, "all_reduce"): (2, 16392000),
+        (1, "broadcast"): (3, 637440),
+        (1, "all_reduce"): (2, 16392000),
+    }
     assert _per_rank_op_unions(s) == {
-        (0, "broadcast"): (63, 41), (0, "all_reduce"): (46, 34),
-        (1, "broadcast"): (44, 44), (1, "all_reduce"): (54, 34)}
+        (0, "broadcast"): (63, 41),
+        (0, "all_reduce"): (46, 34),
+        (1, "broadcast"): (44, 44),
+        (1, "all_reduce"): (54, 34),
+    }
     assert _wait_graph(s) == {0: (75, 34), 1: (78, 20)}
 
 
@@ -254,7 +282,9 @@ def test_distributed_gloo_gpu_step_and_overlap(tmp_path: Path) -> None:
     exposed communication, transfer + wait."""
     parts = step_parts_us(two_ranks(tmp_path, "distributed_gloo_gpu"))
     for rank, (kernel, comm, cpu_other, total, overlap) in {
-            0: (101, 39, 16 + 0, 156, 70), 1: (70, 44, 20 + 12, 146, 54)}.items():
+        0: (101, 39, 16 + 0, 156, 70),
+        1: (70, 44, 20 + 12, 146, 54),
+    }.items():
         p = parts[rank][0]
         assert p["step_ns"] == total
         assert p["compute_ns"] == kernel
@@ -278,7 +308,9 @@ def test_distributed_gloo_cpu_step_and_overlap(tmp_path: Path) -> None:
     same 156 µs."""
     parts = step_parts_us(two_ranks(tmp_path, "distributed_gloo_cpu"))
     for rank, (comm, cpu_only, other, total, overlap) in {
-            0: (109, 47, 0, 156, 74), 1: (98, 36, 12, 146, 64)}.items():
+        0: (109, 47, 0, 156, 74),
+        1: (98, 36, 12, 146, 64),
+    }.items():
         p = parts[rank][0]
         assert p["step_ns"] == total
         assert p["comm_ns"] == comm

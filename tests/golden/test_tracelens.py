@@ -30,8 +30,6 @@ rank 2, waits 5, 4, 0, 3, transfer 2).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ._golden import US, Store, ingest_ranks
@@ -41,39 +39,85 @@ MIB = 1 << 20
 #: (op, Collective name, dtype, bytes per element, in nelems, out nelems, starts µs, durs µs)
 COLLECTIVES = [
     ("all_reduce", "allreduce", "Float", 4, MIB, MIB, [0, 1, 5, 2], [7, 6, 2, 5]),
-    ("all_gather", "_allgather_base", "BFloat16", 2, MIB, WORLD * MIB, [103, 100, 100, 101],
-     [7, 10, 10, 9]),
-    ("reduce_scatter", "_reduce_scatter_base", "Float", 4, WORLD * MIB, MIB,
-     [200, 200, 200, 201], [20, 21, 22, 20]),
+    (
+        "all_gather",
+        "_allgather_base",
+        "BFloat16",
+        2,
+        MIB,
+        WORLD * MIB,
+        [103, 100, 100, 101],
+        [7, 10, 10, 9],
+    ),
+    (
+        "reduce_scatter",
+        "_reduce_scatter_base",
+        "Float",
+        4,
+        WORLD * MIB,
+        MIB,
+        [200, 200, 200, 201],
+        [20, 21, 22, 20],
+    ),
 ]
-KERNEL = {"all_reduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-          "all_gather": "ncclDevKernel_AllGather_RING_LL",
-          "reduce_scatter": "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL"}
+KERNEL = {
+    "all_reduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+    "all_gather": "ncclDevKernel_AllGather_RING_LL",
+    "reduce_scatter": "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL",
+}
 
 
 def _rank_events(rank: int) -> list[dict]:
     events = []
     for i, (op, cname, dtype, _, n_in, n_out, starts, durs) in enumerate(COLLECTIVES):
-        events.append({
-            "ph": "X", "cat": "kernel", "name": KERNEL[op], "pid": rank, "tid": 20,
-            "ts": 1000 + starts[rank], "dur": durs[rank],
-            "args": {"External id": 100 + i, "device": rank, "stream": 20,
-                     "Collective name": cname, "Process Group Name": "0",
-                     "Process Group Description": "default_pg",
-                     "Process Group Ranks": list(range(WORLD)), "Group size": WORLD,
-                     "In msg nelems": n_in, "Out msg nelems": n_out, "dtype": dtype}})
-        events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn",
-                       "pid": rank, "tid": 7, "ts": 1000 + starts[rank] - 0.5, "dur": 0.25,
-                       "args": {"device": rank, "stream": 7}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": KERNEL[op],
+                "pid": rank,
+                "tid": 20,
+                "ts": 1000 + starts[rank],
+                "dur": durs[rank],
+                "args": {
+                    "External id": 100 + i,
+                    "device": rank,
+                    "stream": 20,
+                    "Collective name": cname,
+                    "Process Group Name": "0",
+                    "Process Group Description": "default_pg",
+                    "Process Group Ranks": list(range(WORLD)),
+                    "Group size": WORLD,
+                    "In msg nelems": n_in,
+                    "Out msg nelems": n_out,
+                    "dtype": dtype,
+                },
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ampere_sgemm_128x64_tn",
+                "pid": rank,
+                "tid": 7,
+                "ts": 1000 + starts[rank] - 0.5,
+                "dur": 0.25,
+                "args": {"device": rank, "stream": 7},
+            }
+        )
     return events
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     # One host: the ranks share a clock, so arrivals are compared as written (as TraceLens does).
-    return ingest_ranks(tmp_path_factory.mktemp("tracelens"),
-                        {r: _rank_events(r) for r in range(WORLD)}, name="tracelens",
-                        extra={"host_name": "node0"})
+    return ingest_ranks(
+        tmp_path_factory.mktemp("tracelens"),
+        {r: _rank_events(r) for r in range(WORLD)},
+        name="tracelens",
+        extra={"host_name": "node0"},
+    )
 
 
 def tracelens_rows() -> dict[str, dict]:
@@ -86,10 +130,16 @@ def tracelens_rows() -> dict[str, dict]:
         full_mib = (n_out if op == "all_gather" else n_in) * size / MIB
         algbw = full_mib / 1024 / (latency / 1e6)
         factor = 2 * (WORLD - 1) / WORLD if op == "all_reduce" else (WORLD - 1) / WORLD
-        out[op] = {"comm_latency": latency, "waits": waits, "skew_start": max(waits),
-                   "earliest": max((w, r) for r, w in enumerate(waits))[1],
-                   "skew_end": max(ends) - min(ends), "full_bytes": full_mib * MIB,
-                   "algbw_gib": algbw, "busbw_gib": algbw * factor}
+        out[op] = {
+            "comm_latency": latency,
+            "waits": waits,
+            "skew_start": max(waits),
+            "earliest": max((w, r) for r, w in enumerate(waits))[1],
+            "skew_end": max(ends) - min(ends),
+            "full_bytes": full_mib * MIB,
+            "algbw_gib": algbw,
+            "busbw_gib": algbw * factor,
+        }
     return out
 
 
@@ -135,8 +185,10 @@ def test_per_rank_waits_and_skews(store: Store) -> None:
 def test_straggler_is_lowest_total_wait(store: Store) -> None:
     """build_df_straggler_summary: total wait per rank; the straggler has the lowest.
     Here rank 2 (totals 6, 8, 4, 5 µs)."""
-    waits = store.by_rank("SELECT rank, sum(last_arrival_ns - start_ns) AS w "
-                          "FROM matched_collectives WHERE run_id = $run GROUP BY rank")
+    waits = store.by_rank(
+        "SELECT rank, sum(last_arrival_ns - start_ns) AS w "
+        "FROM matched_collectives WHERE run_id = $run GROUP BY rank"
+    )
     want = [sum(row["waits"][r] for row in tracelens_rows().values()) for r in range(WORLD)]
     assert [waits[r]["w"] / US for r in range(WORLD)] == want == [6, 8, 4, 5]
     assert min(range(WORLD), key=lambda r: waits[r]["w"]) == 2

@@ -14,40 +14,74 @@ from tracelab.results import Evidence, Finding, Severity
 from tracelab.testing.synth import MS, RankTrace, write_capture
 
 
-def finding(code: str, ranks: tuple[int, ...], title: str = "t", sev: Severity = Severity.WARNING
-            ) -> Finding:
-    return Finding(code=code, severity=sev, title=title, evidence=Evidence(ranks=ranks),
-                   impact_ns_per_step=1_500_000, impact_share=0.02, suggestion="do x",
-                   analyzer="stragglers")
+def finding(
+    code: str, ranks: tuple[int, ...], title: str = "t", sev: Severity = Severity.WARNING
+) -> Finding:
+    return Finding(
+        code=code,
+        severity=sev,
+        title=title,
+        evidence=Evidence(ranks=ranks),
+        impact_ns_per_step=1_500_000,
+        impact_share=0.02,
+        suggestion="do x",
+        analyzer="stragglers",
+    )
 
 
-def make_run(name: str, *, step_ms: float = 100.0, steps: int = 20, slowdown: float = 1.0,
-             seed: int = 0, exposed: float = 0.10, peak: float = 8e9,
-             findings: tuple[Finding, ...] = (), extra: dict[str, MetricValue] | None = None
-             ) -> RunMetrics:
+def make_run(
+    name: str,
+    *,
+    step_ms: float = 100.0,
+    steps: int = 20,
+    slowdown: float = 1.0,
+    seed: int = 0,
+    exposed: float = 0.10,
+    peak: float = 8e9,
+    findings: tuple[Finding, ...] = (),
+    extra: dict[str, MetricValue] | None = None,
+) -> RunMetrics:
     rng = np.random.default_rng(seed)
     samples = tuple((step_ms * slowdown * rng.lognormal(0, 0.01, steps)).tolist())
     exp = tuple((exposed + rng.normal(0, 0.002, steps)).tolist())
     values = {
-        "step_time": MetricValue(key="step_time", gate="step_time", label="Step time",
-                                 value=float(np.median(samples)), samples=samples),
-        "exposed_comm_share": MetricValue(key="exposed_comm_share", gate="exposed_comm_share",
-                                          label="Exposed communication", value=exposed,
-                                          samples=exp),
-        "peak_memory[stage=0]": MetricValue(key="peak_memory[stage=0]", gate="peak_memory",
-                                            label="Peak memory, stage 0", value=peak),
+        "step_time": MetricValue(
+            key="step_time",
+            gate="step_time",
+            label="Step time",
+            value=float(np.median(samples)),
+            samples=samples,
+        ),
+        "exposed_comm_share": MetricValue(
+            key="exposed_comm_share",
+            gate="exposed_comm_share",
+            label="Exposed communication",
+            value=exposed,
+            samples=exp,
+        ),
+        "peak_memory[stage=0]": MetricValue(
+            key="peak_memory[stage=0]", gate="peak_memory", label="Peak memory, stage 0", value=peak
+        ),
     }
     values.update(extra or {})
-    per_rank = [{"rank": r, "step_time_ms": step_ms * slowdown + r, "compute_ms": 50.0 + r}
-                for r in range(4)]
-    return RunMetrics(run=RunSummary(name=name, run_id=1, ranks=4, world_size=4,
-                                     steps_used=steps, steps_dropped=1),
-                      values=values, findings=findings, tables={"per_rank": per_rank})
+    per_rank = [
+        {"rank": r, "step_time_ms": step_ms * slowdown + r, "compute_ms": 50.0 + r}
+        for r in range(4)
+    ]
+    return RunMetrics(
+        run=RunSummary(
+            name=name, run_id=1, ranks=4, world_size=4, steps_used=steps, steps_dropped=1
+        ),
+        values=values,
+        findings=findings,
+        tables={"per_rank": per_rank},
+    )
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cwd(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-                  ) -> None:
+def _isolated_cwd(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Run every report test in an empty folder: the CLI reads ./.tracelab-thresholds.yml and
     ./tracelab.duckdb when present, and the repository's own must not leak into tests."""
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
@@ -84,12 +118,20 @@ def write_training_run(
     backend="nccl" writes the same run as GPU kernels (a GEMM, then an NCCL all-reduce)."""
     rng = np.random.default_rng(seed)
     gpu = backend == "nccl"
-    traces = [RankTrace(r, ranks, backend=backend, **({} if gpu else {"device": None}))
-              for r in range(ranks)]
+    traces = [
+        RankTrace(r, ranks, backend=backend, **({} if gpu else {"device": None}))
+        for r in range(ranks)
+    ]
     t = 0
     for step in range(steps):
-        compute = {r: step_ms * 0.7 * compute_slowdown * rng.lognormal(0, 0.02) *
-                   (1.3 if r == slow_rank else 1.0) for r in range(ranks)}
+        compute = {
+            r: step_ms
+            * 0.7
+            * compute_slowdown
+            * rng.lognormal(0, 0.02)
+            * (1.3 if r == slow_rank else 1.0)
+            for r in range(ranks)
+        }
         last = max(compute.values())
         transfer = step_ms * 0.2 + exposed_comm_ms
         end = t + int((last + transfer) * MS)
@@ -124,11 +166,26 @@ def chromium_dump(page: Path, tmp: Path) -> tuple[str, list[str]]:
     profile = tmp / "chromium-profile"
     profile.mkdir(exist_ok=True)
     out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-first-run", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-         "--virtual-time-budget=5000", "--dump-dom", page.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     console = [line for line in out.stderr.splitlines() if ":CONSOLE" in line]

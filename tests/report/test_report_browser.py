@@ -14,20 +14,30 @@ from tracelab.report import render_html
 from tracelab.report.compare import MetricValue, compare
 from tracelab.report.thresholds import load_settings
 
-PWN = ("<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"
-       "<script>document.body.setAttribute('data-pwned','2')</script>")
+PWN = (
+    "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"
+    "<script>document.body.setAttribute('data-pwned','2')</script>"
+)
 
 
 @pytest.mark.browser
 def test_html_report_opens_offline_without_errors(
-    make_run_metrics: Callable[..., Any], make_finding: Callable[..., Any],
-    open_in_chromium: Callable[[Path], tuple[str, list[str]]], tmp_path: Path,
+    make_run_metrics: Callable[..., Any],
+    make_finding: Callable[..., Any],
+    open_in_chromium: Callable[[Path], tuple[str, list[str]]],
+    tmp_path: Path,
 ) -> None:
-    op = {f"op_time[{PWN}]": MetricValue(key=f"op_time[{PWN}]", gate="op_time", label=PWN,
-                                         value=1.0)}
+    op = {
+        f"op_time[{PWN}]": MetricValue(key=f"op_time[{PWN}]", gate="op_time", label=PWN, value=1.0)
+    }
     base = make_run_metrics(f"main{PWN}", seed=1, extra=op)
-    cand = make_run_metrics(f"pr{PWN}", seed=2, slowdown=1.1, extra=op,
-                            findings=(make_finding("STRAGGLER", (1,), title=PWN),))
+    cand = make_run_metrics(
+        f"pr{PWN}",
+        seed=2,
+        slowdown=1.1,
+        extra=op,
+        findings=(make_finding("STRAGGLER", (1,), title=PWN),),
+    )
     page = tmp_path / "report.html"
     page.write_text(render_html.render(compare(base, cand, load_settings(search_dir=None))))
     dom, console = open_in_chromium(page)

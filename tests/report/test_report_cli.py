@@ -31,8 +31,9 @@ def _gated(data: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, training_run: Callable[..., Path]
-         ) -> dict[str, Path]:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, training_run: Callable[..., Path]
+) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     return {
         "base": training_run(root / "base", seed=1),
@@ -43,8 +44,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, training_run: Callable[..., P
         "straggler": training_run(root / "straggler", seed=9, slow_rank=2),
         "gpu": training_run(root / "gpu", seed=6, backend="nccl"),
         "gpu_rerun": training_run(root / "gpu_rerun", seed=7, backend="nccl"),
-        "gpu_comm": training_run(root / "gpu_comm", seed=8, backend="nccl",
-                                 exposed_comm_ms=4.0),
+        "gpu_comm": training_run(root / "gpu_comm", seed=8, backend="nccl", exposed_comm_ms=4.0),
     }
 
 
@@ -104,8 +104,11 @@ def test_gpu_runs_gate_bandwidth(db: str, tmp_path: Path) -> None:
     assert {m["label"].split(" ", 1)[0] for m in ops} == {"kernel"}
     rc, data = _report(tmp_path, "--baseline", "gpu", "--candidate", "gpu_comm", "--db", db)
     assert rc == 1
-    assert set(data["regressions"]) == {"step_time", "exposed_comm_share",
-                                        "collective_bandwidth[all_reduce]"}
+    assert set(data["regressions"]) == {
+        "step_time",
+        "exposed_comm_share",
+        "collective_bandwidth[all_reduce]",
+    }
     bw = next(m for m in data["metrics"] if m["key"] == "collective_bandwidth[all_reduce]")
     assert bw["delta"] < -0.4  # 4 ms -> 8 ms per all-reduce: about half the bandwidth
 
@@ -120,13 +123,33 @@ def test_too_few_steps_warns_and_passes(db: str, tmp_path: Path) -> None:
 
 def test_all_formats_to_a_folder(runs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
-    rc = main(["report", "--baseline", str(runs["base"]), "--candidate", str(runs["slow"]),
-               "--format", "markdown", "--format", "html", "--format", "json",
-               "--format", "junit", "--out", str(out)])
+    rc = main(
+        [
+            "report",
+            "--baseline",
+            str(runs["base"]),
+            "--candidate",
+            str(runs["slow"]),
+            "--format",
+            "markdown",
+            "--format",
+            "html",
+            "--format",
+            "json",
+            "--format",
+            "junit",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 1
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["tracelab-report.html", "tracelab-report.json", "tracelab-report.junit.xml",
-                     "tracelab-report.md"]
+    assert names == [
+        "tracelab-report.html",
+        "tracelab-report.json",
+        "tracelab-report.junit.xml",
+        "tracelab-report.md",
+    ]
     suite = ET.parse(out / "tracelab-report.junit.xml").getroot().find("testsuite")
     assert suite is not None
     failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
@@ -134,14 +157,14 @@ def test_all_formats_to_a_folder(runs: dict[str, Path], tmp_path: Path) -> None:
     assert (out / "tracelab-report.md").read_text().splitlines()[2].startswith("❌")
 
 
-def test_baseline_save_and_report_by_name(runs: dict[str, Path], tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_baseline_save_and_report_by_name(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = str(tmp_path / "s.duckdb")
     assert main(["ingest", str(runs["base"]), "--db", db, "--run", "nightly-1"]) == 0
     assert main(["baseline", "save", "main", "--db", db]) == 0
     assert "baseline 'main' -> run 'nightly-1'" in capsys.readouterr().out
-    rc, data = _report(tmp_path, "--baseline", "main", "--candidate", str(runs["slow"]),
-                       "--db", db)
+    rc, data = _report(tmp_path, "--baseline", "main", "--candidate", str(runs["slow"]), "--db", db)
     assert rc == 1 and data["baseline"]["name"] == "nightly-1"
     assert data["candidate"]["name"] == "slow"
     # The candidate was ingested into the store under its folder's name; reports by name work.
@@ -163,9 +186,14 @@ def test_baseline_save_and_report_by_name(runs: dict[str, Path], tmp_path: Path,
         (["--format", "pdf"], 2, "invalid choice"),
     ],
 )
-def test_errors_exit_codes(runs: dict[str, Path], tmp_path: Path,
-                           capsys: pytest.CaptureFixture[str], args: list[str], code: int,
-                           message: str) -> None:
+def test_errors_exit_codes(
+    runs: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    code: int,
+    message: str,
+) -> None:
     full = ["report", "--baseline", str(runs["base"]), "--candidate", str(runs["rerun"])]
     if "--baseline" in args:  # names that are in neither the store nor on disk
         db = str(tmp_path / "s.duckdb")
@@ -179,8 +207,9 @@ def test_errors_exit_codes(runs: dict[str, Path], tmp_path: Path,
     assert message in capsys.readouterr().err
 
 
-def test_bad_trace_file_exits_3(runs: dict[str, Path], tmp_path: Path,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_trace_file_exits_3(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "rank-0.json").write_text('{"traceEvents": [')
@@ -189,8 +218,9 @@ def test_bad_trace_file_exits_3(runs: dict[str, Path], tmp_path: Path,
     assert "rank-0.json" in capsys.readouterr().err
 
 
-def test_report_path_imports_no_dash_browser_or_torch(runs: dict[str, Path],
-                                                      tmp_path: Path) -> None:
+def test_report_path_imports_no_dash_browser_or_torch(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
     code = (
         "import sys\n"
         "from tracelab.cli import main\n"
@@ -201,6 +231,5 @@ def test_report_path_imports_no_dash_browser_or_torch(runs: dict[str, Path],
         "('dash', 'selenium', 'playwright', 'torch', 'flask'))\n"
         "print(rc, bad)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "1 []", out.stderr

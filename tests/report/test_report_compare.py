@@ -93,8 +93,13 @@ def test_scalar_metric_uses_threshold_only(make_run_metrics: Callable[..., Any])
 
 def test_missing_side_warns_and_off_is_info() -> None:
     base = MetricValue(key="bubble_share[stage=1]", gate="bubble_share", label="b", value=0.2)
-    cand = MetricValue(key="bubble_share[stage=1]", gate="bubble_share", label="b", value=None,
-                       note="no pipeline annotations")
+    cand = MetricValue(
+        key="bubble_share[stage=1]",
+        gate="bubble_share",
+        label="b",
+        value=None,
+        note="no pipeline annotations",
+    )
     row = compare_values(base, cand, SETTINGS)
     assert row.verdict is Verdict.WARN and "no pipeline annotations" in row.reason
     op = MetricValue(key="op_time[aten::mm]", gate="op_time", label="op", value=3.0)
@@ -102,8 +107,9 @@ def test_missing_side_warns_and_off_is_info() -> None:
 
 
 def test_bandwidth_drop_is_the_regression() -> None:
-    b = MetricValue(key="collective_bandwidth[all_reduce]", gate="collective_bandwidth",
-                    label="bw", value=100.0)
+    b = MetricValue(
+        key="collective_bandwidth[all_reduce]", gate="collective_bandwidth", label="bw", value=100.0
+    )
     up = MetricValue(key=b.key, gate=b.gate, label="bw", value=150.0)
     down = MetricValue(key=b.key, gate=b.gate, label="bw", value=80.0)
     assert compare_values(b, up, SETTINGS).verdict is Verdict.IMPROVED
@@ -114,15 +120,28 @@ def test_top_movers_and_findings_diff(
     make_run_metrics: Callable[..., Any], make_finding: Callable[..., Any]
 ) -> None:
     make_run, finding = make_run_metrics, make_finding
-    ops = {f"op_time[op{i}]": MetricValue(key=f"op_time[op{i}]", gate="op_time",
-                                          label=f"op{i}", value=float(i)) for i in range(30)}
-    cand_ops = {k: MetricValue(key=k, gate="op_time", label=v.label,
-                               value=(v.value or 0) * (2 if k == "op_time[op3]" else 1))
-                for k, v in ops.items()}
+    ops = {
+        f"op_time[op{i}]": MetricValue(
+            key=f"op_time[op{i}]", gate="op_time", label=f"op{i}", value=float(i)
+        )
+        for i in range(30)
+    }
+    cand_ops = {
+        k: MetricValue(
+            key=k,
+            gate="op_time",
+            label=v.label,
+            value=(v.value or 0) * (2 if k == "op_time[op3]" else 1),
+        )
+        for k, v in ops.items()
+    }
     old = finding("STRAGGLER", (2,))
     new = finding("EXPOSED_COMM", (0, 1))
-    report = compare(make_run("a", extra=ops, findings=(old,)),
-                     make_run("b", extra=cand_ops, findings=(new,)), SETTINGS)
+    report = compare(
+        make_run("a", extra=ops, findings=(old,)),
+        make_run("b", extra=cand_ops, findings=(new,)),
+        SETTINGS,
+    )
     op_rows = [r for r in report.rows if r.gate == "op_time"]
     assert len(op_rows) == SETTINGS.top_ops
     assert op_rows[0].key == "op_time[op3]"
@@ -138,21 +157,31 @@ def test_holm_adjustment_across_gated_metrics() -> None:
     cand_steps = tuple(x + 0.6 for x in base_steps)
 
     def run(name: str, steps: tuple[float, ...], n_other: int) -> RunMetrics:
-        values = {f"straggler_wait[{i}]": MetricValue(
-            key=f"straggler_wait[{i}]", gate="straggler_wait", label=f"w{i}", value=0.1,
-            samples=tuple(0.1 + 0.001 * j for j in range(20))) for i in range(n_other)}
-        values["step_time"] = MetricValue(key="step_time", gate="step_time", label="Step time",
-                                          value=float(np.median(steps)), samples=steps)
+        values = {
+            f"straggler_wait[{i}]": MetricValue(
+                key=f"straggler_wait[{i}]",
+                gate="straggler_wait",
+                label=f"w{i}",
+                value=0.1,
+                samples=tuple(0.1 + 0.001 * j for j in range(20)),
+            )
+            for i in range(n_other)
+        }
+        values["step_time"] = MetricValue(
+            key="step_time",
+            gate="step_time",
+            label="Step time",
+            value=float(np.median(steps)),
+            samples=steps,
+        )
         return RunMetrics(run=RunSummary(name=name), values=values)
 
     settings = load_settings(search_dir=None, cli_thresholds={"step_time": "+0.5%"})
-    alone = _row(compare(run("a", base_steps, 0), run("b", cand_steps, 0), settings),
-                 "step_time")
+    alone = _row(compare(run("a", base_steps, 0), run("b", cand_steps, 0), settings), "step_time")
     assert alone.p_value == pytest.approx(0.0206, abs=1e-4)
     assert alone.p_adjusted == alone.p_value
     assert alone.verdict is Verdict.REGRESSION
-    family = _row(compare(run("a", base_steps, 4), run("b", cand_steps, 4), settings),
-                  "step_time")
+    family = _row(compare(run("a", base_steps, 4), run("b", cand_steps, 4), settings), "step_time")
     assert family.p_adjusted == pytest.approx(5 * family.p_value)  # type: ignore[operator]
     assert family.verdict is Verdict.PASS and "not significant" in family.reason
 
@@ -160,11 +189,11 @@ def test_holm_adjustment_across_gated_metrics() -> None:
 def test_new_op_counts_as_a_mover(make_run_metrics: Callable[..., Any]) -> None:
     """An op that only the candidate runs moved from 0 ms: it leads the top movers."""
     base = {"op_time[a]": MetricValue(key="op_time[a]", gate="op_time", label="a", value=5.0)}
-    cand = {"op_time[a]": MetricValue(key="op_time[a]", gate="op_time", label="a", value=5.5),
-            "op_time[new]": MetricValue(key="op_time[new]", gate="op_time", label="new",
-                                        value=3.0)}
-    report = compare(make_run_metrics("a", extra=base), make_run_metrics("b", extra=cand),
-                     SETTINGS)
+    cand = {
+        "op_time[a]": MetricValue(key="op_time[a]", gate="op_time", label="a", value=5.5),
+        "op_time[new]": MetricValue(key="op_time[new]", gate="op_time", label="new", value=3.0),
+    }
+    report = compare(make_run_metrics("a", extra=base), make_run_metrics("b", extra=cand), SETTINGS)
     ops = [r for r in report.rows if r.gate == "op_time"]
     assert [r.key for r in ops] == ["op_time[new]", "op_time[a]"]
     assert ops[0].baseline is None and ops[0].verdict is Verdict.INFO

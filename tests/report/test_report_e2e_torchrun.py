@@ -59,11 +59,25 @@ def _free_port() -> int:
 
 def _start(script: str, out: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4",
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           str(EXAMPLES / script), "--out", str(out), *STEPS, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=REPO)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "4",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(EXAMPLES / script),
+        "--out",
+        str(out),
+        *STEPS,
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO
+    )
     return proc, out
 
 
@@ -89,8 +103,9 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     # other's start-up (4 x import torch) and the two see very different loads.
     base = _wait(_start("ddp.py", root / "base"))
     rerun = _wait(_start("ddp.py", root / "rerun"))
-    slow = _wait(_start("ddp_slow_rank.py", root / "slow", "--slow-rank", "2",
-                        "--delay-ms", DELAY_MS))
+    slow = _wait(
+        _start("ddp_slow_rank.py", root / "slow", "--slow-rank", "2", "--delay-ms", DELAY_MS)
+    )
     return {"base": base, "rerun": rerun, "slow": slow}
 
 
@@ -112,11 +127,27 @@ def _json(out: Path) -> dict[str, Any]:
     return dict(json.loads((out / "tracelab-report.json").read_text()))
 
 
-def test_aa_rerun_of_the_same_training_passes(captures: dict[str, Path], store: str,
-                                               tmp_path: Path) -> None:
+def test_aa_rerun_of_the_same_training_passes(
+    captures: dict[str, Path], store: str, tmp_path: Path
+) -> None:
     out = tmp_path / "aa"
-    rc = main(["report", "--baseline", "main-baseline", "--candidate", str(captures["rerun"]),
-               "--db", store, "--format", "json", "--format", "markdown", "--out", str(out)])
+    rc = main(
+        [
+            "report",
+            "--baseline",
+            "main-baseline",
+            "--candidate",
+            str(captures["rerun"]),
+            "--db",
+            store,
+            "--format",
+            "json",
+            "--format",
+            "markdown",
+            "--out",
+            str(out),
+        ]
+    )
     data = _json(out)
     assert data["regressions"] == [], (out / "tracelab-report.md").read_text()
     assert rc == 0
@@ -128,13 +159,33 @@ def test_aa_rerun_of_the_same_training_passes(captures: dict[str, Path], store: 
 
 
 def test_slow_rank_fails_the_gate_on_what_moved(
-    captures: dict[str, Path], store: str, tmp_path: Path,
+    captures: dict[str, Path],
+    store: str,
+    tmp_path: Path,
     open_in_chromium: Callable[[Path], tuple[str, list[str]]],
 ) -> None:
     out = tmp_path / "ab"
-    rc = main(["report", "--baseline", "main-baseline", "--candidate", str(captures["slow"]),
-               "--db", store, "--format", "json", "--format", "junit", "--format", "html",
-               "--format", "markdown", "--out", str(out)])
+    rc = main(
+        [
+            "report",
+            "--baseline",
+            "main-baseline",
+            "--candidate",
+            str(captures["slow"]),
+            "--db",
+            store,
+            "--format",
+            "json",
+            "--format",
+            "junit",
+            "--format",
+            "html",
+            "--format",
+            "markdown",
+            "--out",
+            str(out),
+        ]
+    )
     data = _json(out)
     md = (out / "tracelab-report.md").read_text()
     assert rc == 1, md

@@ -24,13 +24,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _report(tmp_path: Path, base: Path, cand: Path) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "r.json"
-    rc = main(["report", "--baseline", str(base), "--candidate", str(cand), "--format", "json",
-               "--out", str(out)])
+    rc = main(
+        [
+            "report",
+            "--baseline",
+            str(base),
+            "--candidate",
+            str(cand),
+            "--format",
+            "json",
+            "--out",
+            str(out),
+        ]
+    )
     return rc, {m["key"]: m for m in json.loads(out.read_text())["metrics"]}
 
 
-def test_fewer_microbatches_grow_every_stage_bubble(runs: dict[str, Path],
-                                                   tmp_path: Path) -> None:
+def test_fewer_microbatches_grow_every_stage_bubble(runs: dict[str, Path], tmp_path: Path) -> None:
     """1F1B p=4, 9 time units idle per stage: m=8 -> makespan 33, m=4 -> 21 (the textbook
     3/11 and 3/7 of the makespan). The constructed steps leave 2 units of host time before the
     next step, which tiled steps count in the step: 9/35 -> 9/23 (+13.4 pp), on every stage."""
@@ -50,8 +60,7 @@ def test_fewer_microbatches_grow_every_stage_bubble(runs: dict[str, Path],
     assert rows["memory_imbalance"]["baseline"] == pytest.approx(1.6, abs=1e-3)
 
 
-def test_gpipe_holds_every_microbatch_on_every_stage(runs: dict[str, Path],
-                                                    tmp_path: Path) -> None:
+def test_gpipe_holds_every_microbatch_on_every_stage(runs: dict[str, Path], tmp_path: Path) -> None:
     rc, rows = _report(tmp_path, runs["m8"], runs["gpipe"])
     assert rc == 1
     regressed = {k for k, m in rows.items() if m["verdict"] == "regression"}

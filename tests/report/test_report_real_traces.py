@@ -18,8 +18,13 @@ def _report(tmp_path: Path, *args: str) -> tuple[int, dict]:  # type: ignore[typ
 
 def test_two_gpu_traces_of_different_jobs(hta_traces: Path, tmp_path: Path) -> None:
     """trace_diff: one rank of an 8-rank job against one rank of a 2-rank job, 6 steps each."""
-    rc, data = _report(tmp_path, "--baseline", str(hta_traces / "trace_diff" / "control"),
-                       "--candidate", str(hta_traces / "trace_diff" / "test"))
+    rc, data = _report(
+        tmp_path,
+        "--baseline",
+        str(hta_traces / "trace_diff" / "control"),
+        "--candidate",
+        str(hta_traces / "trace_diff" / "test"),
+    )
     assert rc == 0  # 5 steps a side after warm-up: shown, not judged
     assert data["verdict"] == "warn"
     assert data["warnings"][0].startswith("the runs differ in shape: baseline 1 rank(s) of 8")

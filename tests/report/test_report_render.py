@@ -21,12 +21,20 @@ HOSTILE = '</script><script>alert("x")</script> | *bold* <img src=x onerror=aler
 
 @pytest.fixture
 def report(make_run_metrics: Callable[..., Any], make_finding: Callable[..., Any]) -> Report:
-    op = {f"op_time[{HOSTILE}]": MetricValue(key=f"op_time[{HOSTILE}]", gate="op_time",
-                                             label=HOSTILE, value=2.0)}
+    op = {
+        f"op_time[{HOSTILE}]": MetricValue(
+            key=f"op_time[{HOSTILE}]", gate="op_time", label=HOSTILE, value=2.0
+        )
+    }
     base = make_run_metrics("main", seed=1, extra=op)
     cand_op = {k: MetricValue(key=k, gate="op_time", label=HOSTILE, value=3.0) for k in op}
-    cand = make_run_metrics(f"pr-1 {HOSTILE}", seed=2, slowdown=1.1, extra=cand_op,
-                            findings=(make_finding("STRAGGLER", (2,), title=HOSTILE),))
+    cand = make_run_metrics(
+        f"pr-1 {HOSTILE}",
+        seed=2,
+        slowdown=1.1,
+        extra=cand_op,
+        findings=(make_finding("STRAGGLER", (2,), title=HOSTILE),),
+    )
     return compare(base, cand, load_settings(search_dir=None))
 
 
@@ -50,9 +58,26 @@ def test_json_schema(report: Report) -> None:
     assert data["verdict"] == "regression" and data["exit_code"] == 1
     assert data["regressions"] == ["step_time"]
     row = next(m for m in data["metrics"] if m["key"] == "step_time")
-    assert set(row) == {"key", "metric", "label", "unit", "baseline", "candidate", "delta",
-                        "delta_kind", "ci_low", "ci_high", "p_value", "p_adjusted", "n_baseline",
-                        "n_candidate", "threshold", "gated", "verdict", "reason"}
+    assert set(row) == {
+        "key",
+        "metric",
+        "label",
+        "unit",
+        "baseline",
+        "candidate",
+        "delta",
+        "delta_kind",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "p_adjusted",
+        "n_baseline",
+        "n_candidate",
+        "threshold",
+        "gated",
+        "verdict",
+        "reason",
+    }
     assert row["verdict"] == "regression" and row["unit"] == "ms"
     assert data["settings"]["thresholds"]["step_time"]["text"] == "+5%"
     assert data["new_findings"][0]["code"] == "STRAGGLER"

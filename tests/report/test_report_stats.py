@@ -54,8 +54,18 @@ def test_difference_of_medians() -> None:
 
 
 def _cases() -> list[tuple[int, int, bool]]:
-    return [(1, 1, False), (3, 5, False), (8, 8, False), (5, 20, False), (8, 300, False),
-            (9, 9, False), (30, 25, False), (12, 12, True), (4, 6, True), (50, 60, True)]
+    return [
+        (1, 1, False),
+        (3, 5, False),
+        (8, 8, False),
+        (5, 20, False),
+        (8, 300, False),
+        (9, 9, False),
+        (30, 25, False),
+        (12, 12, True),
+        (4, 6, True),
+        (50, 60, True),
+    ]
 
 
 @pytest.mark.parametrize(("n1", "n2", "ties"), _cases())

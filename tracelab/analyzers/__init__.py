@@ -65,8 +65,13 @@ def registry() -> dict[str, Analyzer]:
     if not _REGISTRY:
         for modname in MODULES:
             mod = importlib.import_module(modname)
-            _REGISTRY[mod.NAME] = Analyzer(name=mod.NAME, title=mod.TITLE, view=mod.VIEW,
-                                           defaults=dict(mod.DEFAULTS), analyze=mod.analyze)
+            _REGISTRY[mod.NAME] = Analyzer(
+                name=mod.NAME,
+                title=mod.TITLE,
+                view=mod.VIEW,
+                defaults=dict(mod.DEFAULTS),
+                analyze=mod.analyze,
+            )
     return _REGISTRY
 
 
@@ -151,15 +156,35 @@ def run(
     by_analyzer: dict[str, list[Finding]] = {}
     for f in found:
         by_analyzer.setdefault(f.analyzer, []).append(f)
-    results = [Result(analyzer=r.analyzer, run=r.run, params=r.params, metrics=r.metrics,
-                      tables=r.tables, findings=tuple(ordered(by_analyzer.get(r.analyzer, []))),
-                      notes=r.notes) for r in results]
-    return Analysis(context=ctx, results=tuple(results), errors=errors, findings=tuple(found),
-                    budget=bud, elapsed_s=time.perf_counter() - start)
+    results = [
+        Result(
+            analyzer=r.analyzer,
+            run=r.run,
+            params=r.params,
+            metrics=r.metrics,
+            tables=r.tables,
+            findings=tuple(ordered(by_analyzer.get(r.analyzer, []))),
+            notes=r.notes,
+        )
+        for r in results
+    ]
+    return Analysis(
+        context=ctx,
+        results=tuple(results),
+        errors=errors,
+        findings=tuple(found),
+        budget=bud,
+        elapsed_s=time.perf_counter() - start,
+    )
 
 
-def run_all(con: duckdb.DuckDBPyConnection, run_id: int, *, only: Iterable[str] | None = None,
-            params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Result]:
+def run_all(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    *,
+    only: Iterable[str] | None = None,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[Result]:
     """The results of run(), failures raised: for tests and scripts."""
     return list(run(con, run_id, only=only, params=params, on_error="raise").results)
 
@@ -179,9 +204,14 @@ def analysis_document(run_info: Mapping[str, Any], analysis: Analysis) -> dict[s
         "tracelab_version": __version__,
         "run": dict(run_info),
         "settings": {"warmup_steps": analysis.context.warmup_steps if analysis.context else None},
-        "lost_time": None if bud is None else {
-            "step_ns": bud.step_ns, "parts_ns": bud.parts, "steps": bud.steps,
-            "ranks": bud.ranks},
+        "lost_time": None
+        if bud is None
+        else {
+            "step_ns": bud.step_ns,
+            "parts_ns": bud.parts,
+            "steps": bud.steps,
+            "ranks": bud.ranks,
+        },
         "findings": [f.to_dict() for f in analysis.findings],
         "analyzers": {res.analyzer: res.to_dict() for res in analysis.results},
         "errors": dict(analysis.errors),

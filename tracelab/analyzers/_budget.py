@@ -16,16 +16,21 @@ from dataclasses import dataclass, replace
 
 import duckdb
 
-from tracelab.derived.sqlrows import first
-
 from tracelab.analyzers._common import PARTS, RunContext
+from tracelab.derived.sqlrows import first
 from tracelab.results import Finding, Severity
 
 #: Finding codes in root-cause order: a cause before the symptoms it produces.
 ROOT_CAUSE = (
-    "STRAGGLER_COMPUTE", "STRAGGLER_HOST", "STRAGGLER_COMM",
-    "PIPELINE_STAGE_IMBALANCE", "PIPELINE_BUBBLE", "PIPELINE_STALL",
-    "HOST_BOUND", "SYNC_WAIT", "EXPOSED_COMM",
+    "STRAGGLER_COMPUTE",
+    "STRAGGLER_HOST",
+    "STRAGGLER_COMM",
+    "PIPELINE_STAGE_IMBALANCE",
+    "PIPELINE_BUBBLE",
+    "PIPELINE_STALL",
+    "HOST_BOUND",
+    "SYNC_WAIT",
+    "EXPOSED_COMM",
 )
 #: Severity of a time-costing finding by the share of the step it was given.
 CRITICAL_SHARE = 0.20
@@ -45,30 +50,42 @@ class Budget:
 def budget(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> Budget | None:
     """The run's budget, or None when it has no step parts (derivation failed or no steps)."""
     cols = ", ".join(f"avg({p}_ns)" for p in PARTS)
-    row = first(con.execute(
-        f"SELECT avg(step_ns), {cols}, count(DISTINCT step), count(DISTINCT rank) "
-        "FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal", ctx.params
-    ))
+    row = first(
+        con.execute(
+            f"SELECT avg(step_ns), {cols}, count(DISTINCT step), count(DISTINCT rank) "
+            "FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal",
+            ctx.params,
+        )
+    )
     if row is None or row[0] is None:
         return None
-    return Budget(step_ns=float(row[0]), parts=dict(zip(PARTS, map(float, row[1:-2]),
-                                                        strict=True)),
-                  steps=int(row[-2]), ranks=int(row[-1]))
+    return Budget(
+        step_ns=float(row[0]),
+        parts=dict(zip(PARTS, map(float, row[1:-2]), strict=True)),
+        steps=int(row[-2]),
+        ranks=int(row[-1]),
+    )
 
 
 def _order(f: Finding) -> tuple[int, float]:
     prio = ROOT_CAUSE.index(f.code) if f.code in ROOT_CAUSE else len(ROOT_CAUSE)
     claim = f.claim
-    est = claim.cap_ns if claim and claim.cap_ns is not None else \
-        sum(v for _, v in claim.parts) if claim else 0
+    est = (
+        claim.cap_ns
+        if claim and claim.cap_ns is not None
+        else sum(v for _, v in claim.parts)
+        if claim
+        else 0
+    )
     return prio, -float(est)
 
 
 def _fill(text: str, impact_ns: int | None, share: float | None) -> str:
     if impact_ns is None:
         return text.replace("{impact_ms}", "unknown").replace("{impact_pct}", "unknown")
-    return (text.replace("{impact_ms}", f"{impact_ns / 1e6:,.3g} ms")
-            .replace("{impact_pct}", f"{100 * (share or 0):.1f}%"))
+    return text.replace("{impact_ms}", f"{impact_ns / 1e6:,.3g} ms").replace(
+        "{impact_pct}", f"{100 * (share or 0):.1f}%"
+    )
 
 
 def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
@@ -79,8 +96,11 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
     out: list[Finding] = []
     for f in sorted(findings, key=_order):
         if f.claim is None or bud is None or bud.step_ns <= 0:
-            out.append(replace(f, title=_fill(f.title, None, None),
-                               suggestion=_fill(f.suggestion, None, None)))
+            out.append(
+                replace(
+                    f, title=_fill(f.title, None, None), suggestion=_fill(f.suggestion, None, None)
+                )
+            )
             continue
         room = float("inf") if f.claim.cap_ns is None else float(max(f.claim.cap_ns, 0))
         taken = 0.0
@@ -91,16 +111,30 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
                 taken += got
         impact = int(round(taken))
         share = impact / bud.step_ns
-        sev = (Severity.CRITICAL if share >= CRITICAL_SHARE else
-               Severity.WARNING if share >= WARNING_SHARE else Severity.INFO)
-        out.append(replace(f, impact_ns_per_step=impact, impact_share=share, severity=sev,
-                           title=_fill(f.title, impact, share),
-                           suggestion=_fill(f.suggestion, impact, share)))
+        sev = (
+            Severity.CRITICAL
+            if share >= CRITICAL_SHARE
+            else Severity.WARNING
+            if share >= WARNING_SHARE
+            else Severity.INFO
+        )
+        out.append(
+            replace(
+                f,
+                impact_ns_per_step=impact,
+                impact_share=share,
+                severity=sev,
+                title=_fill(f.title, impact, share),
+                suggestion=_fill(f.suggestion, impact, share),
+            )
+        )
     return ordered(out)
 
 
 def ordered(findings: Sequence[Finding]) -> list[Finding]:
     """The one ordering of findings: largest impact first, then severity, then root-cause
     order, then code."""
-    return sorted(findings, key=lambda f: (-(f.impact_ns_per_step or 0), -int(f.severity),
-                                           _order(f)[0], f.code))
+    return sorted(
+        findings,
+        key=lambda f: (-(f.impact_ns_per_step or 0), -int(f.severity), _order(f)[0], f.code),
+    )

@@ -9,9 +9,8 @@ from typing import Any
 
 import duckdb
 
-from tracelab.derived.sqlrows import first
-
 from tracelab.defaults import WARMUP_STEPS
+from tracelab.derived.sqlrows import first
 from tracelab.errors import RunNotFoundError, UsageError
 
 NS_PER_MS = 1_000_000
@@ -41,29 +40,44 @@ class RunContext:
         return {"run": self.run_id, "min_ordinal": self.min_ordinal}
 
 
-def run_context(con: duckdb.DuckDBPyConnection, run_id: int,
-                warmup_steps: int = WARMUP_STEPS) -> RunContext:
+def run_context(
+    con: duckdb.DuckDBPyConnection, run_id: int, warmup_steps: int = WARMUP_STEPS
+) -> RunContext:
     """The context of run `run_id`; `warmup_steps` leading steps are warm-up unless the run has
     no more steps than that (then every step is steady, as in step_spans.steady)."""
-    row = first(con.execute(
-        "SELECT name, world_size, rank_count, metadata FROM runs WHERE run_id = ?", [run_id]
-    ))
+    row = first(
+        con.execute(
+            "SELECT name, world_size, rank_count, metadata FROM runs WHERE run_id = ?", [run_id]
+        )
+    )
     if row is None:
         raise RunNotFoundError(f"no run with id {run_id} in the store.")
-    steps = first(con.execute("SELECT count(DISTINCT ordinal) FROM step_spans WHERE run_id = ?",
-                        [run_id]))
+    steps = first(
+        con.execute("SELECT count(DISTINCT ordinal) FROM step_spans WHERE run_id = ?", [run_id])
+    )
     total = int(steps[0]) if steps else 0
-    errors = dict(con.execute("SELECT component, message FROM derived_errors WHERE run_id = ?",
-                              [run_id]).fetchall())
+    errors = dict(
+        con.execute(
+            "SELECT component, message FROM derived_errors WHERE run_id = ?", [run_id]
+        ).fetchall()
+    )
     meta = json.loads(row[3]) if row[3] else {}
-    return RunContext(run_id=run_id, name=str(row[0]), world_size=row[1], rank_count=int(row[2]),
-                      metadata=meta if isinstance(meta, dict) else {},
-                      warmup_steps=warmup_steps,
-                      min_ordinal=warmup_steps if total > warmup_steps else 0,
-                      steps_total=total, derived_errors=errors)
+    return RunContext(
+        run_id=run_id,
+        name=str(row[0]),
+        world_size=row[1],
+        rank_count=int(row[2]),
+        metadata=meta if isinstance(meta, dict) else {},
+        warmup_steps=warmup_steps,
+        min_ordinal=warmup_steps if total > warmup_steps else 0,
+        steps_total=total,
+        derived_errors=errors,
+    )
 
 
-def merge_params(name: str, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+def merge_params(
+    name: str, defaults: Mapping[str, Any], given: Mapping[str, Any]
+) -> dict[str, Any]:
     """Defaults overridden by `given`; an unknown key is a usage error naming the known ones."""
     unknown = sorted(set(given) - set(defaults))
     if unknown:
@@ -74,8 +88,9 @@ def merge_params(name: str, defaults: Mapping[str, Any], given: Mapping[str, Any
     return {**defaults, **given}
 
 
-def rows(con: duckdb.DuckDBPyConnection, sql: str,
-         params: Sequence[Any] | Mapping[str, Any]) -> list[dict[str, Any]]:
+def rows(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """Run a query and return its rows as dicts."""
     cur = con.execute(sql, dict(params) if isinstance(params, Mapping) else list(params))
     cols = [d[0] for d in cur.description]

@@ -13,10 +13,8 @@ from typing import Any
 
 import duckdb
 
-from tracelab.derived.sqlrows import first
-
 from tracelab.analyzers._common import RunContext, rows
-
+from tracelab.derived.sqlrows import first
 
 #: The host segments as a cumulative function H(t) (host time before t on the rank), so a span's
 #: overlap with them is H(t1) - H(t0): two ASOF joins, linear in spans and segments, where an
@@ -57,15 +55,19 @@ SELECT name, sum(ns) AS ns FROM b WHERE ns > 0 GROUP BY name ORDER BY ns DESC, n
 
 def host_total(con: duckdb.DuckDBPyConnection, ctx: RunContext, rank: int | None = None) -> int:
     """Host time over the steady steps (of `rank`, or every rank), ns."""
-    row = first(con.execute(
-        """SELECT coalesce(sum(host_ns), 0) FROM step_parts
+    row = first(
+        con.execute(
+            """SELECT coalesce(sum(host_ns), 0) FROM step_parts
            WHERE run_id = $run AND ordinal >= $min_ordinal AND ($rank IS NULL OR rank = $rank)""",
-        {**ctx.params, "rank": rank}))
+            {**ctx.params, "rank": rank},
+        )
+    )
     return int(row[0]) if row else 0
 
 
-def host_activity(con: duckdb.DuckDBPyConnection, ctx: RunContext, rank: int | None = None,
-                  top: int = 5) -> list[dict[str, Any]]:
+def host_activity(
+    con: duckdb.DuckDBPyConnection, ctx: RunContext, rank: int | None = None, top: int = 5
+) -> list[dict[str, Any]]:
     """The `top` named host spans by their overlap with the steady steps' host time (of
     `rank`, or every rank): rows {name, ns} (total ns over those steps and ranks), largest
     first."""

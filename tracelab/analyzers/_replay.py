@@ -19,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 
 
-
 def columns(data: pa.Table) -> dict[str, np.ndarray]:
     """The columns the replay reads, as numpy: int64 with nulls as 0, plus `has_step` (the row
     has step bounds: s0/s1 not null), `in_step` (step not null) and `key` as codes into
@@ -36,8 +35,9 @@ def columns(data: pa.Table) -> dict[str, np.ndarray]:
     return out
 
 
-def whatif(per_match: list[dict[str, Any]], cols: Mapping[str, Any]
-           ) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
+def whatif(
+    per_match: list[dict[str, Any]], cols: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
     """Per step: measured and replayed step time, all-ranks-at-median ideal, and per rank the
     saving had that rank alone run at the median. `per_match`: the matches in step and arrival
     order; `cols`: columns() of every matched row, in step, last arrival and rank order."""
@@ -68,8 +68,7 @@ def whatif(per_match: list[dict[str, Any]], cols: Mapping[str, Any]
         if not mlist:
             continue
         rk_idx = cols["rank"][idx]
-        last_end = np.array([max(base, int(cols["e_ns"][idx][rk_idx == rk].max()))
-                             for rk in ranks])
+        last_end = np.array([max(base, int(cols["e_ns"][idx][rk_idx == rk].max())) for rk in ranks])
         row_of = np.full(len(code), -1)
         row_of[[code[m["key"]] for m in mlist]] = np.arange(len(mlist))
         rows = row_of[cols["key"][idx]]
@@ -97,9 +96,16 @@ def whatif(per_match: list[dict[str, Any]], cols: Mapping[str, Any]
         for i, rk in enumerate(ranks):
             savings.setdefault(rk, []).append(actual - float(total[2 + i]))
         measured = int(step_end.max()) - base
-        out.append({"step": step, "step_ns": measured, "replayed_step_ns": actual,
-                    "ideal_step_ns": ideal, "slowdown": actual / ideal if ideal else None,
-                    "saved_ns": actual - ideal})
+        out.append(
+            {
+                "step": step,
+                "step_ns": measured,
+                "replayed_step_ns": actual,
+                "ideal_step_ns": ideal,
+                "slowdown": actual / ideal if ideal else None,
+                "saved_ns": actual - ideal,
+            }
+        )
     return sorted(out, key=lambda s: s["step"]), savings
 
 
@@ -113,7 +119,7 @@ def _walk(t: np.ndarray, g: np.ndarray, part: np.ndarray, transfer: np.ndarray) 
         cols = part[k]
         if cols.all() and part[k:].all():
             arrive = (t + g[:, k]).max(axis=1) + transfer[k]
-            rest = (g[:, k + 1:].max(axis=2) + transfer[k + 1:]).sum(axis=1)
+            rest = (g[:, k + 1 :].max(axis=2) + transfer[k + 1 :]).sum(axis=1)
             t[:] = (arrive + rest)[:, None]
             return t
         arrive = (t[:, cols] + g[:, k, cols]).max(axis=1)

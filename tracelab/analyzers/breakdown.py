@@ -66,7 +66,7 @@ HTA_DEVICE_SQL = """
 _PART_SUMS = ", ".join(f"sum({p}_ns) AS {p}_ns" for p in PARTS)
 
 _STEPS_SQL = f"""
-SELECT rank, step, ordinal, steady, step_ns, {', '.join(f'{p}_ns' for p in PARTS)},
+SELECT rank, step, ordinal, steady, step_ns, {", ".join(f"{p}_ns" for p in PARTS)},
        comm_ns, overlapped_comm_ns,
        CASE WHEN comm_ns > 0 THEN overlapped_comm_ns / comm_ns END AS overlap_share
 FROM step_parts WHERE run_id = $run ORDER BY step, rank
@@ -112,21 +112,30 @@ GROUP BY op, pg_name, bytes ORDER BY exposed_ns_per_step DESC
 
 
 def _hta_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, Any]]:
-    got = rows(con, f"SELECT * FROM ({breakdown_sql(HTA_DEVICE_SQL, 'rank')}) ORDER BY rank",
-               [run_id] * 6)
+    got = rows(
+        con, f"SELECT * FROM ({breakdown_sql(HTA_DEVICE_SQL, 'rank')}) ORDER BY rank", [run_id] * 6
+    )
     out = []
     for x in got:
         w = x["window_ns"]
-        out.append({
-            "rank": x["rank"], "window_ns": w, "compute_ns": x["compute_ns"],
-            "exposed_comm_ns": x["exposed_comm_ns"], "overlapped_comm_ns": x["overlapped_comm_ns"],
-            "comm_ns": x["comm_ns"], "exposed_memcpy_ns": x["exposed_memcpy_ns"],
-            "idle_ns": x["idle_ns"],
-            "overlap_share": x["overlapped_comm_ns"] / x["comm_ns"] if x["comm_ns"] else None,
-            "compute_share": x["compute_ns"] / w if w else None,
-            "idle_share": x["idle_ns"] / w if w else None,
-            "non_compute_share": (x["exposed_comm_ns"] + x["exposed_memcpy_ns"]) / w if w else None,
-        })
+        out.append(
+            {
+                "rank": x["rank"],
+                "window_ns": w,
+                "compute_ns": x["compute_ns"],
+                "exposed_comm_ns": x["exposed_comm_ns"],
+                "overlapped_comm_ns": x["overlapped_comm_ns"],
+                "comm_ns": x["comm_ns"],
+                "exposed_memcpy_ns": x["exposed_memcpy_ns"],
+                "idle_ns": x["idle_ns"],
+                "overlap_share": x["overlapped_comm_ns"] / x["comm_ns"] if x["comm_ns"] else None,
+                "compute_share": x["compute_ns"] / w if w else None,
+                "idle_share": x["idle_ns"] / w if w else None,
+                "non_compute_share": (x["exposed_comm_ns"] + x["exposed_memcpy_ns"]) / w
+                if w
+                else None,
+            }
+        )
     return out
 
 
@@ -140,76 +149,118 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         for part in PARTS:
             x[f"{part}_share"] = x[f"{part}_ns"] / w if w else None
         # HTA's idle: nothing runs on the device (host, idle and pipeline time).
-        x["device_idle_share"] = (x["host_ns"] + x["idle_ns"] + x["bubble_ns"] + x["stall_ns"]) / w \
-            if w else None
+        x["device_idle_share"] = (
+            (x["host_ns"] + x["idle_ns"] + x["bubble_ns"] + x["stall_ns"]) / w if w else None
+        )
     if p["hta_compatible"]:
         ranks_tbl = _hta_ranks(con, ctx.run_id)
     if not steps_tbl:
         why = ctx.derived_errors.get("parts", "the run has no steps")
-        return Result(analyzer=NAME, run=ctx.name, params=p, metrics={"ranks": 0},
-                      tables={"ranks": ranks_tbl}, notes=(f"no lost-time parts: {why}.",))
-    bud = rows(con, f"""SELECT avg(step_ns) AS step_ns, {', '.join(f'avg({x}_ns) AS {x}_ns'
-                                                                    for x in PARTS)},
+        return Result(
+            analyzer=NAME,
+            run=ctx.name,
+            params=p,
+            metrics={"ranks": 0},
+            tables={"ranks": ranks_tbl},
+            notes=(f"no lost-time parts: {why}.",),
+        )
+    bud = rows(
+        con,
+        f"""SELECT avg(step_ns) AS step_ns, {", ".join(f"avg({x}_ns) AS {x}_ns" for x in PARTS)},
                                sum(overlapped_comm_ns) / nullif(sum(comm_ns), 0) AS overlap,
                                avg(comm_ns - overlapped_comm_ns) AS exposed_comm_ns
                         FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal""",
-               ctx.params)[0]
+        ctx.params,
+    )[0]
     step_ns = bud["step_ns"] or 0.0
     overlaps = [x["overlap_share"] for x in ranks_tbl if x.get("overlap_share") is not None]
     metrics: dict[str, Any] = {
-        "ranks": len(ranks_tbl), "steps": len({x["step"] for x in steps_tbl}),
+        "ranks": len(ranks_tbl),
+        "steps": len({x["step"] for x in steps_tbl}),
         "step_ns_mean": step_ns,
         **{f"{part}_share": (bud[f"{part}_ns"] / step_ns if step_ns else None) for part in PARTS},
         "overlap_share_mean": sum(overlaps) / len(overlaps) if overlaps else None,
         "exposed_comm_share": bud["exposed_comm_ns"] / step_ns if step_ns else None,
     }
-    medians = rows(con, """SELECT median(exposed_comm_share) AS e, median(overlap_share) AS o,
+    medians = rows(
+        con,
+        """SELECT median(exposed_comm_share) AS e, median(overlap_share) AS o,
                                   median(wait_share) AS w
                            FROM job_step_shares WHERE run_id = $run AND ordinal >= $min_ordinal""",
-                   ctx.params)[0]
-    metrics.update({"exposed_comm_share_median": medians["e"],
-                    "overlap_share_median": medians["o"], "wait_share_median": medians["w"]})
+        ctx.params,
+    )[0]
+    metrics.update(
+        {
+            "exposed_comm_share_median": medians["e"],
+            "overlap_share_median": medians["o"],
+            "wait_share_median": medians["w"],
+        }
+    )
     bandwidth = rows(con, _BANDWIDTH_SQL, {"run": ctx.run_id})
     exposed_by = rows(con, _EXPOSED_BY_SQL, ctx.params)
     findings = []
     transfer = bud["transfer_ns"] or 0.0
     if step_ns and transfer > p["exposed_comm_threshold"] * step_ns:
-        findings.append(_exposed_comm(ctx, transfer, step_ns, metrics, exposed_by, bandwidth,
-                                      ranks_tbl))
+        findings.append(
+            _exposed_comm(ctx, transfer, step_ns, metrics, exposed_by, bandwidth, ranks_tbl)
+        )
     host = bud["host_ns"] or 0.0
     if step_ns and host > p["host_bound_threshold"] * step_ns:
         findings.append(_host_bound(con, ctx, host, ranks_tbl))
     notes = []
     if any(x.get("mode") == "host" for x in ranks_tbl):
-        notes.append("host-only ranks: compute is operator time minus the thread's own "
-                     "communication waits; communication is gloo/c10d spans on any thread; "
-                     "'host' is time no operator or communication covers (Python, sleeps, "
-                     "data loading).")
-    return Result(analyzer=NAME, run=ctx.name, params=p, metrics=metrics,
-                  tables={"ranks": ranks_tbl, "steps": steps_tbl,
-                          "exposed_by_collective": exposed_by, "bandwidth": bandwidth},
-                  findings=tuple(findings), notes=tuple(notes))
+        notes.append(
+            "host-only ranks: compute is operator time minus the thread's own "
+            "communication waits; communication is gloo/c10d spans on any thread; "
+            "'host' is time no operator or communication covers (Python, sleeps, "
+            "data loading)."
+        )
+    return Result(
+        analyzer=NAME,
+        run=ctx.name,
+        params=p,
+        metrics=metrics,
+        tables={
+            "ranks": ranks_tbl,
+            "steps": steps_tbl,
+            "exposed_by_collective": exposed_by,
+            "bandwidth": bandwidth,
+        },
+        findings=tuple(findings),
+        notes=tuple(notes),
+    )
 
 
-def _exposed_comm(ctx: RunContext, transfer: float, step_ns: float, metrics: dict[str, Any],
-                  exposed_by: list[dict[str, Any]], bandwidth: list[dict[str, Any]],
-                  ranks_tbl: list[dict[str, Any]]) -> Finding:
+def _exposed_comm(
+    ctx: RunContext,
+    transfer: float,
+    step_ns: float,
+    metrics: dict[str, Any],
+    exposed_by: list[dict[str, Any]],
+    bandwidth: list[dict[str, Any]],
+    ranks_tbl: list[dict[str, Any]],
+) -> Finding:
     bw = {(b["op"], b["pg_name"], b["bytes"]): b for b in bandwidth}
     numbers: dict[str, float | int | str | None] = {
-        "transfer_ns_per_step": transfer, "step_ns": step_ns,
-        "overlap_share": metrics["overlap_share_mean"]}
+        "transfer_ns_per_step": transfer,
+        "step_ns": step_ns,
+        "overlap_share": metrics["overlap_share_mean"],
+    }
     names = []
     for i, x in enumerate(exposed_by[:3], 1):
         b = bw.get((x["op"], x["pg_name"], x["bytes"]))
         group = f" on process group {x['pg_name']}" if x["pg_name"] is not None else ""
-        op = {"unknown": "communication ops the trace does not name",
-              "wait_tensor": "waits for async collectives (wait_tensor)"}.get(x["op"], x["op"])
-        text = (f"{op} {size_str(x['bytes'])}{group}: "
-                f"{ms(x['exposed_ns_per_step'])} exposed per step")
+        op = {
+            "unknown": "communication ops the trace does not name",
+            "wait_tensor": "waits for async collectives (wait_tensor)",
+        }.get(x["op"], x["op"])
+        text = (
+            f"{op} {size_str(x['bytes'])}{group}: {ms(x['exposed_ns_per_step'])} exposed per step"
+        )
         if b is not None and b["busbw_gbps"] is not None:
-            text += (f", bus bandwidth {b['busbw_gbps']:.3g} GB/s"
-                     + (" (host-timed: includes host scheduling)" if b["source"] == "host"
-                        else ""))
+            text += f", bus bandwidth {b['busbw_gbps']:.3g} GB/s" + (
+                " (host-timed: includes host scheduling)" if b["source"] == "host" else ""
+            )
         numbers[f"collective_{i}"] = text
         names.append(op if x["bytes"] is None else f"{op} {size_str(x['bytes'])}")
     overlap = metrics["overlap_share_mean"]
@@ -217,47 +268,61 @@ def _exposed_comm(ctx: RunContext, transfer: float, step_ns: float, metrics: dic
     low_overlap = overlap is None or overlap < LOW_OVERLAP
     ranks = tuple(x["rank"] for x in ranks_tbl if (x.get("transfer_ns") or 0) > 0)
     if low_overlap:
-        fix = (f"Not overlapped: only {pct(overlap)} of communication runs under compute. "
-               "Start gradient all-reduces during backward (DDP: smaller bucket_cap_mb so the "
-               "first buckets go early; FSDP: backward_prefetch, forward_prefetch), prefetch "
-               "parameters a layer ahead, and keep collectives on their own stream.")
+        fix = (
+            f"Not overlapped: only {pct(overlap)} of communication runs under compute. "
+            "Start gradient all-reduces during backward (DDP: smaller bucket_cap_mb so the "
+            "first buckets go early; FSDP: backward_prefetch, forward_prefetch), prefetch "
+            "parameters a layer ahead, and keep collectives on their own stream."
+        )
     else:
-        fix = (f"Already {pct(overlap)} overlapped: what is left is too slow to hide. Compare "
-               "the bus bandwidth above with your interconnect (NVLink hundreds of GB/s, "
-               "InfiniBand/RoCE 25-50 GB/s per link); if far below, check NCCL's transport "
-               "and topology settings; otherwise move fewer bytes (bf16 gradients, fewer "
-               "sharded parameters, larger buckets).")
+        fix = (
+            f"Already {pct(overlap)} overlapped: what is left is too slow to hide. Compare "
+            "the bus bandwidth above with your interconnect (NVLink hundreds of GB/s, "
+            "InfiniBand/RoCE 25-50 GB/s per link); if far below, check NCCL's transport "
+            "and topology settings; otherwise move fewer bytes (bf16 gradients, fewer "
+            "sharded parameters, larger buckets)."
+        )
     return Finding(
-        code="EXPOSED_COMM", severity=Severity.WARNING,
+        code="EXPOSED_COMM",
+        severity=Severity.WARNING,
         title=f"Communication transfer not hidden by compute costs {{impact_pct}} of the step "
-              f"({what})",
+        f"({what})",
         evidence=Evidence(ranks=ranks, numbers=numbers),
         claim=Claim(parts=(("transfer", round(transfer)),)),
         suggestion=fix + " Waiting for late ranks is not counted here (see the stragglers).",
-        analyzer=NAME, view="timeline")
+        analyzer=NAME,
+        view="timeline",
+    )
 
 
-def _host_bound(con: duckdb.DuckDBPyConnection, ctx: RunContext, host: float,
-                ranks_tbl: list[dict[str, Any]]) -> Finding:
+def _host_bound(
+    con: duckdb.DuckDBPyConnection, ctx: RunContext, host: float, ranks_tbl: list[dict[str, Any]]
+) -> Finding:
     top = host_activity(con, ctx)
     total = host_total(con, ctx) or 1
     numbers: dict[str, float | int | str | None] = {"host_ns_per_step": host}
     for i, x in enumerate(top[:3], 1):
-        numbers[f"host_span_{i}"] = (f"{x['name']}: overlaps {100 * x['ns'] / total:.0f}% of "
-                                     "the host time")
+        numbers[f"host_span_{i}"] = (
+            f"{x['name']}: overlaps {100 * x['ns'] / total:.0f}% of the host time"
+        )
     shares = {x["rank"]: x.get("host_share") or 0.0 for x in ranks_tbl}
     worst = sorted(shares, key=lambda r: -shares[r])
     device = any(x.get("mode") == "device" for x in ranks_tbl)
     return Finding(
-        code="HOST_BOUND", severity=Severity.WARNING,
+        code="HOST_BOUND",
+        severity=Severity.WARNING,
         title=f"The {'device' if device else 'training loop'} waits on the host "
-              "{impact_pct} of the step" + (f" (most on {ranks_str(worst[:1])})"
-                                            if len(worst) > 1 else ""),
+        "{impact_pct} of the step"
+        + (f" (most on {ranks_str(worst[:1])})" if len(worst) > 1 else ""),
         evidence=Evidence(ranks=tuple(worst), numbers=numbers),
         claim=Claim(parts=(("host", round(host)),)),
-        suggestion=("Find what the host does in those gaps (the spans above): data loading "
-                    "(more DataLoader workers, pin_memory, prefetching), Python overhead "
-                    "between kernels (CUDA graphs, torch.compile, larger kernels), "
-                    "synchronizing calls (.item(), printing losses), or sleeps and garbage "
-                    "collection in the loop."),
-        analyzer=NAME, view="timeline")
+        suggestion=(
+            "Find what the host does in those gaps (the spans above): data loading "
+            "(more DataLoader workers, pin_memory, prefetching), Python overhead "
+            "between kernels (CUDA graphs, torch.compile, larger kernels), "
+            "synchronizing calls (.item(), printing losses), or sleeps and garbage "
+            "collection in the loop."
+        ),
+        analyzer=NAME,
+        view="timeline",
+    )

@@ -16,10 +16,9 @@ from typing import Any
 
 import duckdb
 
-from tracelab.derived.sqlrows import scalar
-
 from tracelab.analyzers._common import RunContext, merge_params, ranks_str, rows, size_str
 from tracelab.derived.pipeline import declared_pipeline, schedule_name
+from tracelab.derived.sqlrows import scalar
 from tracelab.results import Evidence, Finding, Result, Severity
 
 NAME = "memory"
@@ -57,15 +56,22 @@ def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[
     """(source, per-rank peaks). Device allocator peaks from the collector first; then the
     trace's [memory] events on the rank's compute device (a lower bound); then the collector's
     CPU figures, which are process RSS (baseline included), last."""
-    got = rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak' AND m.device_type >= 1"),
-               [run_id])
+    got = rows(
+        con, _PEAKS_SQL.format(where="m.source = 'step_peak' AND m.device_type >= 1"), [run_id]
+    )
     if got:
         return "step_peak", got
     # Each rank's highest device type, found once per rank (not a correlated subquery per row).
-    got = rows(con, _PEAKS_SQL.format(where="""m.source = 'trace' AND m.device_type IS NOT NULL
+    got = rows(
+        con,
+        _PEAKS_SQL.format(
+            where="""m.source = 'trace' AND m.device_type IS NOT NULL
         AND (m.rank, m.device_type) IN (
             SELECT (d.rank, max(d.device_type)) FROM memory d
-            WHERE d.run_id = ? AND d.source = 'trace' GROUP BY d.rank)"""), [run_id, run_id])
+            WHERE d.run_id = ? AND d.source = 'trace' GROUP BY d.rank)"""
+        ),
+        [run_id, run_id],
+    )
     if got:
         return "trace", got
     return "rss", rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak'"), [run_id])
@@ -75,29 +81,47 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     p = merge_params(NAME, DEFAULTS, params)
     source, peaks = _peaks(con, ctx.run_id)
     if not peaks:
-        return Result(analyzer=NAME, run=ctx.name, params=p, metrics={"source": None},
-                      notes=("no memory data: profile with profile_memory=True, or capture with "
-                             "tracelab.profile, which records per-step peaks.",))
+        return Result(
+            analyzer=NAME,
+            run=ctx.name,
+            params=p,
+            metrics={"source": None},
+            notes=(
+                "no memory data: profile with profile_memory=True, or capture with "
+                "tracelab.profile, which records per-step peaks.",
+            ),
+        )
     pipe = declared_pipeline(ctx.metadata) or {}
     schedule = schedule_name(pipe)
-    has_pipeline = (scalar(con.execute("SELECT count(*) FROM pipeline_runs WHERE run_id = ?",
-                                       [ctx.run_id])) or 0) > 0
+    has_pipeline = (
+        scalar(con.execute("SELECT count(*) FROM pipeline_runs WHERE run_id = ?", [ctx.run_id]))
+        or 0
+    ) > 0
     is_pipe = bool(pipe) or has_pipeline or any(x["pp_stage"] is not None for x in peaks)
     rank_tbl = []
     for x in peaks:
         cap = x["capacity_bytes"]
-        rank_tbl.append({
-            "rank": x["rank"], "stage": x["pp_stage"] if x["pp_stage"] is not None else
-            (x["rank"] if is_pipe else None),
-            "peak_bytes": x["peak_bytes"], "reserved_bytes": x["reserved_bytes"],
-            "capacity_bytes": cap, "headroom_used": x["peak_bytes"] / cap if cap else None,
-            "lower_bound": source == "trace"})
+        rank_tbl.append(
+            {
+                "rank": x["rank"],
+                "stage": x["pp_stage"]
+                if x["pp_stage"] is not None
+                else (x["rank"] if is_pipe else None),
+                "peak_bytes": x["peak_bytes"],
+                "reserved_bytes": x["reserved_bytes"],
+                "capacity_bytes": cap,
+                "headroom_used": x["peak_bytes"] / cap if cap else None,
+                "lower_bound": source == "trace",
+            }
+        )
     stage_tbl: list[dict[str, Any]] = []
-    metrics: dict[str, Any] = {"source": source, "peak_is_lower_bound": source == "trace",
-                               "peak_bytes_max": max(x["peak_bytes"] for x in rank_tbl),
-                               "capacity_bytes": max((x["capacity_bytes"] or 0
-                                                      for x in rank_tbl), default=0) or None,
-                               "pipeline": is_pipe}
+    metrics: dict[str, Any] = {
+        "source": source,
+        "peak_is_lower_bound": source == "trace",
+        "peak_bytes_max": max(x["peak_bytes"] for x in rank_tbl),
+        "capacity_bytes": max((x["capacity_bytes"] or 0 for x in rank_tbl), default=0) or None,
+        "pipeline": is_pipe,
+    }
     if is_pipe:
         by: dict[int, list[int]] = {}
         for x in rank_tbl:
@@ -110,29 +134,55 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         exp = expected_microbatches(schedule, len(stages), m) if m else None
         exp_mean = statistics.mean(exp) if exp else 1.0
         for i, s in enumerate(stages):
-            stage_tbl.append({
-                "stage": s, "peak_bytes": peak[s], "over_mean": peak[s] / mean if mean else None,
-                "expected_microbatches": exp[i] if exp and i < len(exp) else None,
-                "expected_over_mean": exp[i] / exp_mean if exp and i < len(exp) else None})
+            stage_tbl.append(
+                {
+                    "stage": s,
+                    "peak_bytes": peak[s],
+                    "over_mean": peak[s] / mean if mean else None,
+                    "expected_microbatches": exp[i] if exp and i < len(exp) else None,
+                    "expected_over_mean": exp[i] / exp_mean if exp and i < len(exp) else None,
+                }
+            )
         lo = min(peak.values())
-        metrics.update({
-            "schedule": schedule, "stages": len(stages),
-            "max_over_mean": max(peak.values()) / mean if mean else None,
-            "max_over_min": max(peak.values()) / lo if lo else None,
-            "expected_max_over_mean": max(exp) / exp_mean if exp else None})
+        metrics.update(
+            {
+                "schedule": schedule,
+                "stages": len(stages),
+                "max_over_mean": max(peak.values()) / mean if mean else None,
+                "max_over_min": max(peak.values()) / lo if lo else None,
+                "expected_max_over_mean": max(exp) / exp_mean if exp else None,
+            }
+        )
     findings = _findings(p, metrics, stage_tbl, rank_tbl, source)
-    notes = {"trace": ["peaks from the trace's [memory] events: allocations made before "
-                       "profiling started are missing, so these are lower bounds."],
-             "rss": ["peaks are process RSS from the collector (no device allocator, no "
-                     "[memory] events): they include the interpreter's baseline, which "
-                     "dilutes imbalance ratios."]}.get(source, [])
-    return Result(analyzer=NAME, run=ctx.name, params=p, metrics=metrics,
-                  tables={"ranks": rank_tbl, "stages": stage_tbl}, findings=tuple(findings),
-                  notes=tuple(notes))
+    notes = {
+        "trace": [
+            "peaks from the trace's [memory] events: allocations made before "
+            "profiling started are missing, so these are lower bounds."
+        ],
+        "rss": [
+            "peaks are process RSS from the collector (no device allocator, no "
+            "[memory] events): they include the interpreter's baseline, which "
+            "dilutes imbalance ratios."
+        ],
+    }.get(source, [])
+    return Result(
+        analyzer=NAME,
+        run=ctx.name,
+        params=p,
+        metrics=metrics,
+        tables={"ranks": rank_tbl, "stages": stage_tbl},
+        findings=tuple(findings),
+        notes=tuple(notes),
+    )
 
 
-def _findings(p: Mapping[str, Any], metrics: dict[str, Any], stage_tbl: list[dict[str, Any]],
-              rank_tbl: list[dict[str, Any]], source: str) -> list[Finding]:
+def _findings(
+    p: Mapping[str, Any],
+    metrics: dict[str, Any],
+    stage_tbl: list[dict[str, Any]],
+    rank_tbl: list[dict[str, Any]],
+    source: str,
+) -> list[Finding]:
     out = []
     mom = metrics.get("max_over_mean")
     if mom is not None and mom > p["imbalance_threshold"]:
@@ -140,42 +190,67 @@ def _findings(p: Mapping[str, Any], metrics: dict[str, Any], stage_tbl: list[dic
         light = min(stage_tbl, key=lambda s: s["peak_bytes"])
         exp = metrics.get("expected_max_over_mean")
         beyond = exp is None or mom > 1.1 * exp
-        expl = (f"the {metrics['schedule']} schedule alone predicts {exp:.2f}x" if exp is not None
-                else "no schedule to compare with")
-        out.append(Finding(
-            code="STAGE_MEMORY_IMBALANCE",
-            severity=Severity.WARNING if beyond else Severity.INFO,
-            title=f"Stage memory imbalance: stage {heavy['stage']} peaks at "
-                  f"{size_str(heavy['peak_bytes'])}, {mom:.2f}x the mean ({expl})",
-            evidence=Evidence(
-                ranks=tuple(x["rank"] for x in rank_tbl if x["stage"] == heavy["stage"]),
-                numbers={"max_over_mean": mom, "max_over_min": metrics.get("max_over_min"),
-                         "expected_max_over_mean": exp, "heaviest_stage": heavy["stage"],
-                         "heaviest_peak_bytes": heavy["peak_bytes"],
-                         "lightest_stage": light["stage"],
-                         "lightest_peak_bytes": light["peak_bytes"], "source": source}),
-            suggestion=(f"Move layers from stage {heavy['stage']} toward stage {light['stage']}, "
-                        "or recompute activations (activation checkpointing) on the early "
-                        "stages, which hold the most microbatches under 1F1B; a V-shaped "
-                        "schedule (ZBV, DualPipeV) balances activation memory across ranks."
-                        if beyond else
-                        "This is the schedule's own activation pattern: the first stage holds "
-                        "the most microbatches. Balance it with activation checkpointing on early "
-                        "stages or a V-shaped schedule (ZBV, DualPipeV) if memory is tight."),
-            analyzer=NAME, view="memory"))
+        expl = (
+            f"the {metrics['schedule']} schedule alone predicts {exp:.2f}x"
+            if exp is not None
+            else "no schedule to compare with"
+        )
+        out.append(
+            Finding(
+                code="STAGE_MEMORY_IMBALANCE",
+                severity=Severity.WARNING if beyond else Severity.INFO,
+                title=f"Stage memory imbalance: stage {heavy['stage']} peaks at "
+                f"{size_str(heavy['peak_bytes'])}, {mom:.2f}x the mean ({expl})",
+                evidence=Evidence(
+                    ranks=tuple(x["rank"] for x in rank_tbl if x["stage"] == heavy["stage"]),
+                    numbers={
+                        "max_over_mean": mom,
+                        "max_over_min": metrics.get("max_over_min"),
+                        "expected_max_over_mean": exp,
+                        "heaviest_stage": heavy["stage"],
+                        "heaviest_peak_bytes": heavy["peak_bytes"],
+                        "lightest_stage": light["stage"],
+                        "lightest_peak_bytes": light["peak_bytes"],
+                        "source": source,
+                    },
+                ),
+                suggestion=(
+                    f"Move layers from stage {heavy['stage']} toward stage {light['stage']}, "
+                    "or recompute activations (activation checkpointing) on the early "
+                    "stages, which hold the most microbatches under 1F1B; a V-shaped "
+                    "schedule (ZBV, DualPipeV) balances activation memory across ranks."
+                    if beyond
+                    else "This is the schedule's own activation pattern: the first stage holds "
+                    "the most microbatches. Balance it with activation checkpointing on early "
+                    "stages or a V-shaped schedule (ZBV, DualPipeV) if memory is tight."
+                ),
+                analyzer=NAME,
+                view="memory",
+            )
+        )
     hot = [x for x in rank_tbl if (x["headroom_used"] or 0) > p["headroom_threshold"]]
     if hot:
         worst = max(hot, key=lambda x: x["headroom_used"])
-        out.append(Finding(
-            code="MEMORY_HEADROOM", severity=Severity.WARNING,
-            title=f"{ranks_str([x['rank'] for x in hot])} use up to "
-                  f"{100 * worst['headroom_used']:.0f}% of device memory"
-                  + (" (a lower bound)" if source == "trace" else ""),
-            evidence=Evidence(ranks=tuple(x["rank"] for x in hot), numbers={
-                "peak_bytes": worst["peak_bytes"], "capacity_bytes": worst["capacity_bytes"],
-                "headroom_used": worst["headroom_used"]}),
-            suggestion="Above 80% of capacity, fragmentation and spikes risk out-of-memory: "
-                       "reduce the microbatch size, checkpoint activations, or shard optimizer "
-                       "state (FSDP/ZeRO) on these ranks.",
-            analyzer=NAME, view="memory"))
+        out.append(
+            Finding(
+                code="MEMORY_HEADROOM",
+                severity=Severity.WARNING,
+                title=f"{ranks_str([x['rank'] for x in hot])} use up to "
+                f"{100 * worst['headroom_used']:.0f}% of device memory"
+                + (" (a lower bound)" if source == "trace" else ""),
+                evidence=Evidence(
+                    ranks=tuple(x["rank"] for x in hot),
+                    numbers={
+                        "peak_bytes": worst["peak_bytes"],
+                        "capacity_bytes": worst["capacity_bytes"],
+                        "headroom_used": worst["headroom_used"],
+                    },
+                ),
+                suggestion="Above 80% of capacity, fragmentation and spikes risk out-of-memory: "
+                "reduce the microbatch size, checkpoint activations, or shard optimizer "
+                "state (FSDP/ZeRO) on these ranks.",
+                analyzer=NAME,
+                view="memory",
+            )
+        )
     return out

@@ -22,8 +22,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
-
-from tracelab.derived.sqlrows import first
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -38,6 +36,7 @@ from tracelab.analyzers._common import (
 from tracelab.analyzers._host import host_activity, host_total
 from tracelab.analyzers._replay import columns as replay_columns
 from tracelab.analyzers._replay import whatif
+from tracelab.derived.sqlrows import first
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
 
 NAME = "stragglers"
@@ -53,9 +52,11 @@ DEFAULTS: dict[str, Any] = {
     "sync_wait_threshold": 0.10,
 }
 #: Kind of straggler by the part of its step that exceeds its peers' the most.
-KINDS = {"compute": ("STRAGGLER_COMPUTE", ("compute",)),
-         "host": ("STRAGGLER_HOST", ("host",)),
-         "communication": ("STRAGGLER_COMM", ("transfer", "memcpy"))}
+KINDS = {
+    "compute": ("STRAGGLER_COMPUTE", ("compute",)),
+    "host": ("STRAGGLER_HOST", ("host",)),
+    "communication": ("STRAGGLER_COMM", ("transfer", "memcpy")),
+}
 
 _GAPS_SQL = """
 WITH st AS (SELECT rank, step, start_ns AS s0, end_ns AS s1 FROM step_spans WHERE run_id = $run),
@@ -97,15 +98,31 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     p = merge_params(NAME, DEFAULTS, params)
     data = con.sql(_GAPS_SQL, params={"run": ctx.run_id}).to_arrow_table()
     if not data.num_rows:
-        why = ctx.derived_errors.get("collectives", "no collective is matched across two or "
-                                     "more ranks (single-rank trace, or no timed collectives)")
-        return Result(analyzer=NAME, run=ctx.name, params=p, metrics={"matched": 0},
-                      notes=(f"nothing to compare: {why}.",))
-    unc = dict(con.execute("SELECT rank, coalesce(uncertainty_ns, 0) FROM clock_offsets "
-                           "WHERE run_id = ?", [ctx.run_id]).fetchall())
-    steady = {int(s) for (s,) in con.execute(
-        "SELECT DISTINCT step FROM step_spans WHERE run_id = $run AND ordinal >= $min_ordinal",
-        ctx.params).fetchall()}
+        why = ctx.derived_errors.get(
+            "collectives",
+            "no collective is matched across two or "
+            "more ranks (single-rank trace, or no timed collectives)",
+        )
+        return Result(
+            analyzer=NAME,
+            run=ctx.name,
+            params=p,
+            metrics={"matched": 0},
+            notes=(f"nothing to compare: {why}.",),
+        )
+    unc = dict(
+        con.execute(
+            "SELECT rank, coalesce(uncertainty_ns, 0) FROM clock_offsets WHERE run_id = ?",
+            [ctx.run_id],
+        ).fetchall()
+    )
+    steady = {
+        int(s)
+        for (s,) in con.execute(
+            "SELECT DISTINCT step FROM step_spans WHERE run_id = $run AND ordinal >= $min_ordinal",
+            ctx.params,
+        ).fetchall()
+    }
     per_match = _matches(data, unc)
     steps_out, savings = whatif(per_match, replay_columns(data))
     step_ns = _mean_step(con, ctx)
@@ -113,17 +130,23 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     rank_rows = _rank_table(per_match, savings, parts, steady, steps_out)
     jitter = _jitter(con, ctx)
     floor = max(p["min_saving_share"] * step_ns, p["min_saving_over_jitter"] * jitter)
-    blamed = [x for x in rank_rows if x["saving_ns_per_step"] is not None and step_ns
-              and x["saving_ns_per_step"] >= floor and x["times_last_steady"] > 0]
+    blamed = [
+        x
+        for x in rank_rows
+        if x["saving_ns_per_step"] is not None
+        and step_ns
+        and x["saving_ns_per_step"] >= floor
+        and x["times_last_steady"] > 0
+    ]
     findings = [_straggler(con, ctx, x, per_match, rank_rows, step_ns) for x in blamed]
     total_wait = sum(x["wait_ns"] for x in parts.values()) / max(len(parts), 1)
     explained = sum(x["caused_wait_ns_per_step"] for x in blamed)
     if step_ns and total_wait - explained > p["sync_wait_threshold"] * step_ns:
         findings.append(_sync_wait(total_wait, parts, per_match, steady))
-    slow = [s["slowdown"] for s in steps_out if s["slowdown"] is not None
-            and s["step"] in steady]
+    slow = [s["slowdown"] for s in steps_out if s["slowdown"] is not None and s["step"] in steady]
     metrics = {
-        "matched": len(per_match), "ranks": len(rank_rows),
+        "matched": len(per_match),
+        "ranks": len(rank_rows),
         "clock_uncertainty_ns_max": max(unc.values(), default=0),
         "blameable_share": sum(m["blameable"] for m in per_match) / len(per_match),
         "transfer_ns_median": _median([m["transfer"] for m in per_match]),
@@ -133,46 +156,82 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         "step_jitter_ns": jitter,
         "blame_floor_ns": floor,
     }
-    coll_rows = [{"key": m["key"], "op": m["op"], "step": m["step"], "last_rank": m["last_rank"],
-                  "lateness_ns": m["lateness_ns"], "transfer_ns": m["transfer"],
-                  "blameable": m["blameable"], "last_arrival_ns": m["A"]} for m in per_match]
-    return Result(analyzer=NAME, run=ctx.name, params=p, metrics=metrics,
-                  tables={"ranks": rank_rows, "steps": steps_out, "collectives": coll_rows},
-                  findings=tuple(findings),
-                  notes=("lateness within the clocks' uncertainty is never blamed; a rank is "
-                         "blamed by how much shorter the step would be had it run at the median "
-                         "speed (what-if replay).",))
+    coll_rows = [
+        {
+            "key": m["key"],
+            "op": m["op"],
+            "step": m["step"],
+            "last_rank": m["last_rank"],
+            "lateness_ns": m["lateness_ns"],
+            "transfer_ns": m["transfer"],
+            "blameable": m["blameable"],
+            "last_arrival_ns": m["A"],
+        }
+        for m in per_match
+    ]
+    return Result(
+        analyzer=NAME,
+        run=ctx.name,
+        params=p,
+        metrics=metrics,
+        tables={"ranks": rank_rows, "steps": steps_out, "collectives": coll_rows},
+        findings=tuple(findings),
+        notes=(
+            "lateness within the clocks' uncertainty is never blamed; a rank is "
+            "blamed by how much shorter the step would be had it run at the median "
+            "speed (what-if replay).",
+        ),
+    )
 
 
 def _jitter(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:
     """1.4826 x MAD of the steady job steps: the run's step-to-step noise (0 below 3 steps)."""
-    row = first(con.execute("SELECT CASE WHEN count(*) >= 3 THEN 1.4826 * mad(dur_ns) END "
-                            "FROM job_steps WHERE run_id = $run AND ordinal >= $min_ordinal",
-                            ctx.params))
+    row = first(
+        con.execute(
+            "SELECT CASE WHEN count(*) >= 3 THEN 1.4826 * mad(dur_ns) END "
+            "FROM job_steps WHERE run_id = $run AND ordinal >= $min_ordinal",
+            ctx.params,
+        )
+    )
     return float(row[0]) if row and row[0] is not None else 0.0
 
 
 def _mean_step(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:
-    row = first(con.execute("SELECT avg(step_ns) FROM step_parts WHERE run_id = $run AND "
-                      "ordinal >= $min_ordinal", ctx.params))
+    row = first(
+        con.execute(
+            "SELECT avg(step_ns) FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal",
+            ctx.params,
+        )
+    )
     return float(row[0]) if row and row[0] is not None else 0.0
 
 
 def _matches(data: pa.Table, unc: dict[int, int]) -> list[dict[str, Any]]:
     """One dict per match (its last arriver's row), in step and arrival order."""
     ranks_of: dict[str, list[int]] = {}
-    for key, rk in zip(data.column("key").to_pylist(), data.column("rank").to_pylist(),
-                       strict=True):
+    for key, rk in zip(
+        data.column("key").to_pylist(), data.column("rank").to_pylist(), strict=True
+    ):
         ranks_of.setdefault(key, []).append(rk)
     out = []
     last = data.filter(pc.equal(data.column("rank"), data.column("last_rank")))
     for x in last.to_pylist():
-        margin = unc.get(x["rank"], 0) + max((v for o, v in unc.items() if o != x["rank"]),
-                                             default=0)
-        out.append({"key": x["key"], "op": x["op"], "step": x["step"], "last_rank": x["rank"],
-                    "lateness_ns": x["lateness_ns"], "blameable": x["lateness_ns"] > margin,
-                    "transfer": x["transfer_ns"], "A": x["last_arrival_ns"],
-                    "ranks": sorted(ranks_of[x["key"]])})
+        margin = unc.get(x["rank"], 0) + max(
+            (v for o, v in unc.items() if o != x["rank"]), default=0
+        )
+        out.append(
+            {
+                "key": x["key"],
+                "op": x["op"],
+                "step": x["step"],
+                "last_rank": x["rank"],
+                "lateness_ns": x["lateness_ns"],
+                "blameable": x["lateness_ns"] > margin,
+                "transfer": x["transfer_ns"],
+                "A": x["last_arrival_ns"],
+                "ranks": sorted(ranks_of[x["key"]]),
+            }
+        )
     out.sort(key=lambda m: (m["step"] if m["step"] is not None else -1, m["A"]))
     return out
 
@@ -188,18 +247,25 @@ def _medians_without(values: dict[int, float]) -> dict[int, float]:
     m = len(srt) - 1
     out = {}
     for pos, k in enumerate(order):
-        def other(j: int) -> float:
-            return srt[j] if j < pos else srt[j + 1]
-        out[k] = (other((m - 1) // 2) + other(m // 2)) / 2
+        lo, hi = (m - 1) // 2, m // 2
+        a = srt[lo] if lo < pos else srt[lo + 1]
+        b = srt[hi] if hi < pos else srt[hi + 1]
+        out[k] = (a + b) / 2
     return out
 
 
-def _rank_table(per_match: list[dict[str, Any]], savings: dict[int, list[float]],
-                parts: dict[int, dict[str, Any]], steady: set[int],
-                steps_out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _rank_table(
+    per_match: list[dict[str, Any]],
+    savings: dict[int, list[float]],
+    parts: dict[int, dict[str, Any]],
+    steady: set[int],
+    steps_out: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
     steady_steps = [s["step"] for s in steps_out if s["step"] in steady]
-    peer_med = {k: _medians_without({rk: x[k] for rk, x in parts.items()})
-                for k in ("compute_ns", "host_ns", "transfer_ns", "memcpy_ns")}
+    peer_med = {
+        k: _medians_without({rk: x[k] for rk, x in parts.items()})
+        for k in ("compute_ns", "host_ns", "transfer_ns", "memcpy_ns")
+    }
     of_rank: dict[int, list[dict[str, Any]]] = {}
     for m in per_match:
         for r in m["ranks"]:
@@ -211,74 +277,108 @@ def _rank_table(per_match: list[dict[str, Any]], savings: dict[int, list[float]]
         by_step = dict(zip([s["step"] for s in steps_out], savings.get(rk, []), strict=False))
         save = [by_step[s] for s in steady_steps if s in by_step]
         x = parts.get(rk, {})
-        excess = {kind: sum(x.get(f"{part}_ns", 0.0) - peer_med[f"{part}_ns"].get(rk, 0.0)
-                            for part in kinds) for kind, (_, kinds) in KINDS.items()}
+        excess = {
+            kind: sum(
+                x.get(f"{part}_ns", 0.0) - peer_med[f"{part}_ns"].get(rk, 0.0) for part in kinds
+            )
+            for kind, (_, kinds) in KINDS.items()
+        }
         kind = max(excess, key=lambda k: excess[k])
-        out.append({
-            "rank": rk, "matches": len(mine), "times_last": len(last),
-            "times_last_steady": sum(1 for m in last if m["step"] in steady),
-            "share_last": len(last) / len(mine) if mine else 0.0,
-            "lateness_ns_median": _median([m["lateness_ns"] for m in last]) if last else None,
-            "saving_ns_per_step": _median(save) if save else None,
-            "wait_ns_per_step": x.get("wait_ns"), "caused_wait_ns_per_step": x.get("caused_ns", 0.0),
-            "excess_compute_ns": excess["compute"], "excess_host_ns": excess["host"],
-            "excess_transfer_ns": excess["communication"], "kind": kind,
-        })
+        out.append(
+            {
+                "rank": rk,
+                "matches": len(mine),
+                "times_last": len(last),
+                "times_last_steady": sum(1 for m in last if m["step"] in steady),
+                "share_last": len(last) / len(mine) if mine else 0.0,
+                "lateness_ns_median": _median([m["lateness_ns"] for m in last]) if last else None,
+                "saving_ns_per_step": _median(save) if save else None,
+                "wait_ns_per_step": x.get("wait_ns"),
+                "caused_wait_ns_per_step": x.get("caused_ns", 0.0),
+                "excess_compute_ns": excess["compute"],
+                "excess_host_ns": excess["host"],
+                "excess_transfer_ns": excess["communication"],
+                "kind": kind,
+            }
+        )
     return out
 
 
-def _straggler(con: duckdb.DuckDBPyConnection, ctx: RunContext, row: dict[str, Any],
-               per_match: list[dict[str, Any]], rank_rows: list[dict[str, Any]],
-               step_ns: float) -> Finding:
+def _straggler(
+    con: duckdb.DuckDBPyConnection,
+    ctx: RunContext,
+    row: dict[str, Any],
+    per_match: list[dict[str, Any]],
+    rank_rows: list[dict[str, Any]],
+    step_ns: float,
+) -> Finding:
     rk, kind = row["rank"], row["kind"]
     code, kind_parts = KINDS[kind]
     excess = row[f"excess_{'transfer' if kind == 'communication' else kind}_ns"]
     n = max(len(rank_rows), 1)
-    late = sorted((m for m in per_match if m["last_rank"] == rk and m["blameable"]),
-                  key=lambda m: -m["lateness_ns"])
+    late = sorted(
+        (m for m in per_match if m["last_rank"] == rk and m["blameable"]),
+        key=lambda m: -m["lateness_ns"],
+    )
     victims = tuple(sorted({r for m in late for r in m["ranks"] if r != rk}))
     numbers: dict[str, float | int | str | None] = {
-        "saving_ns_per_step": row["saving_ns_per_step"], "step_ns": step_ns,
+        "saving_ns_per_step": row["saving_ns_per_step"],
+        "step_ns": step_ns,
         "caused_wait_ns_per_step": row["caused_wait_ns_per_step"],
         f"excess_{kind}_ns_per_step": excess,
-        "times_last": row["times_last"], "matches": row["matches"],
-        "lateness_ns_median": row["lateness_ns_median"]}
-    why = {"compute": f"it computes {ms(excess)} more per step than its peers' median",
-           "host": f"it spends {ms(excess)} more per step than its peers on the host "
-                   "(outside operators and communication)",
-           "communication": f"its own transfers take {ms(excess)} more per step than its "
-                            "peers'"}[kind]
+        "times_last": row["times_last"],
+        "matches": row["matches"],
+        "lateness_ns_median": row["lateness_ns_median"],
+    }
+    why = {
+        "compute": f"it computes {ms(excess)} more per step than its peers' median",
+        "host": f"it spends {ms(excess)} more per step than its peers on the host "
+        "(outside operators and communication)",
+        "communication": f"its own transfers take {ms(excess)} more per step than its peers'",
+    }[kind]
     if kind == "host":
         total = host_total(con, ctx, rk) or 1
         for i, x in enumerate(host_activity(con, ctx, rk, top=3), 1):
-            numbers[f"host_span_{i}"] = (f"{x['name']}: overlaps {100 * x['ns'] / total:.0f}% "
-                                         f"of rank {rk}'s host time")
-    fix = {"compute": "Check its device (clocks, thermals, a slower or shared GPU) and its "
-                      "share of the work (data sharding, sequence lengths, an extra layer).",
-           "host": "Look at its host timeline in the late steps: data loading, logging or "
-                   "checkpointing on that rank only, garbage collection, a sleep, CPU "
-                   "contention from other processes on its host.",
-           "communication": "Check its links (a slower NIC or PCIe path, a congested switch "
-                            "port) and NCCL's topology detection on its host."}[kind]
+            numbers[f"host_span_{i}"] = (
+                f"{x['name']}: overlaps {100 * x['ns'] / total:.0f}% of rank {rk}'s host time"
+            )
+    fix = {
+        "compute": "Check its device (clocks, thermals, a slower or shared GPU) and its "
+        "share of the work (data sharding, sequence lengths, an extra layer).",
+        "host": "Look at its host timeline in the late steps: data loading, logging or "
+        "checkpointing on that rank only, garbage collection, a sleep, CPU "
+        "contention from other processes on its host.",
+        "communication": "Check its links (a slower NIC or PCIe path, a congested switch "
+        "port) and NCCL's topology detection on its host.",
+    }[kind]
     claim_parts = [("wait", round(row["caused_wait_ns_per_step"]))]
     claim_parts += [(part, round(max(excess, 0.0) / n)) for part in kind_parts]
     return Finding(
-        code=code, severity=Severity.WARNING,
+        code=code,
+        severity=Severity.WARNING,
         title=f"Rank {rk} is a {kind}-bound straggler: the others wait for it, costing "
-              "{impact_ms} per step ({impact_pct})",
+        "{impact_ms} per step ({impact_pct})",
         evidence=Evidence(
-            ranks=(rk,), affected_ranks=victims,
+            ranks=(rk,),
+            affected_ranks=victims,
             steps=tuple(sorted({m["step"] for m in late if m["step"] is not None})),
             time_ranges_ns=tuple((m["A"] - m["lateness_ns"], m["A"]) for m in late[:5]),
-            numbers=numbers),
+            numbers=numbers,
+        ),
         claim=Claim(parts=tuple(claim_parts), cap_ns=round(row["saving_ns_per_step"])),
         suggestion=f"Rank {rk}: {why}; at the median speed the step would be "
-                   f"{ms(row['saving_ns_per_step'])} shorter. {fix}",
-        analyzer=NAME, view="stragglers")
+        f"{ms(row['saving_ns_per_step'])} shorter. {fix}",
+        analyzer=NAME,
+        view="stragglers",
+    )
 
 
-def _sync_wait(total_wait: float, parts: dict[int, dict[str, Any]],
-               per_match: list[dict[str, Any]], steady: set[int]) -> Finding:
+def _sync_wait(
+    total_wait: float,
+    parts: dict[int, dict[str, Any]],
+    per_match: list[dict[str, Any]],
+    steady: set[int],
+) -> Finding:
     lasts: dict[int, int] = {}
     for m in per_match:
         if m["step"] in steady:
@@ -286,15 +386,22 @@ def _sync_wait(total_wait: float, parts: dict[int, dict[str, Any]],
     n = sum(lasts.values()) or 1
     top = sorted(lasts.items(), key=lambda kv: -kv[1])[:3]
     return Finding(
-        code="SYNC_WAIT", severity=Severity.WARNING,
+        code="SYNC_WAIT",
+        severity=Severity.WARNING,
         title="Ranks wait {impact_pct} of the step at collectives for whichever rank arrives "
-              "last (no single straggler)",
-        evidence=Evidence(ranks=tuple(sorted(parts)), numbers={
-            "wait_ns_per_step": total_wait,
-            "last_arrivers": ", ".join(f"rank {r} {pct(c / n)}" for r, c in top)}),
+        "last (no single straggler)",
+        evidence=Evidence(
+            ranks=tuple(sorted(parts)),
+            numbers={
+                "wait_ns_per_step": total_wait,
+                "last_arrivers": ", ".join(f"rank {r} {pct(c / n)}" for r, c in top),
+            },
+        ),
         claim=Claim(parts=(("wait", round(total_wait)),)),
         suggestion="The last rank changes from collective to collective: uneven work per step "
-                   "(variable sequence lengths, data-dependent compute), or noise (other "
-                   "processes, CPU frequency). Balance the work per rank (pack sequences, bucket "
-                   f"by length) across {ranks_str(sorted(parts))}.",
-        analyzer=NAME, view="stragglers")
+        "(variable sequence lengths, data-dependent compute), or noise (other "
+        "processes, CPU frequency). Balance the work per rank (pack sequences, bucket "
+        f"by length) across {ranks_str(sorted(parts))}.",
+        analyzer=NAME,
+        view="stragglers",
+    )

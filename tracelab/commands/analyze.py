@@ -20,11 +20,16 @@ def run(args: argparse.Namespace) -> int:
     only = [a.strip() for a in args.only.split(",")] if args.only else None
     with open_store(args.db) as con:
         rid, name = resolve_run(con, args.run)
-        ranks = con.execute("SELECT rank_count, world_size FROM runs WHERE run_id = ?",
-                            [rid]).fetchall()[0]
+        ranks = con.execute(
+            "SELECT rank_count, world_size FROM runs WHERE run_id = ?", [rid]
+        ).fetchall()[0]
         analysis = run_analyzers(con, rid, only=only)
-    run_info = {"name": name, "run_id": rid, "ranks": ranks[0] if ranks else None,
-                "world_size": ranks[1] if ranks else None}
+    run_info = {
+        "name": name,
+        "run_id": rid,
+        "ranks": ranks[0] if ranks else None,
+        "world_size": ranks[1] if ranks else None,
+    }
     sys.stdout.write(render(analysis_document(run_info, analysis)))
     for name_, why in analysis.errors.items():
         print(f"tracelab analyze: {name_} failed on this run: {why}", file=sys.stderr)
@@ -33,14 +38,19 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "analyze", help="diagnose a run: findings worst first, then metrics",
+        "analyze",
+        help="diagnose a run: findings worst first, then metrics",
         description="Run every analyzer on one run of the store and print its findings, worst "
-                    "impact first, then each analyzer's metrics. --format json gives the "
-                    "stable document described in docs/json-schema.md.")
+        "impact first, then each analyzer's metrics. --format json gives the "
+        "stable document described in docs/json-schema.md.",
+    )
     add_db_option(p)
     add_run_option(p)
     p.add_argument("--format", choices=formats("analysis"), default="text")
-    p.add_argument("--only", metavar="NAMES",
-                   help="comma-separated analyzers to run (default: all): steps, breakdown, "
-                        "clocks, stragglers, pipeline, memory")
+    p.add_argument(
+        "--only",
+        metavar="NAMES",
+        help="comma-separated analyzers to run (default: all): steps, breakdown, "
+        "clocks, stragglers, pipeline, memory",
+    )
     p.set_defaults(func=run)

@@ -21,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "convert", help="convert traces to tracelab's columnar form next to them",
+        "convert",
+        help="convert traces to tracelab's columnar form next to them",
         description="Convert Kineto traces into tracelab's columnar form (Parquet), in a folder "
         "beside each trace (window-0.pt.trace.json.gz -> window-0.pt.trace.tracelab/). A later "
         "`tracelab ingest` registers the result without parsing the JSON again, as long as the "

@@ -17,24 +17,32 @@ def run(args: argparse.Namespace) -> int:
         con.execute("BEGIN TRANSACTION")
         try:
             delete_run(con, rid)
-            pinned = [r[0] for r in con.execute(
-                "SELECT name FROM baselines WHERE run_name = ? ORDER BY name", [name]).fetchall()]
+            pinned = [
+                r[0]
+                for r in con.execute(
+                    "SELECT name FROM baselines WHERE run_name = ? ORDER BY name", [name]
+                ).fetchall()
+            ]
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
     print(f"deleted run {name!r} from {args.db}")
     if pinned:
-        print(f"baselines pinned to it now point at nothing: {', '.join(pinned)} "
-              "(tracelab baseline save NAME --run OTHER re-pins one)")
+        print(
+            f"baselines pinned to it now point at nothing: {', '.join(pinned)} "
+            "(tracelab baseline save NAME --run OTHER re-pins one)"
+        )
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "delete", help="delete a run from the store",
+        "delete",
+        help="delete a run from the store",
         description="Delete one run, with all its ranks, events, steps, collectives and "
-        "memory rows, in one transaction. Exit codes: 0 ok, 2 no such run, 3 unusable store.")
+        "memory rows, in one transaction. Exit codes: 0 ok, 2 no such run, 3 unusable store.",
+    )
     p.add_argument("name", metavar="RUN", help="name of the run (see `tracelab runs`)")
     add_db_option(p)
     p.set_defaults(func=run)

@@ -48,9 +48,13 @@ def ingest_paths(args: argparse.Namespace) -> list[IngestReport]:
     from tracelab.discover import capture_runs
     from tracelab.ingest import ingest
 
-    options = {"db": args.db, "ranks": _rank_map(args.rank),
-               "if_exists": "replace" if args.replace else "refuse",
-               "skip_bad": args.skip_bad, "workers": args.workers}
+    options = {
+        "db": args.db,
+        "ranks": _rank_map(args.rank),
+        "if_exists": "replace" if args.replace else "refuse",
+        "skip_bad": args.skip_bad,
+        "workers": args.workers,
+    }
     captures = capture_runs(args.paths)
     if captures is None:
         report = ingest(args.paths, run=args.run, **options)
@@ -80,19 +84,30 @@ def add_ingest_options(p: argparse.ArgumentParser) -> None:
     """The options of `tracelab ingest` (also taken by `tracelab open`)."""
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders")
     add_db_option(p)
-    p.add_argument("--run", metavar="NAME", help="run name (default: the folder's or manifest's name)")
     p.add_argument(
-        "--rank", action="append", default=[], metavar="FILE=N",
+        "--run", metavar="NAME", help="run name (default: the folder's or manifest's name)"
+    )
+    p.add_argument(
+        "--rank",
+        action="append",
+        default=[],
+        metavar="FILE=N",
         help="map a trace without rank metadata to rank N (repeatable; FILE as given, its base "
-             "name, or a tensorboard_trace_handler worker name such as host_1234)",
+        "name, or a tensorboard_trace_handler worker name such as host_1234)",
     )
     p.add_argument("--replace", action="store_true", help="replace a run of the same name")
     p.add_argument(
-        "--skip-bad", action="store_true",
+        "--skip-bad",
+        action="store_true",
         help="ingest the good ranks and record the bad files in the run instead of aborting",
     )
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="parallel parser processes (default: all cores)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="parallel parser processes (default: all cores)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
             "name": r["name"],
             "ranks": f"{r['ranks']}/{r['world_size']}" if r["world_size"] else r["ranks"],
             "steps": r["steps"],
-            "span_s": f"{r['span_ns'] / 1e9:.3f}" if r["span_ns"] is not None else "",
+            "span_s": f"{float(r['span_ns']) / 1e9:.3f}" if r["span_ns"] is not None else "",  # type: ignore[arg-type]
             "skipped_files": r["skipped"],
             "created": str(r["created_at"])[:19],
         }
@@ -29,8 +29,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("runs", help="list the runs in the store",
-                              description="List the runs in the store, newest first.")
+    p = subparsers.add_parser(
+        "runs",
+        help="list the runs in the store",
+        description="List the runs in the store, newest first.",
+    )
     add_db_option(p)
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.set_defaults(func=run)

@@ -70,12 +70,15 @@ def check_port(host: str, port: int) -> None:
             busy = exc.errno == 98 or "in use" in str(exc).lower()
             raise UsageError(
                 f"cannot listen on {host}:{port}: "
-                + ("the port is in use by another program. Stop it, or pick another --port."
-                   if busy else f"{exc.strerror or exc}.")) from None
+                + (
+                    "the port is in use by another program. Stop it, or pick another --port."
+                    if busy
+                    else f"{exc.strerror or exc}."
+                )
+            ) from None
 
 
-def serve(db: str, host: str, port: int, *, warm: bool = True,
-          runs: Sequence[str] = ()) -> int:
+def serve(db: str, host: str, port: int, *, warm: bool = True, runs: Sequence[str] = ()) -> int:
     """Serve the store at `db` until interrupted. `runs` are analyzed first (into the app's
     cache, so that their pages open at once) and their Overview URLs printed."""
     from tracelab.store import open_store
@@ -89,11 +92,17 @@ def serve(db: str, host: str, port: int, *, warm: bool = True,
     where = f"http://{host}:{port}/"
     print(f"tracelab: serving {db} at {where} (Ctrl-C to stop)", flush=True)
     for name in runs:
-        print(f"tracelab: overview of run {name!r}: {where}overview?"
-              f"{urllib.parse.urlencode({'run': name})}", flush=True)
+        print(
+            f"tracelab: overview of run {name!r}: {where}overview?"
+            f"{urllib.parse.urlencode({'run': name})}",
+            flush=True,
+        )
     if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"tracelab: warning: listening on {host}: anyone who can reach it can read the "
-              "traces in this store.", file=sys.stderr)
+        print(
+            f"tracelab: warning: listening on {host}: anyone who can reach it can read the "
+            "traces in this store.",
+            file=sys.stderr,
+        )
     app.run(host=host, port=port, debug=False)
     return 0
 
@@ -115,7 +124,12 @@ def _analyze_in_app(name: str) -> str:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    return serve(args.db, args.host, args.port if args.port is not None else default_port(), warm=not args.no_warm)
+    return serve(
+        args.db,
+        args.host,
+        args.port if args.port is not None else default_port(),
+        warm=not args.no_warm,
+    )
 
 
 def sample_traces_dir() -> Path | None:
@@ -174,8 +188,9 @@ def _runs_not_from(db: str, runs: list[tuple[str, Path]]) -> set[str]:
         return set()
     with open_store(db) as con:
         stored = dict(con.execute("SELECT name, source FROM runs").fetchall())
-    return {name for name, path in runs
-            if name in stored and json.loads(stored[name]) != [str(path)]}
+    return {
+        name for name, path in runs if name in stored and json.loads(stored[name]) != [str(path)]
+    }
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -185,11 +200,14 @@ def run_demo(args: argparse.Namespace) -> int:
     if folder is None or not folder.is_dir():
         raise InputError(
             "no sample traces found: run from the repository root (which has sample_traces/) "
-            "or pass --traces DIR.", path=str(folder) if folder else None)
+            "or pass --traces DIR.",
+            path=str(folder) if folder else None,
+        )
     runs = demo_runs(folder)
     if not runs:
-        raise InputError("no captures or trace files in this folder; pass --traces DIR.",
-                         path=str(folder))
+        raise InputError(
+            "no captures or trace files in this folder; pass --traces DIR.", path=str(folder)
+        )
     db = args.db
     if db is None:
         tmp = tempfile.mkdtemp(prefix="tracelab-demo-")
@@ -198,11 +216,18 @@ def run_demo(args: argparse.Namespace) -> int:
     theirs = _runs_not_from(db, runs)
     for name, path in runs:
         if name in theirs:
-            print(f"tracelab demo: run {name!r} is already in {db} and was not made by demo "
-                  f"from {path}: left as it is (use a new --db to see the demo's).", flush=True)
+            print(
+                f"tracelab demo: run {name!r} is already in {db} and was not made by demo "
+                f"from {path}: left as it is (use a new --db to see the demo's).",
+                flush=True,
+            )
             continue
         report = ingest([str(path)], db=db, run=name, if_exists="replace", skip_bad=True)
-        state = "unchanged" if report.unchanged else f"{len(report.ranks)} ranks, {report.events:,} events"
+        state = (
+            "unchanged"
+            if report.unchanged
+            else f"{len(report.ranks)} ranks, {report.events:,} events"
+        )
         print(f"tracelab demo: run {name!r} from {path}: {state}", flush=True)
     if args.no_serve:
         print(f"tracelab demo: store ready at {db}; serve it with `tracelab serve --db {db}`")
@@ -211,33 +236,51 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _add_server_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help=f"interface to listen on (default {DEFAULT_HOST}: this machine only)")
-    p.add_argument("--port", type=int, default=None,
-                   help=f"port (default {DEFAULT_PORT}, or ${PORT_ENV} when set)")
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"interface to listen on (default {DEFAULT_HOST}: this machine only)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port (default {DEFAULT_PORT}, or ${PORT_ENV} when set)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
-        "serve", help="open the web app on a store",
+        "serve",
+        help="open the web app on a store",
         description="Serve the web app (runs, overview, timeline, pipeline, stragglers, "
         "memory, compare) for the runs in a store. Opens the store read-only per request, so "
         "`tracelab ingest` can write to it meanwhile.",
     )
     add_db_option(p)
     _add_server_options(p)
-    p.add_argument("--no-warm", action="store_true",
-                   help="do not analyze the newest runs in the background at start")
+    p.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="do not analyze the newest runs in the background at start",
+    )
     p.set_defaults(func=run_serve)
 
     d = subparsers.add_parser(
-        "demo", help="ingest sample_traces/ into a store and serve it",
+        "demo",
+        help="ingest sample_traces/ into a store and serve it",
         description="Ingest every capture under sample_traces/ (or --traces DIR) as one run "
         "each, into a temporary store (or --db FILE), then serve the web app on it.",
     )
     d.add_argument("--traces", metavar="DIR", help="folder of captures (default: sample_traces/)")
-    d.add_argument("--db", metavar="FILE", default=None,
-                   help="store to ingest into (default: a temporary file removed at exit)")
+    d.add_argument(
+        "--db",
+        metavar="FILE",
+        default=None,
+        help="store to ingest into (default: a temporary file removed at exit)",
+    )
     _add_server_options(d)
-    d.add_argument("--no-serve", action="store_true", help="ingest only, then print the serve command")
+    d.add_argument(
+        "--no-serve", action="store_true", help="ingest only, then print the serve command"
+    )
     d.set_defaults(func=run_demo)

@@ -34,13 +34,17 @@ def check_query(query: str) -> str:
     if not statements:
         raise UsageError('no SQL statement given, e.g. tracelab sql "SELECT count(*) FROM events".')
     if len(statements) > 1:
-        raise UsageError(f"give one statement, not {len(statements)}: tracelab sql runs a "
-                         "single read-only query.")
+        raise UsageError(
+            f"give one statement, not {len(statements)}: tracelab sql runs a "
+            "single read-only query."
+        )
     kind = statements[0].type.name
     if kind not in ALLOWED_STATEMENTS:
-        raise UsageError(f"{kind} statements are refused: tracelab sql is read-only and runs "
-                         "only queries (SELECT, WITH, FROM, SHOW, DESCRIBE, SUMMARIZE, EXPLAIN). "
-                         "To write Parquet, use `tracelab export`.")
+        raise UsageError(
+            f"{kind} statements are refused: tracelab sql is read-only and runs "
+            "only queries (SELECT, WITH, FROM, SHOW, DESCRIBE, SUMMARIZE, EXPLAIN). "
+            "To write Parquet, use `tracelab export`."
+        )
     return query
 
 
@@ -67,19 +71,24 @@ def unique_names(names: list[str]) -> list[str]:
 
 #: `DESCRIBE name`: the one statement `tracelab sql` answers with the schema's column comments
 #: too (DuckDB's DESCRIBE does not show them).
-_DESCRIBE = re.compile(r"^\s*DESCRIBE\s+(?:TABLE\s+)?\"?([A-Za-z_][A-Za-z0-9_]*)\"?\s*;?\s*$",
-                       re.IGNORECASE)
+_DESCRIBE = re.compile(
+    r"^\s*DESCRIBE\s+(?:TABLE\s+)?\"?([A-Za-z_][A-Za-z0-9_]*)\"?\s*;?\s*$", re.IGNORECASE
+)
 
 
-def _with_comments(con: Any, query: str, cols: list[str], rows: list[tuple]) -> tuple[list[str],
-                                                                                   list[tuple]]:
+def _with_comments(
+    con: Any, query: str, cols: list[str], rows: list[tuple]
+) -> tuple[list[str], list[tuple]]:
     """DESCRIBE's rows with a `comment` column: each column's definition from the schema
     files (docs/metrics.md for the derived tables)."""
     m = _DESCRIBE.match(query)
     if m is None or "column_name" not in cols:
         return cols, rows
-    comments = dict(con.execute("SELECT column_name, comment FROM duckdb_columns() "
-                                "WHERE table_name = ?", [m.group(1)]).fetchall())
+    comments = dict(
+        con.execute(
+            "SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ?", [m.group(1)]
+        ).fetchall()
+    )
     i = cols.index("column_name")
     return cols + ["comment"], [(*r, comments.get(r[i]) or "") for r in rows]
 
@@ -114,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "sql", help="run one read-only SQL query over the store",
+        "sql",
+        help="run one read-only SQL query over the store",
         description="Run one SQL query over the store: opened read-only, with file access and "
         "extensions switched off and the settings locked (COPY, ATTACH, INSTALL, SET, PRAGMA "
         "and writes are refused). Tables: runs, ranks, events, steps, lanes, collectives, "

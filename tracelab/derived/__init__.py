@@ -60,9 +60,12 @@ def _clocks(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
 
 def _clocks_fallback(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Offsets of 0 for every rank (method 'none'), so that the rest can still be derived."""
-    con.execute("""INSERT INTO clock_offsets
+    con.execute(
+        """INSERT INTO clock_offsets
                    SELECT run_id, rank, 0, NULL, 'none', min(rank) OVER (), host, 0, 0
-                   FROM ranks WHERE run_id = ?""", [run_id])
+                   FROM ranks WHERE run_id = ?""",
+        [run_id],
+    )
 
 
 def _steps(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -91,8 +94,9 @@ def _parts(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     parts.derive(con, run_id)
 
 
-_STEPS: tuple[tuple[str, Callable[[duckdb.DuckDBPyConnection, int], None],
-                    tuple[str, ...]], ...] = (
+_STEPS: tuple[
+    tuple[str, Callable[[duckdb.DuckDBPyConnection, int], None], tuple[str, ...]], ...
+] = (
     ("clocks", _clocks, ()),
     ("steps", _steps, ("clocks",)),
     ("collectives", _collectives, ("clocks",)),
@@ -108,8 +112,9 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}{where}"[:500]
 
 
-def derive(con: duckdb.DuckDBPyConnection, run_id: int,
-           skip: dict[str, str] | None = None) -> DeriveReport:
+def derive(
+    con: duckdb.DuckDBPyConnection, run_id: int, skip: dict[str, str] | None = None
+) -> DeriveReport:
     """Compute every derived table of one run (whose base rows are in place), replacing what
     was derived for it before. Call inside the caller's transaction. Components in `skip`
     (name -> reason) are recorded as failed without running."""
@@ -135,8 +140,10 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int,
             if name == "clocks":
                 _clocks_fallback(con, run_id)
     if errors:
-        con.executemany("INSERT INTO derived_errors VALUES (?, ?, ?)",
-                        [[run_id, k, v] for k, v in errors.items()])
+        con.executemany(
+            "INSERT INTO derived_errors VALUES (?, ?, ?)",
+            [[run_id, k, v] for k, v in errors.items()],
+        )
     return DeriveReport(errors=errors)
 
 
@@ -152,8 +159,11 @@ def clear(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
 
 def errors(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, str]:
     """The derived components that failed on the run: component -> reason."""
-    return dict(con.execute("SELECT component, message FROM derived_errors WHERE run_id = ?",
-                            [run_id]).fetchall())
+    return dict(
+        con.execute(
+            "SELECT component, message FROM derived_errors WHERE run_id = ?", [run_id]
+        ).fetchall()
+    )
 
 
 def derive_in_transaction(con: duckdb.DuckDBPyConnection, run_id: int) -> DeriveReport:

@@ -48,24 +48,32 @@ def host_from_file_name(name: str) -> str | None:
     return m.group("host") if m else None
 
 
-def _hosts(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[int, str | None,
-                                                                         int | None, int | None]]:
+def _hosts(
+    con: duckdb.DuckDBPyConnection, run_id: int
+) -> list[tuple[int, str | None, int | None, int | None]]:
     """(rank, host, collector offset, collector uncertainty) per rank, in rank order."""
     rows = con.execute(
         """SELECT rank, host, clock_offset_ns, clock_uncertainty_ns,
                   json_extract_string(files, '$[0]') FROM ranks WHERE run_id = ? ORDER BY rank""",
-        [run_id]).fetchall()
-    return [(int(r), h or (host_from_file_name(f) if f else None), off, unc)
-            for r, h, off, unc, f in rows]
+        [run_id],
+    ).fetchall()
+    return [
+        (int(r), h or (host_from_file_name(f) if f else None), off, unc)
+        for r, h, off, unc, f in rows
+    ]
 
 
 #: Standard error of a median of n normal samples: 1.2533 sigma / sqrt(n); sigma = 1.4826 MAD.
 _SE_MEDIAN = 1.2533 * 1.4826
 
 
-def _bounds(con: duckdb.DuckDBPyConnection, run_id: int, source: str, ref: int,
-            ranks: list[tuple[int, str | None, int | None, int | None]]
-            ) -> dict[str, tuple[int, int, float, float, int]]:
+def _bounds(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    source: str,
+    ref: int,
+    ranks: list[tuple[int, str | None, int | None, int | None]],
+) -> dict[str, tuple[int, int, float, float, int]]:
     """Per group of ranks sharing an offset (a host, else the rank alone): (lower bound, upper
     bound, median end difference, MAD of the end differences, matches) against `ref`."""
     groups = [[r, f"host:{h}" if h is not None else f"rank:{r}"] for r, h, _, _ in ranks]
@@ -79,9 +87,12 @@ def _bounds(con: duckdb.DuckDBPyConnection, run_id: int, source: str, ref: int,
               JOIN g ON g.rank = x.rank)
         SELECT grp, max(lo), min(hi), median(diff), mad(diff), count(*) FROM d GROUP BY grp
         """,
-        [run_id, source, [g[0] for g in groups], [g[1] for g in groups], ref, ref]).fetchall()
-    return {str(g): (int(lo), int(hi), float(med), float(mad), int(n))
-            for g, lo, hi, med, mad, n in rows}
+        [run_id, source, [g[0] for g in groups], [g[1] for g in groups], ref, ref],
+    ).fetchall()
+    return {
+        str(g): (int(lo), int(hi), float(med), float(mad), int(n))
+        for g, lo, hi, med, mad, n in rows
+    }
 
 
 def estimate(con: duckdb.DuckDBPyConnection, run_id: int, source: str | None) -> list[RankClock]:
@@ -95,32 +106,61 @@ def estimate(con: duckdb.DuckDBPyConnection, run_id: int, source: str | None) ->
     for rank, host, c_off, c_unc in ranks:
         group = f"host:{host}" if host is not None else f"rank:{rank}"
         if c_off is not None:
-            out.append(RankClock(rank=rank, offset_ns=int(c_off), host=host, matches=0,
-                                 uncertainty_ns=int(c_unc or 0), method="collector"))
+            out.append(
+                RankClock(
+                    rank=rank,
+                    offset_ns=int(c_off),
+                    host=host,
+                    matches=0,
+                    uncertainty_ns=int(c_unc or 0),
+                    method="collector",
+                )
+            )
         elif rank == ref:
-            out.append(RankClock(rank=rank, offset_ns=0, uncertainty_ns=CLOCK_RESOLUTION_NS,
-                                 method="reference", host=host, matches=0))
+            out.append(
+                RankClock(
+                    rank=rank,
+                    offset_ns=0,
+                    uncertainty_ns=CLOCK_RESOLUTION_NS,
+                    method="reference",
+                    host=host,
+                    matches=0,
+                )
+            )
         elif host is not None and host == ref_host:
-            out.append(RankClock(rank=rank, offset_ns=0, uncertainty_ns=CLOCK_RESOLUTION_NS,
-                                 method="same_host", host=host, matches=0))
+            out.append(
+                RankClock(
+                    rank=rank,
+                    offset_ns=0,
+                    uncertainty_ns=CLOCK_RESOLUTION_NS,
+                    method="same_host",
+                    host=host,
+                    matches=0,
+                )
+            )
         elif group in bounds:
             out.append(_from_bounds(rank, host, *bounds[group]))
         else:
-            out.append(RankClock(rank=rank, offset_ns=0, uncertainty_ns=None, method="none",
-                                 host=host, matches=0))
+            out.append(
+                RankClock(
+                    rank=rank, offset_ns=0, uncertainty_ns=None, method="none", host=host, matches=0
+                )
+            )
     return out
 
 
-def _from_bounds(rank: int, host: str | None, lo: int, hi: int, med: float, mad: float,
-                 n: int) -> RankClock:
+def _from_bounds(
+    rank: int, host: str | None, lo: int, hi: int, med: float, mad: float, n: int
+) -> RankClock:
     se = _SE_MEDIAN * mad / math.sqrt(n)
     if lo <= hi:
         est = int(round(min(max(med, lo), hi)))
     else:  # no offset satisfies every match: drift, or matches paired wrongly
         est = int(round(med))
     unc = max(int(math.ceil(se)), CLOCK_RESOLUTION_NS)
-    return RankClock(rank=rank, offset_ns=est, uncertainty_ns=unc, method="collectives",
-                     host=host, matches=n)
+    return RankClock(
+        rank=rank, offset_ns=est, uncertainty_ns=unc, method="collectives", host=host, matches=n
+    )
 
 
 def derive(con: duckdb.DuckDBPyConnection, run_id: int, source: str | None) -> None:
@@ -131,5 +171,8 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int, source: str | None) -> N
     ref = clocks[0].rank
     con.executemany(
         "INSERT INTO clock_offsets VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
-        [[run_id, c.rank, c.offset_ns, c.uncertainty_ns, c.method, ref, c.host, c.matches]
-         for c in clocks])
+        [
+            [run_id, c.rank, c.offset_ns, c.uncertainty_ns, c.method, ref, c.host, c.matches]
+            for c in clocks
+        ],
+    )

@@ -32,18 +32,26 @@ NCCL_TESTS_BYTES_SQL = """CASE op
 #: Bytes per element of the `Input type` names host ops write (PyTorch's C++ type names, as
 #: the TensorBoard plugin reads them: 'float', 'long int', 'c10::Half', ...), lower-cased with
 #: any `c10::` prefix removed; on top of tracelab.load_sql.DTYPE_BYTES.
-HOST_DTYPE_BYTES = {**DTYPE_BYTES, "long int": 8, "unsigned char": 1, "signed char": 1,
-                    "short int": 2, "unsigned short": 2, "unsigned int": 4,
-                    "unsigned long": 8, "complex<float>": 8, "complex<double>": 16,
-                    "complex<c10::half>": 4}
+HOST_DTYPE_BYTES = {
+    **DTYPE_BYTES,
+    "long int": 8,
+    "unsigned char": 1,
+    "signed char": 1,
+    "short int": 2,
+    "unsigned short": 2,
+    "unsigned int": 4,
+    "unsigned long": 8,
+    "complex<float>": 8,
+    "complex<double>": 16,
+    "complex<c10::half>": 4,
+}
 
 
 def _host_dtype_case(expr: str) -> str:
     """SQL CASE: bytes per element of an Input type name; NULL when unknown. The names are
     constants of this module, inlined as literals."""
     norm = f"regexp_replace(lower({expr}), '^c10::', '')"
-    whens = " ".join(f"WHEN '{k}' THEN {v}" for k, v in HOST_DTYPE_BYTES.items()
-                     if "'" not in k)
+    whens = " ".join(f"WHEN '{k}' THEN {v}" for k, v in HOST_DTYPE_BYTES.items() if "'" not in k)
     return f"(CASE {norm} {whens} ELSE NULL END)"
 
 
@@ -54,9 +62,11 @@ def host_op_bytes_sql(args: str) -> str:
     dims entry or a type is missing or unknown."""
     dims = f"TRY_CAST(json_extract({args}, '$.\"Input Dims\"') AS BIGINT[][])"
     types = f"TRY_CAST(json_extract({args}, '$.\"Input type\"') AS VARCHAR[])"
-    per = (f"list_transform(range(1, len(_d) + 1), "
-           f"lambda _i: CASE WHEN len(_d[_i]) = 0 THEN NULL "
-           f"ELSE list_product(_d[_i])::BIGINT * {_host_dtype_case('_t[_i]')} END)")
+    per = (
+        f"list_transform(range(1, len(_d) + 1), "
+        f"lambda _i: CASE WHEN len(_d[_i]) = 0 THEN NULL "
+        f"ELSE list_product(_d[_i])::BIGINT * {_host_dtype_case('_t[_i]')} END)"
+    )
     return f"""(SELECT CASE WHEN len(_d) > 0 AND len(_t) >= len(_d)
                           AND list_count({per}) = len(_d)
                      THEN list_sum({per})::BIGINT END
@@ -69,7 +79,7 @@ def host_op_bytes_sql(args: str) -> str:
 #: reduce-scatter's whole input, so they fill in_bytes. Binds nothing: rows are joined on the
 #: run of the collectives rows `c0` (columns run_id, rank, event_idx).
 HOST_OP_IN_BYTES_SQL = f"""
-    SELECT c0.rank, c0.event_idx, max({host_op_bytes_sql('h.args')}) AS host_in_bytes
+    SELECT c0.rank, c0.event_idx, max({host_op_bytes_sql("h.args")}) AS host_in_bytes
     FROM c0
     JOIN events d ON d.run_id = c0.run_id AND d.rank = c0.rank AND d.idx = c0.event_idx
     JOIN events h ON h.run_id = d.run_id AND h.rank = d.rank AND h.external_id = d.external_id

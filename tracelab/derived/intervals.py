@@ -88,13 +88,15 @@ def segments_sql(src: str, keys: str) -> str:
     """Elementary segments of the sweep over `src` (columns: KEYS..., t0, t1, cls with cls one
     of compute, comm, memcpy) per KEYS: (KEYS..., t, len, c, m, y) with c/m/y the number of
     compute/comm/memcpy intervals covering [t, t + len)."""
-    w = (f"CASE cls WHEN 'compute' THEN {_PACK['compute']} WHEN 'comm' THEN {_PACK['comm']} "
-         f"ELSE {_PACK['memcpy']} END")
+    w = (
+        f"CASE cls WHEN 'compute' THEN {_PACK['compute']} WHEN 'comm' THEN {_PACK['comm']} "
+        f"ELSE {_PACK['memcpy']} END"
+    )
     return f"""
     SELECT {keys}, t, len,
-           (s // {_PACK['compute']})::BIGINT AS c,
-           ((s % {_PACK['compute']}) // {_PACK['comm']})::BIGINT AS m,
-           (s % {_PACK['comm']})::BIGINT AS y
+           (s // {_PACK["compute"]})::BIGINT AS c,
+           ((s % {_PACK["compute"]}) // {_PACK["comm"]})::BIGINT AS m,
+           (s % {_PACK["comm"]})::BIGINT AS y
     FROM (
         SELECT {keys}, t, lead(t) OVER w - t AS len, sum(d) OVER w AS s
         FROM (SELECT {keys}, t0 AS t, {w} AS d FROM ({src})

@@ -36,18 +36,34 @@ from tracelab.load_sql import op_sql
 
 #: Interval classes of the sweep, one bit each.
 C, T, Y, W, P, U, PW, S, PT = range(9)
-_CLASS_NAMES = ("compute", "transfer", "memcpy", "wait", "p2p_wait", "unmatched_comm",
-                "pipeline_window", "sync", "p2p_transfer")
+_CLASS_NAMES = (
+    "compute",
+    "transfer",
+    "memcpy",
+    "wait",
+    "p2p_wait",
+    "unmatched_comm",
+    "pipeline_window",
+    "sync",
+    "p2p_transfer",
+)
 #: Part labels of segments, in time_parts.part and step_parts' columns.
 PARTS = ("compute", "transfer", "memcpy", "wait", "pipeline", "host", "idle")
 #: The communication classes and the part their exposed time is attributed under.
-COMM_PART = {T: ("transfer",), U: ("transfer",), W: ("wait",), P: ("pipeline",),
-             PT: ("pipeline", "transfer")}
+COMM_PART = {
+    T: ("transfer",),
+    U: ("transfer",),
+    W: ("wait",),
+    P: ("pipeline",),
+    PT: ("pipeline", "transfer"),
+}
 
 
 def _device_ranks_sql() -> str:
-    return ("SELECT DISTINCT rank FROM events WHERE run_id = $run AND on_device "
-            "AND category IN ('compute', 'communication')")
+    return (
+        "SELECT DISTINCT rank FROM events WHERE run_id = $run AND on_device "
+        "AND category IN ('compute', 'communication')"
+    )
 
 
 #: Every interval of the run on the reference clock, classed and keyed: rank, t0, t1, cls,
@@ -55,7 +71,7 @@ def _device_ranks_sql() -> str:
 INTERVALS_SQL = f"""
 WITH dev AS ({_device_ranks_sql()}),
 off AS (SELECT rank, offset_ns AS o FROM clock_offsets WHERE run_id = $run),
-hs AS ({HOST_OPS_SQL.replace('?', '$run')} AND rank NOT IN (FROM dev)),
+hs AS ({HOST_OPS_SQL.replace("?", "$run")} AND rank NOT IN (FROM dev)),
 comm AS (
     SELECT e.rank, e.idx, e.name, e.ts_ns - off.o AS a, e.ts_ns + e.dur_ns - off.o AS b
     FROM events e JOIN off USING (rank)
@@ -70,7 +86,7 @@ FROM events e JOIN off USING (rank)
 WHERE e.run_id = $run AND e.on_device AND e.category IN ('compute', 'memcpy', 'memset')
 UNION ALL
 SELECT h.rank, h.t0 - off.o, h.t1 - off.o, {C}, NULL, NULL, NULL, NULL
-FROM ({host_compute_sql('SELECT * FROM hs', 'rank, step, tid')}) h JOIN off USING (rank)
+FROM ({host_compute_sql("SELECT * FROM hs", "rank, step, tid")}) h JOIN off USING (rank)
 UNION ALL
 SELECT e.rank, e.ts_ns - off.o, e.ts_ns + e.dur_ns - off.o, {S}, NULL, NULL, NULL, NULL
 FROM events e JOIN off USING (rank)
@@ -120,8 +136,7 @@ def _i64(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).to_numpy().astype(np.int64, copy=False)
 
 
-def sweep(iv: pa.Table, spans: pa.Table, device_ranks: set[int]
-          ) -> dict[str, np.ndarray]:
+def sweep(iv: pa.Table, spans: pa.Table, device_ranks: set[int]) -> dict[str, np.ndarray]:
     """The labelled segments of every step: arrays rank, step, t0, t1, part (index into
     PARTS), comm (covered by communication), overlapped (communication under compute).
     `spans`: step_spans' rank, step, start_ns, end_ns."""
@@ -152,18 +167,50 @@ def sweep(iv: pa.Table, spans: pa.Table, device_ranks: set[int]
 
     dev = np.isin(seg_r, np.fromiter(device_ranks, dtype=np.int64, count=len(device_ranks)))
     part = np.select(
-        [has(C), has(T), has(Y), has(W), has(P), has(PT) & has(PW), has(PT), has(U), has(PW),
-         has(S) & dev],
-        [PARTS.index(x) for x in ("compute", "transfer", "memcpy", "wait", "pipeline",
-                                  "pipeline", "transfer", "transfer", "pipeline", "idle")],
-        default=PARTS.index("host"))
+        [
+            has(C),
+            has(T),
+            has(Y),
+            has(W),
+            has(P),
+            has(PT) & has(PW),
+            has(PT),
+            has(U),
+            has(PW),
+            has(S) & dev,
+        ],
+        [
+            PARTS.index(x)
+            for x in (
+                "compute",
+                "transfer",
+                "memcpy",
+                "wait",
+                "pipeline",
+                "pipeline",
+                "transfer",
+                "transfer",
+                "pipeline",
+                "idle",
+            )
+        ],
+        default=PARTS.index("host"),
+    )
     comm = has(T) | has(W) | has(P) | has(U) | has(PT)
-    return {"rank": seg_r, "step": sstep[step_of], "t0": seg_a, "t1": seg_b, "part": part,
-            "comm": comm, "overlapped": comm & has(C)}
+    return {
+        "rank": seg_r,
+        "step": sstep[step_of],
+        "t0": seg_a,
+        "t1": seg_b,
+        "part": part,
+        "comm": comm,
+        "overlapped": comm & has(C),
+    }
 
 
-def _step_index(seg_r: np.ndarray, seg_a: np.ndarray, srank: np.ndarray, s0: np.ndarray,
-                s1: np.ndarray) -> np.ndarray:
+def _step_index(
+    seg_r: np.ndarray, seg_a: np.ndarray, srank: np.ndarray, s0: np.ndarray, s1: np.ndarray
+) -> np.ndarray:
     """For each segment (rank, start), the index of the step span holding it, or -1. Steps of
     one rank do not overlap (they tile), and segments were split at every step boundary."""
     out = np.full(len(seg_r), -1, dtype=np.int64)
@@ -187,10 +234,15 @@ def _merged(seg: dict[str, np.ndarray]) -> pa.Table:
     starts = np.flatnonzero(new)
     ends = np.concatenate([starts[1:], [len(r)]]) - 1
     names = np.array(PARTS, dtype=object)
-    return pa.table({"rank": pa.array(r[starts].astype(np.int32)),
-                     "step": pa.array(st[starts].astype(np.int32)),
-                     "start_ns": pa.array(a[starts]), "end_ns": pa.array(b[ends]),
-                     "part": pa.array(names[p[starts]].tolist(), pa.string())})
+    return pa.table(
+        {
+            "rank": pa.array(r[starts].astype(np.int32)),
+            "step": pa.array(st[starts].astype(np.int32)),
+            "start_ns": pa.array(a[starts]),
+            "end_ns": pa.array(b[ends]),
+            "part": pa.array(names[p[starts]].tolist(), pa.string()),
+        }
+    )
 
 
 def _measures(seg: dict[str, np.ndarray]) -> pa.Table:
@@ -201,20 +253,29 @@ def _measures(seg: dict[str, np.ndarray]) -> pa.Table:
     inv = inv.reshape(-1)
     comm = np.bincount(inv, weights=length * seg["comm"], minlength=len(uniq))
     over = np.bincount(inv, weights=length * seg["overlapped"], minlength=len(uniq))
-    return pa.table({"rank": pa.array(uniq[:, 0].astype(np.int32)) if len(uniq) else
-                     pa.array([], pa.int32()),
-                     "step": pa.array(uniq[:, 1].astype(np.int32)) if len(uniq) else
-                     pa.array([], pa.int32()),
-                     "comm_ns": pa.array(np.rint(comm).astype(np.int64)),
-                     "overlapped_comm_ns": pa.array(np.rint(over).astype(np.int64))})
+    return pa.table(
+        {
+            "rank": pa.array(uniq[:, 0].astype(np.int32))
+            if len(uniq)
+            else pa.array([], pa.int32()),
+            "step": pa.array(uniq[:, 1].astype(np.int32))
+            if len(uniq)
+            else pa.array([], pa.int32()),
+            "comm_ns": pa.array(np.rint(comm).astype(np.int64)),
+            "overlapped_comm_ns": pa.array(np.rint(over).astype(np.int64)),
+        }
+    )
 
 
 _STEP_PARTS_SQL = f"""
 INSERT INTO step_parts
 WITH p AS (
     SELECT rank, step,
-           {', '.join(f"coalesce(sum(end_ns - start_ns) FILTER (WHERE part = '{x}'), 0) AS {x}"
-                      for x in PARTS)}
+           {
+    ", ".join(
+        f"coalesce(sum(end_ns - start_ns) FILTER (WHERE part = '{x}'), 0) AS {x}" for x in PARTS
+    )
+}
     FROM time_parts WHERE run_id = $run GROUP BY rank, step
 ),
 pr AS (SELECT rank, step, inherent_idle_ns FROM pipeline_ranks WHERE run_id = $run),
@@ -259,8 +320,11 @@ GROUP BY ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.bytes, ov.culprit
 def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Fill time_parts, step_parts and comm_attribution for the run."""
     iv = intervals(con, run_id)
-    spans = con.sql("SELECT rank, step, start_ns, end_ns FROM step_spans WHERE run_id = ? "
-                    "ORDER BY rank, start_ns", params=[run_id]).to_arrow_table()
+    spans = con.sql(
+        "SELECT rank, step, start_ns, end_ns FROM step_spans WHERE run_id = ? "
+        "ORDER BY rank, start_ns",
+        params=[run_id],
+    ).to_arrow_table()
     device = {int(r) for (r,) in con.execute(_device_ranks_sql(), {"run": run_id}).fetchall()}
     seg = sweep(iv, spans, device)
     merged = _merged(seg)
@@ -275,8 +339,10 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     comm = pa.concat_tables(pieces)
     con.register("_tl_comm", comm)
     try:
-        con.execute("INSERT INTO time_parts SELECT $run, rank, step, start_ns, end_ns, part "
-                    "FROM _tl_parts", {"run": run_id})
+        con.execute(
+            "INSERT INTO time_parts SELECT $run, rank, step, start_ns, end_ns, part FROM _tl_parts",
+            {"run": run_id},
+        )
         con.execute(_STEP_PARTS_SQL, {"run": run_id})
         con.execute(_ATTRIBUTION_SQL, {"run": run_id})
     finally:

@@ -18,17 +18,26 @@ from typing import Any
 
 import duckdb
 
-from tracelab.derived.sqlrows import first, scalar
-
 from tracelab.derived import pp_actions, schedules
+from tracelab.derived.sqlrows import first, scalar
 
 #: torch.distributed.pipelining class names (and short names) -> tracelab schedule names.
 TORCH_SCHEDULES = {
-    "schedulegpipe": "gpipe", "schedule1f1b": "1f1b", "scheduleinterleaved1f1b":
-    "interleaved_1f1b", "scheduleloopedbfs": "looped_bfs", "scheduleinterleavedzerobubble":
-    "zero_bubble", "schedulezbvzerobubble": "zbv", "scheduledualpipev": "dualpipev",
-    "zbh1": "zb_h1", "gpipe": "gpipe", "1f1b": "1f1b", "interleaved_1f1b": "interleaved_1f1b",
-    "zb_h1": "zb_h1", "looped_bfs": "looped_bfs", "zero_bubble": "zero_bubble", "zbv": "zbv",
+    "schedulegpipe": "gpipe",
+    "schedule1f1b": "1f1b",
+    "scheduleinterleaved1f1b": "interleaved_1f1b",
+    "scheduleloopedbfs": "looped_bfs",
+    "scheduleinterleavedzerobubble": "zero_bubble",
+    "schedulezbvzerobubble": "zbv",
+    "scheduledualpipev": "dualpipev",
+    "zbh1": "zb_h1",
+    "gpipe": "gpipe",
+    "1f1b": "1f1b",
+    "interleaved_1f1b": "interleaved_1f1b",
+    "zb_h1": "zb_h1",
+    "looped_bfs": "looped_bfs",
+    "zero_bubble": "zero_bubble",
+    "zbv": "zbv",
     "dualpipev": "dualpipev",
 }
 
@@ -46,8 +55,9 @@ def schedule_name(meta: Mapping[str, Any] | None) -> str | None:
 
 
 def _stage_map(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[int, int]:
-    got = con.execute("SELECT rank, pp_stage FROM ranks WHERE run_id = ? ORDER BY rank",
-                      [run_id]).fetchall()
+    got = con.execute(
+        "SELECT rank, pp_stage FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]
+    ).fetchall()
     return {int(rk): int(st) if st is not None else i for i, (rk, st) in enumerate(got)}
 
 
@@ -60,8 +70,10 @@ def _breadth_first(acts: list[dict[str, Any]], m: int) -> bool:
     next stage (ScheduleLoopedBFS), rather than a round of them (interleaved 1F1B)."""
     rank = min(a["rank"] for a in acts)
     step = min(a["step"] for a in acts if a["rank"] == rank)
-    fwd = sorted((a for a in acts if a["rank"] == rank and a["step"] == step and a["kind"] == "F"),
-                 key=lambda a: a["c0"])
+    fwd = sorted(
+        (a for a in acts if a["rank"] == rank and a["step"] == step and a["kind"] == "F"),
+        key=lambda a: a["c0"],
+    )
     if not fwd:
         return False
     first = fwd[0]["stage"]
@@ -69,8 +81,9 @@ def _breadth_first(acts: list[dict[str, Any]], m: int) -> bool:
     return lead >= m > 0
 
 
-def _detect(meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: str,
-            overlap: bool = False) -> dict[str, Any]:
+def _detect(
+    meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: str, overlap: bool = False
+) -> dict[str, Any]:
     ranks = sorted({a["rank"] for a in acts})
     stages = sorted({a["stage"] for a in acts})
     kinds = {a["kind"] for a in acts}
@@ -85,8 +98,7 @@ def _detect(meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: 
     for a in acts:
         held.setdefault(a["rank"], set()).add(a["stage"])
     # Stage placement: looped (rank r holds r, r + p, ...) or V-shaped (r and 2p - 1 - r).
-    v_shape = v == 2 and all(held.get(r, set()) == {i, 2 * p - 1 - i}
-                             for i, r in enumerate(ranks))
+    v_shape = v == 2 and all(held.get(r, set()) == {i, 2 * p - 1 - i} for i, r in enumerate(ranks))
     if declared:
         schedule = declared
     elif v_shape:
@@ -103,8 +115,9 @@ def _detect(meta: Mapping[str, Any] | None, acts: list[dict[str, Any]], source: 
     return {"schedule": schedule, "p": p, "v": v, "m": m, "ranks": ranks}
 
 
-def _inherent(acts: list[dict[str, Any]], info: dict[str, Any]
-              ) -> tuple[dict[int, float], float, dict[str, float], str, float] | None:
+def _inherent(
+    acts: list[dict[str, Any]], info: dict[str, Any]
+) -> tuple[dict[int, float], float, dict[str, float], str, float] | None:
     """Replay the observed order with median op times: per-rank idle (ns), makespan, mean op
     time per kind, how the order was obtained, and the makespan with every stage at the mean op
     time (balanced stages). None when no order can be replayed."""
@@ -142,32 +155,70 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     metadata = json.loads(row[0]) if row and row[0] else {}
     meta = declared_pipeline(metadata)
     declared = bool(meta) if "manifest" in metadata else None
-    source, acts = pp_actions.actions(con, run_id, _positive_int((meta or {}).get("microbatches")),
-                                      _stage_map(con, run_id), declared)
+    source, acts = pp_actions.actions(
+        con,
+        run_id,
+        _positive_int((meta or {}).get("microbatches")),
+        _stage_map(con, run_id),
+        declared,
+    )
     if not acts:
         return
-    off = dict(con.execute("SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?",
-                           [run_id]).fetchall())
+    off = dict(
+        con.execute(
+            "SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?", [run_id]
+        ).fetchall()
+    )
     for a in acts:
         o = off.get(a["rank"], 0)
         a["a0"], a["a1"], a["c0"], a["c1"] = a["a0"] - o, a["a1"] - o, a["c0"] - o, a["c1"] - o
-    overlap = bool(scalar(con.execute(
-        "SELECT count(*) FROM events WHERE run_id = ? AND category = 'annotation' "
-        "AND regexp_matches(name, ?)", [run_id, pp_actions.OVERLAP_RE])))
+    overlap = bool(
+        scalar(
+            con.execute(
+                "SELECT count(*) FROM events WHERE run_id = ? AND category = 'annotation' "
+                "AND regexp_matches(name, ?)",
+                [run_id, pp_actions.OVERLAP_RE],
+            )
+        )
+    )
     info = _detect(meta, acts, source, overlap)
     inh = _inherent(acts, info)
     idle_inh, makespan, mean_op, how, balanced = inh if inh else ({}, None, {}, "none", None)
     con.executemany(
         "INSERT INTO pipeline_actions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [[run_id, a["rank"], a["step"], a["stage"], a["kind"], a["mb"], a["a0"], a["a1"],
-          a["c0"], a["c1"], a["busy_ns"]] for a in acts])
+        [
+            [
+                run_id,
+                a["rank"],
+                a["step"],
+                a["stage"],
+                a["kind"],
+                a["mb"],
+                a["a0"],
+                a["a1"],
+                a["c0"],
+                a["c1"],
+                a["busy_ns"],
+            ]
+            for a in acts
+        ],
+    )
     con.execute(
         "INSERT INTO pipeline_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [run_id, source, info["schedule"], None if meta is None or meta.get("schedule") is None
-         else str(meta.get("schedule")), info["p"], info["v"], info["m"],
-         None if makespan is None else round(makespan),
-         None if balanced is None else round(balanced), how,
-         json.dumps({k: round(v) for k, v in sorted(mean_op.items())})])
+        [
+            run_id,
+            source,
+            info["schedule"],
+            None if meta is None or meta.get("schedule") is None else str(meta.get("schedule")),
+            info["p"],
+            info["v"],
+            info["m"],
+            None if makespan is None else round(makespan),
+            None if balanced is None else round(balanced),
+            how,
+            json.dumps({k: round(v) for k, v in sorted(mean_op.items())}),
+        ],
+    )
     steps: dict[int, dict[int, list[dict[str, Any]]]] = {}
     for a in acts:
         steps.setdefault(a["step"], {}).setdefault(a["rank"], []).append(a)
@@ -178,6 +229,17 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         for rank, xs in sorted(by_rank.items()):
             c0, c1 = min(a["c0"] for a in xs), max(a["c1"] for a in xs)
             inherent = idle_inh.get(rank)
-            out.append([run_id, rank, step, w0, w1, sum(a["busy_ns"] for a in xs), c0 - w0,
-                        w1 - c1, None if inherent is None else round(inherent)])
+            out.append(
+                [
+                    run_id,
+                    rank,
+                    step,
+                    w0,
+                    w1,
+                    sum(a["busy_ns"] for a in xs),
+                    c0 - w0,
+                    w1 - c1,
+                    None if inherent is None else round(inherent),
+                ]
+            )
     con.executemany("INSERT INTO pipeline_ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", out)

@@ -21,11 +21,9 @@ from typing import Any
 
 import duckdb
 
-from tracelab.derived.sqlrows import first
-
 from tracelab.derived import intervals as iv
 from tracelab.derived.intervals import HOST_OPS_SQL
-from tracelab.derived.sqlrows import rows
+from tracelab.derived.sqlrows import first, rows
 
 PP_RE = r"^PP:(\d+)(F|I|B|W)(\d+)$"
 #: DualPipeV's overlapped forward and backward: `PP:({stage}F{mb};{stage}B{mb})OVERLAP_F_B`.
@@ -34,7 +32,9 @@ GPIPE_RE = r"^(Forward|Backward) (\d+)$"
 
 
 def _annotated(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[str, Any]]]:
-    spans = rows(con, """
+    spans = rows(
+        con,
+        """
         SELECT rank, step, tid, ts_ns AS a0, ts_ns + dur_ns AS a1,
                TRY_CAST(regexp_extract(name, ?, 1) AS INTEGER) AS stage,
                coalesce(nullif(regexp_extract(name, ?, 2), ''),
@@ -46,7 +46,9 @@ def _annotated(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[d
         WHERE run_id = ? AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
           AND (regexp_matches(name, ?) OR regexp_matches(name, ?))
         ORDER BY rank, ts_ns
-        """, [PP_RE, PP_RE, PP_RE, GPIPE_RE, run_id, PP_RE, GPIPE_RE])
+        """,
+        [PP_RE, PP_RE, PP_RE, GPIPE_RE, run_id, PP_RE, GPIPE_RE],
+    )
     pp = [s for s in spans if s["is_pp"]] + _overlapped(con, run_id)
     if pp:
         return "pp", sorted(pp, key=lambda s: (s["rank"], s["a0"]))
@@ -58,19 +60,39 @@ def _overlapped(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, A
     and the backward in the second: the trace does not say which compute belongs to which, so
     each is given the compute inside its half (their sum is the span's compute)."""
     out = []
-    for x in rows(con, """
+    for x in rows(
+        con,
+        """
         SELECT rank, step, tid, ts_ns AS a0, ts_ns + dur_ns AS a1,
                regexp_extract(name, ?, ['fs', 'fm', 'bs', 'bm']) AS g
         FROM events
         WHERE run_id = ? AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
           AND regexp_matches(name, ?)
-        """, [OVERLAP_RE, run_id, OVERLAP_RE]):
+        """,
+        [OVERLAP_RE, run_id, OVERLAP_RE],
+    ):
         g, mid = x["g"], (x["a0"] + x["a1"]) // 2
         base = {"rank": x["rank"], "step": x["step"], "tid": x["tid"], "is_pp": True}
-        out.append({**base, "a0": x["a0"], "a1": mid, "stage": int(g["fs"]), "kind": "F",
-                    "mb": int(g["fm"])})
-        out.append({**base, "a0": mid, "a1": x["a1"], "stage": int(g["bs"]), "kind": "B",
-                    "mb": int(g["bm"])})
+        out.append(
+            {
+                **base,
+                "a0": x["a0"],
+                "a1": mid,
+                "stage": int(g["fs"]),
+                "kind": "F",
+                "mb": int(g["fm"]),
+            }
+        )
+        out.append(
+            {
+                **base,
+                "a0": mid,
+                "a1": x["a1"],
+                "stage": int(g["bs"]),
+                "kind": "B",
+                "mb": int(g["bm"]),
+            }
+        )
     return out
 
 
@@ -95,9 +117,12 @@ def _forwards(segs: list[dict[str, Any]], m: int) -> list[dict[str, Any]]:
     return sorted(longest, key=lambda s: s["a0"])
 
 
-def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
-                      microbatches: int | None) -> list[dict[str, Any]]:
-    segs = rows(con, """
+def _host_op_segments(
+    con: duckdb.DuckDBPyConnection, run_id: int, microbatches: int | None
+) -> list[dict[str, Any]]:
+    segs = rows(
+        con,
+        """
         WITH main AS (SELECT DISTINCT rank, tid FROM events
                       WHERE run_id = ? AND NOT on_device AND name LIKE 'ProfilerStep#%'),
         ops AS (SELECT e.rank, e.step, e.tid, e.name, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
@@ -128,7 +153,9 @@ def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
                list(name ORDER BY t0) AS names, list(t0 ORDER BY t0) AS starts,
                list(t1 - t0 ORDER BY t0) AS durs
         FROM g WHERE k <> 'C' GROUP BY rank, step, seg ORDER BY rank, step, a0
-        """, [run_id, run_id])
+        """,
+        [run_id, run_id],
+    )
     out: list[dict[str, Any]] = []
     by: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for s in segs:
@@ -143,20 +170,39 @@ def _host_op_segments(con: duckdb.DuckDBPyConnection, run_id: int,
             continue
         for kind, group in (("F", fwd), ("B", bwd)):
             for mb, s in enumerate(group):
-                out.append({"rank": rank, "step": step, "tid": s["tid"], "a0": s["a0"],
-                            "a1": s["a1"], "stage": None, "kind": kind, "mb": mb})
+                out.append(
+                    {
+                        "rank": rank,
+                        "step": step,
+                        "tid": s["tid"],
+                        "a0": s["a0"],
+                        "a1": s["a1"],
+                        "stage": None,
+                        "kind": kind,
+                        "mb": mb,
+                    }
+                )
     return out
 
 
 def _has_p2p(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
-    row = first(con.execute(
-        "SELECT count(DISTINCT rank) FROM collectives WHERE run_id = ? "
-        "AND op IN ('send', 'recv', 'send_recv')", [run_id]))
+    row = first(
+        con.execute(
+            "SELECT count(DISTINCT rank) FROM collectives WHERE run_id = ? "
+            "AND op IN ('send', 'recv', 'send_recv')",
+            [run_id],
+        )
+    )
     return bool(row and row[0] >= 2)
 
 
-def actions(con: duckdb.DuckDBPyConnection, run_id: int, microbatches: int | None,
-            stage_of: dict[int, int], declared: bool | None) -> tuple[str, list[dict[str, Any]]]:
+def actions(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    microbatches: int | None,
+    stage_of: dict[int, int],
+    declared: bool | None,
+) -> tuple[str, list[dict[str, Any]]]:
     """(source, actions) with each action's compute: busy_ns, c0/c1 (first/last compute, raw
     clock). Empty when the run shows no pipeline schedule. `declared`: the capture says the run
     is (True) or is not (False) pipelined, None without a capture. Unnamed schedules (host_ops)
@@ -172,13 +218,17 @@ def actions(con: duckdb.DuckDBPyConnection, run_id: int, microbatches: int | Non
             s["stage"] = stage_of.get(s["rank"], s["rank"])
     keys = ["rank", "step", "tid", "a0", "a1", "stage", "kind", "mb"]
     cols = {k: [s[k] for s in spans] for k in keys}
-    rel = ("(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::INTEGER[]) AS step, "
-           "unnest(?::BIGINT[]) AS tid, unnest(?::BIGINT[]) AS a0, unnest(?::BIGINT[]) AS a1, "
-           "unnest(?::INTEGER[]) AS stage, unnest(?::VARCHAR[]) AS kind, "
-           "unnest(?::INTEGER[]) AS mb)")
+    rel = (
+        "(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::INTEGER[]) AS step, "
+        "unnest(?::BIGINT[]) AS tid, unnest(?::BIGINT[]) AS a0, unnest(?::BIGINT[]) AS a1, "
+        "unnest(?::INTEGER[]) AS stage, unnest(?::VARCHAR[]) AS kind, "
+        "unnest(?::INTEGER[]) AS mb)"
+    )
     rel_params = [cols[k] for k in keys]
     host_compute = iv.host_compute_sql("SELECT * FROM _hs", "rank, step, tid")
-    measured = rows(con, f"""
+    measured = rows(
+        con,
+        f"""
         WITH a AS {rel},
         _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = ? AND on_device
                  AND category = 'compute'),
@@ -194,13 +244,18 @@ def actions(con: duckdb.DuckDBPyConnection, run_id: int, microbatches: int | Non
                       least(h.t1, a.a1) AS t1
                FROM a JOIN ({host_compute}) h ON h.rank = a.rank AND h.tid = a.tid
                     AND h.t0 < a.a1 AND h.t1 > a.a0),
-        u AS ({iv.union_sql("SELECT * FROM dk UNION ALL SELECT * FROM hk",
-                            "rank, step, stage, kind, mb")})
+        u AS ({
+            iv.union_sql(
+                "SELECT * FROM dk UNION ALL SELECT * FROM hk", "rank, step, stage, kind, mb"
+            )
+        })
         SELECT a.rank, a.step, a.stage, a.kind, a.mb, a.a0, a.a1,
                coalesce(sum(u.t1 - u.t0), 0) AS busy_ns, min(u.t0) AS c0, max(u.t1) AS c1
         FROM a LEFT JOIN u USING (rank, step, stage, kind, mb)
         GROUP BY ALL ORDER BY a.rank, a.step, c0
-        """, [*rel_params, run_id, run_id, run_id])
+        """,
+        [*rel_params, run_id, run_id, run_id],
+    )
     for x in measured:
         # An action that computed nothing (e.g. the first stage's input-grad backward) keeps its
         # place in the order as an empty interval at the end of its span.

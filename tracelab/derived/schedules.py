@@ -161,8 +161,9 @@ def replay(
     `delay` adds idle time before an action (a stall), for constructed traces."""
     stages = {a[0] for acts in order.values() for a in acts}
     last_stage = max(stages) if stages else 0
-    kinds: dict[tuple[int, int], set[str]] = {(a[0], a[2]): set() for acts in order.values()
-                                              for a in acts}
+    kinds: dict[tuple[int, int], set[str]] = {
+        (a[0], a[2]): set() for acts in order.values() for a in acts
+    }
     for acts in order.values():
         for s, k, mb in acts:
             kinds[(s, mb)].add(k)

@@ -8,8 +8,9 @@ from typing import Any
 import duckdb
 
 
-def rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | dict[str, Any]
-         ) -> list[dict[str, Any]]:
+def rows(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | dict[str, Any]
+) -> list[dict[str, Any]]:
     """Run a query and return its rows as dicts."""
     cur = con.execute(sql, params if isinstance(params, dict) else list(params))
     cols = [d[0] for d in cur.description]

@@ -76,10 +76,17 @@ def empty_figure(message: str, height: int = 240) -> Figure:
             height=height,
             xaxis={"visible": False},
             yaxis={"visible": False},
-            annotations=[{
-                "text": esc(message), "showarrow": False, "xref": "paper", "yref": "paper",
-                "x": 0.5, "y": 0.5, "font": {"size": 14, "color": "#666"},
-            }],
+            annotations=[
+                {
+                    "text": esc(message),
+                    "showarrow": False,
+                    "xref": "paper",
+                    "yref": "paper",
+                    "x": 0.5,
+                    "y": 0.5,
+                    "font": {"size": 14, "color": "#666"},
+                }
+            ],
         ),
     }
 

@@ -17,21 +17,42 @@ def step_distributions(c: StepComparison, a_name: str, b_name: str) -> Figure:
         if not dist.count:
             continue
         label = esc(name, 60)
-        traces.append({
-            "type": "bar", "name": f"{label} (n={dist.count})", "x": centers, "y": dist.hist,
-            "width": c.width * 0.95, "marker": {"color": color}, "opacity": 0.6,
-            "hovertemplate": f"{label}: %{{y}} steps around %{{x:.3f}} ms<extra></extra>",
-        })
-        traces.append({
-            "type": "box", "name": label, "orientation": "h", "xaxis": "x",
-            "yaxis": "y2", "q1": [dist.q1], "median": [dist.median], "q3": [dist.q3],
-            "lowerfence": [dist.min], "upperfence": [dist.max], "mean": [dist.mean],
-            "y": [label], "marker": {"color": color}, "showlegend": False,
-        })
+        traces.append(
+            {
+                "type": "bar",
+                "name": f"{label} (n={dist.count})",
+                "x": centers,
+                "y": dist.hist,
+                "width": c.width * 0.95,
+                "marker": {"color": color},
+                "opacity": 0.6,
+                "hovertemplate": f"{label}: %{{y}} steps around %{{x:.3f}} ms<extra></extra>",
+            }
+        )
+        traces.append(
+            {
+                "type": "box",
+                "name": label,
+                "orientation": "h",
+                "xaxis": "x",
+                "yaxis": "y2",
+                "q1": [dist.q1],
+                "median": [dist.median],
+                "q3": [dist.q3],
+                "lowerfence": [dist.min],
+                "upperfence": [dist.max],
+                "mean": [dist.mean],
+                "y": [label],
+                "marker": {"color": color},
+                "showlegend": False,
+            }
+        )
     return {
         "data": traces,
         "layout": base_layout(
-            title="Step time distribution (every rank × step)", height=460, barmode="overlay",
+            title="Step time distribution (every rank × step)",
+            height=460,
+            barmode="overlay",
             xaxis={"title": {"text": "step time (ms)"}},
             yaxis={"title": {"text": "steps"}, "domain": [0, 0.68]},
             yaxis2={"domain": [0.75, 1], "anchor": "x", "type": "category"},

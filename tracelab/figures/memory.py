@@ -16,29 +16,61 @@ def peaks_figure(v: MemoryView) -> Figure:
         return empty_figure(v.note or "No memory peaks per rank.")
     peaks = [r.get("peak_bytes") for r in v.ranks]
     cap = v.capacity_bytes
-    unit, div = unit_for(max([p for p in peaks if p is not None] + ([cap] if cap else []),
-                             default=None))
-    labels = [f"rank {r['rank']}" + (f" (stage {r['stage']})" if r.get("stage") is not None
-                                      else "") for r in v.ranks]
-    traces: list[dict[str, Any]] = [{
-        "type": "bar", "name": f"peak {v.peak_label}", "x": labels,
-        "y": [None if p is None else p / div for p in peaks], "marker": {"color": "#4C78A8"},
-        "text": [size(p) for p in peaks], "textposition": "outside",
-        "hovertemplate": f"%{{x}}: peak %{{text}} ({v.peak_label})<extra></extra>",
-    }]
+    unit, div = unit_for(
+        max([p for p in peaks if p is not None] + ([cap] if cap else []), default=None)
+    )
+    labels = [
+        f"rank {r['rank']}" + (f" (stage {r['stage']})" if r.get("stage") is not None else "")
+        for r in v.ranks
+    ]
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "name": f"peak {v.peak_label}",
+            "x": labels,
+            "y": [None if p is None else p / div for p in peaks],
+            "marker": {"color": "#4C78A8"},
+            "text": [size(p) for p in peaks],
+            "textposition": "outside",
+            "hovertemplate": f"%{{x}}: peak %{{text}} ({v.peak_label})<extra></extra>",
+        }
+    ]
     shapes = []
     if cap:
-        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": cap / div,
-                       "y1": cap / div, "line": {"color": "#E45756", "width": 2, "dash": "dash"}})
-        traces.append({"type": "scatter", "mode": "lines", "x": [None], "y": [None],
-                       "name": f"device capacity {size(cap)}",
-                       "line": {"color": "#E45756", "dash": "dash"}})
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": cap / div,
+                "y1": cap / div,
+                "line": {"color": "#E45756", "width": 2, "dash": "dash"},
+            }
+        )
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": [None],
+                "y": [None],
+                "name": f"device capacity {size(cap)}",
+                "line": {"color": "#E45756", "dash": "dash"},
+            }
+        )
     title = f"Peak memory per rank: {v.peak_label}" + (
-        " against the device capacity" if cap else " (device capacity unknown)")
-    return {"data": traces, "layout": base_layout(
-        title=title, height=340, shapes=shapes,
-        yaxis={"title": {"text": unit}, "rangemode": "tozero"},
-        legend={"orientation": "h", "y": -0.25})}
+        " against the device capacity" if cap else " (device capacity unknown)"
+    )
+    return {
+        "data": traces,
+        "layout": base_layout(
+            title=title,
+            height=340,
+            shapes=shapes,
+            yaxis={"title": {"text": unit}, "rangemode": "tozero"},
+            legend={"orientation": "h", "y": -0.25},
+        ),
+    }
 
 
 def stages_figure(v: MemoryView) -> Figure:
@@ -48,49 +80,95 @@ def stages_figure(v: MemoryView) -> Figure:
     if not rows:
         return empty_figure("Not a pipeline: no stages to compare.")
     labels = [f"stage {r['stage']}" for r in rows]
-    traces: list[dict[str, Any]] = [{
-        "type": "bar", "name": "measured: peak / mean of the stages", "x": labels,
-        "y": [r.get("over_mean") for r in rows], "marker": {"color": "#4C78A8"},
-        "customdata": [size(r.get("peak_bytes")) for r in rows],
-        "hovertemplate": "%{x}: %{y:.2f}× the mean (peak %{customdata})<extra></extra>",
-    }]
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "name": "measured: peak / mean of the stages",
+            "x": labels,
+            "y": [r.get("over_mean") for r in rows],
+            "marker": {"color": "#4C78A8"},
+            "customdata": [size(r.get("peak_bytes")) for r in rows],
+            "hovertemplate": "%{x}: %{y:.2f}× the mean (peak %{customdata})<extra></extra>",
+        }
+    ]
     if any(r.get("expected_over_mean") is not None for r in rows):
-        traces.append({"type": "scatter", "mode": "markers+lines",
-                       "name": f"predicted by the {v.metrics.get('schedule') or 'schedule'}'s "
-                               "activations", "x": labels,
-                       "y": [r.get("expected_over_mean") for r in rows],
-                       "line": {"dash": "dot", "color": "#333"},
-                       "hovertemplate": "%{x}: predicted %{y:.2f}× the mean<extra></extra>"})
-    return {"data": traces, "layout": base_layout(
-        title="Stage imbalance: each stage's peak over the stages' mean, measured and predicted",
-        height=320, yaxis={"title": {"text": "× mean"}, "rangemode": "tozero"},
-        shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
-                 "line": {"color": "#999", "width": 1}}],
-        legend={"orientation": "h", "y": -0.25})}
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers+lines",
+                "name": f"predicted by the {v.metrics.get('schedule') or 'schedule'}'s activations",
+                "x": labels,
+                "y": [r.get("expected_over_mean") for r in rows],
+                "line": {"dash": "dot", "color": "#333"},
+                "hovertemplate": "%{x}: predicted %{y:.2f}× the mean<extra></extra>",
+            }
+        )
+    return {
+        "data": traces,
+        "layout": base_layout(
+            title="Stage imbalance: each stage's peak over the stages' mean, measured and predicted",
+            height=320,
+            yaxis={"title": {"text": "× mean"}, "rangemode": "tozero"},
+            shapes=[
+                {
+                    "type": "line",
+                    "xref": "paper",
+                    "x0": 0,
+                    "x1": 1,
+                    "y0": 1,
+                    "y1": 1,
+                    "line": {"color": "#999", "width": 1},
+                }
+            ],
+            legend={"orientation": "h", "y": -0.25},
+        ),
+    }
 
 
 def series_figure(s: MemorySeries, capacity_bytes: int | None = None) -> Figure:
     if not s.ranks:
-        return empty_figure("The trace has no [memory] events (profile with profile_memory=True "
-                            "to see memory over time).")
+        return empty_figure(
+            "The trace has no [memory] events (profile with profile_memory=True "
+            "to see memory over time)."
+        )
     unit, div = unit_for(max(x for x in (s.max_bytes, capacity_bytes) if x is not None))
     traces = []
     for rank in s.ranks:
-        traces.append({"type": "scatter", "mode": "lines", "name": f"rank {rank}",
-                       "x": s.t_ms[rank],
-                       "y": [None if v is None else round(v / div, 4)
-                             for v in s.allocated_bytes[rank]], "line": {"shape": "hv"},
-                       "hovertemplate": f"rank {rank}: %{{y:.1f}} {unit} at %{{x:.3f}} ms"
-                                        "<extra></extra>"})
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"rank {rank}",
+                "x": s.t_ms[rank],
+                "y": [None if v is None else round(v / div, 4) for v in s.allocated_bytes[rank]],
+                "line": {"shape": "hv"},
+                "hovertemplate": f"rank {rank}: %{{y:.1f}} {unit} at %{{x:.3f}} ms<extra></extra>",
+            }
+        )
     title = "Allocated memory over time (allocator events in the trace, max per bin)"
     if len(s.ranks) < s.total_ranks:
         title += f": the {len(s.ranks)} ranks with the highest peaks of {s.total_ranks}"
     shapes = []
     if capacity_bytes:
-        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1,
-                       "y0": capacity_bytes / div, "y1": capacity_bytes / div,
-                       "line": {"color": "#E45756", "width": 2, "dash": "dash"}})
-    return {"data": traces, "layout": base_layout(
-        title=title, height=340, xaxis={"title": {"text": "time since run start (ms)"}},
-        yaxis={"title": {"text": unit}, "rangemode": "tozero"}, shapes=shapes,
-        legend={"orientation": "h", "y": -0.25})}
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": capacity_bytes / div,
+                "y1": capacity_bytes / div,
+                "line": {"color": "#E45756", "width": 2, "dash": "dash"},
+            }
+        )
+    return {
+        "data": traces,
+        "layout": base_layout(
+            title=title,
+            height=340,
+            xaxis={"title": {"text": "time since run start (ms)"}},
+            yaxis={"title": {"text": unit}, "rangemode": "tozero"},
+            shapes=shapes,
+            legend={"orientation": "h", "y": -0.25},
+        ),
+    }

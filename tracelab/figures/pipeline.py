@@ -37,9 +37,11 @@ def schedule_figure(v: PipelineView) -> Figure:
     ranks = sorted({a["rank"] for a in v.actions})
     stages_per_rank = {r: {a["stage"] for a in v.actions if a["rank"] == r} for r in ranks}
     multi = any(len(s) > 1 for s in stages_per_rank.values())
-    ylab = {r: f"rank {r} (stage{'s' if len(stages_per_rank[r]) > 1 else ''} "
-               f"{', '.join(str(s) for s in sorted(x for x in stages_per_rank[r] if x is not None))})"
-            for r in ranks}
+    ylab = {
+        r: f"rank {r} (stage{'s' if len(stages_per_rank[r]) > 1 else ''} "
+        f"{', '.join(str(s) for s in sorted(x for x in stages_per_rank[r] if x is not None))})"
+        for r in ranks
+    }
     cats = [ylab[r] for r in ranks]
     traces: list[dict[str, Any]] = []
     # Waiting, by part: under everything.
@@ -51,18 +53,29 @@ def schedule_figure(v: PipelineView) -> Figure:
         t["base"].append(w["start_ms"])
         t["x"].append(max(w["end_ms"] - w["start_ms"], 0.0))
         t["y"].append(ylab[w["rank"]])
-        t["hover"].append(f"{esc(PART_NAMES.get(w['part'], w['part']))}: "
-                          f"{ms(w['end_ms'] - w['start_ms'])}")
+        t["hover"].append(
+            f"{esc(PART_NAMES.get(w['part'], w['part']))}: {ms(w['end_ms'] - w['start_ms'])}"
+        )
     for part in ("pipeline", "transfer", "wait", "host"):
-        t = by_part.get(part)
+        t = by_part.get(part)  # type: ignore[assignment]
         if not t:
             continue
-        traces.append({
-            "type": "bar", "orientation": "h", "name": esc(PART_NAMES.get(part, part)),
-            "base": t["base"], "x": t["x"], "y": t["y"], "width": 0.8, "opacity": 0.55,
-            "marker": {"color": PART_COLORS[part], "line": {"width": 0}},
-            "hovertext": t["hover"], "hoverinfo": "text", "legendgroup": "wait",
-        })
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": esc(PART_NAMES.get(part, part)),
+                "base": t["base"],
+                "x": t["x"],
+                "y": t["y"],
+                "width": 0.8,
+                "opacity": 0.55,
+                "marker": {"color": PART_COLORS[part], "line": {"width": 0}},
+                "hovertext": t["hover"],
+                "hoverinfo": "text",
+                "legendgroup": "wait",
+            }
+        )
     # Compute segments, by the kind of the action they fall in.
     by_kind: dict[str | None, dict[str, list[Any]]] = {}
     for c in v.compute:
@@ -72,17 +85,30 @@ def schedule_figure(v: PipelineView) -> Figure:
         t["base"].append(c["start_ms"])
         t["x"].append(max(c["end_ms"] - c["start_ms"], 0.0))
         t["y"].append(ylab[c["rank"]])
-        t["hover"].append(f"compute {ms(c['end_ms'] - c['start_ms'])}"
-                          + (f" in {esc(c['kind'])}{c.get('mb', '')} (stage {c.get('stage')})"
-                             if c.get("kind") else " outside any action"))
+        t["hover"].append(
+            f"compute {ms(c['end_ms'] - c['start_ms'])}"
+            + (
+                f" in {esc(c['kind'])}{c.get('mb', '')} (stage {c.get('stage')})"
+                if c.get("kind")
+                else " outside any action"
+            )
+        )
     for kind, t in sorted(by_kind.items(), key=lambda kv: str(kv[0])):
-        traces.append({
-            "type": "bar", "orientation": "h",
-            "name": f"{esc(KIND_NAMES.get(kind or '', kind or 'other'))} compute",
-            "base": t["base"], "x": t["x"], "y": t["y"], "width": 0.5,
-            "marker": {"color": _kind_color(kind), "line": {"width": 0}},
-            "hovertext": t["hover"], "hoverinfo": "text", "legendgroup": "compute",
-        })
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": f"{esc(KIND_NAMES.get(kind or '', kind or 'other'))} compute",
+                "base": t["base"],
+                "x": t["x"],
+                "y": t["y"],
+                "width": 0.5,
+                "marker": {"color": _kind_color(kind), "line": {"width": 0}},
+                "hovertext": t["hover"],
+                "hoverinfo": "text",
+                "legendgroup": "compute",
+            }
+        )
     # Action spans: outlines with labels, on top.
     spans: dict[str, dict[str, list[Any]]] = {}
     for a in v.actions:
@@ -97,29 +123,53 @@ def schedule_figure(v: PipelineView) -> Figure:
             f"<b>{esc(KIND_NAMES.get(a['kind'], a['kind']))}</b> microbatch {a.get('mb')}, "
             f"stage {a.get('stage')}<br>span {ms(span_ns / 1e6)}: compute "
             f"{ms(a['busy_ns'] / 1e6)} ({100 * share:.0f}%), waiting {ms(a['wait_ns'] / 1e6)}"
-            f"<br>{a['start_ms']:.3f} → {a['end_ms']:.3f} ms")
+            f"<br>{a['start_ms']:.3f} → {a['end_ms']:.3f} ms"
+        )
     for kind, t in sorted(spans.items()):
-        traces.append({
-            "type": "bar", "orientation": "h", "name": f"{esc(KIND_NAMES.get(kind, kind))} span",
-            "base": t["base"], "x": t["x"], "y": t["y"], "width": 0.8, "text": t["text"],
-            "textposition": "inside", "insidetextanchor": "middle", "textangle": 0,
-            "textfont": {"size": 10, "color": "#111"},
-            "marker": {"color": "rgba(255,255,255,0)",
-                       "line": {"color": _kind_color(kind), "width": 1.5}},
-            "hovertext": t["hover"], "hoverinfo": "text", "legendgroup": "span",
-            "showlegend": False,
-        })
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": f"{esc(KIND_NAMES.get(kind, kind))} span",
+                "base": t["base"],
+                "x": t["x"],
+                "y": t["y"],
+                "width": 0.8,
+                "text": t["text"],
+                "textposition": "inside",
+                "insidetextanchor": "middle",
+                "textangle": 0,
+                "textfont": {"size": 10, "color": "#111"},
+                "marker": {
+                    "color": "rgba(255,255,255,0)",
+                    "line": {"color": _kind_color(kind), "width": 1.5},
+                },
+                "hovertext": t["hover"],
+                "hoverinfo": "text",
+                "legendgroup": "span",
+                "showlegend": False,
+            }
+        )
     cut = " (first actions only)" if v.actions_cut else ""
     return {
         "data": traces,
         "layout": base_layout(
             title=f"Schedule of step {v.step}{cut}: outlined = an action's span (kind, "
-                  "microbatch), solid = compute inside it, shaded = waiting",
-            height=170 + 56 * len(ranks), barmode="overlay", bargap=0.2,
-            xaxis={"title": {"text": "time since run start (ms, aligned clock)"},
-                   "range": list(v.window_ms) if v.window_ms else None},
-            yaxis={"type": "category", "categoryorder": "array", "categoryarray": cats,
-                   "autorange": "reversed", "automargin": True},
+            "microbatch), solid = compute inside it, shaded = waiting",
+            height=170 + 56 * len(ranks),
+            barmode="overlay",
+            bargap=0.2,
+            xaxis={
+                "title": {"text": "time since run start (ms, aligned clock)"},
+                "range": list(v.window_ms) if v.window_ms else None,
+            },
+            yaxis={
+                "type": "category",
+                "categoryorder": "array",
+                "categoryarray": cats,
+                "autorange": "reversed",
+                "automargin": True,
+            },
             legend={"orientation": "h", "y": -0.22},
             uniformtext={"minsize": 8, "mode": "hide"},
         ),
@@ -140,29 +190,59 @@ def bubble_figure(v: PipelineView) -> Figure:
         return empty_figure(v.note or "No pipeline stages.")
     labels = [f"rank {s['rank']}" for s in v.stages]
     traces: list[dict[str, Any]] = []
-    for key, name, color in (("busy_ns", "compute", KIND_COLORS["F"]),
-                             ("bubble_ns", "bubble (the schedule needs it)", PART_COLORS["bubble"]),
-                             ("stall_ns", "stall (beyond the schedule)", PART_COLORS["stall"])):
+    for key, name, color in (
+        ("busy_ns", "compute", KIND_COLORS["F"]),
+        ("bubble_ns", "bubble (the schedule needs it)", PART_COLORS["bubble"]),
+        ("stall_ns", "stall (beyond the schedule)", PART_COLORS["stall"]),
+    ):
         ys = [float(s.get(key) or 0) / d if (d := _denominator(s)) else None for s in v.stages]
-        traces.append({"type": "bar", "name": name, "x": labels, "y": ys,
-                       "marker": {"color": color},
-                       "hovertemplate": f"%{{x}}: {name} %{{y:.1%}} of the window<extra></extra>"})
+        traces.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": labels,
+                "y": ys,
+                "marker": {"color": color},
+                "hovertemplate": f"%{{x}}: {name} %{{y:.1%}} of the window<extra></extra>",
+            }
+        )
     textbook = v.metrics.get("textbook_bubble_share")
     shapes = []
     if isinstance(textbook, (int, float)):
-        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": textbook,
-                       "y1": textbook, "line": {"color": "#333", "dash": "dash", "width": 2}})
-        traces.append({"type": "scatter", "mode": "lines", "name":
-                       f"textbook bubble {textbook:.1%} ({esc(v.metrics.get('schedule'))})",
-                       "x": [None], "y": [None], "line": {"color": "#333", "dash": "dash"}})
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": textbook,
+                "y1": textbook,
+                "line": {"color": "#333", "dash": "dash", "width": 2},
+            }
+        )
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"textbook bubble {textbook:.1%} ({esc(v.metrics.get('schedule'))})",
+                "x": [None],
+                "y": [None],
+                "line": {"color": "#333", "dash": "dash"},
+            }
+        )
     return {
         "data": traces,
         "layout": base_layout(
             title="Per rank: the pipeline window split into compute, bubble and stall "
-                  "(steady steps)",
-            height=360, barmode="stack", shapes=shapes,
-            yaxis={"tickformat": ".0%", "title": {"text": "share of the window"},
-                   "range": [0, 1.02]},
+            "(steady steps)",
+            height=360,
+            barmode="stack",
+            shapes=shapes,
+            yaxis={
+                "tickformat": ".0%",
+                "title": {"text": "share of the window"},
+                "range": [0, 1.02],
+            },
             legend={"orientation": "h", "y": -0.25},
         ),
     }

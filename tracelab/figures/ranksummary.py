@@ -13,17 +13,30 @@ def rank_summary_figure(s: RankSummary) -> Figure:
     colors = ["#E45756" if r in out else "#4C78A8" for r in s.ranks]
     return {
         "data": [
-            {"type": "scatter", "mode": "markers", "name": "median step (ms)", "x": s.ranks,
-             "y": s.step_ms, "marker": {"color": colors, "size": 6},
-             "hovertemplate": "rank %{x}: median step %{y:.3f} ms<extra></extra>"},
-            {"type": "scatter", "mode": "markers", "name": "communication per step (ms)",
-             "x": s.ranks, "y": s.comm_ms_per_step, "yaxis": "y2",
-             "marker": {"color": colors, "size": 5, "symbol": "diamond-open"},
-             "hovertemplate": "rank %{x}: comm %{y:.3f} ms per step<extra></extra>"},
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "median step (ms)",
+                "x": s.ranks,
+                "y": s.step_ms,
+                "marker": {"color": colors, "size": 6},
+                "hovertemplate": "rank %{x}: median step %{y:.3f} ms<extra></extra>",
+            },
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "communication per step (ms)",
+                "x": s.ranks,
+                "y": s.comm_ms_per_step,
+                "yaxis": "y2",
+                "marker": {"color": colors, "size": 5, "symbol": "diamond-open"},
+                "hovertemplate": "rank %{x}: comm %{y:.3f} ms per step<extra></extra>",
+            },
         ],
         "layout": base_layout(
             title=f"Rank summary: {len(s.ranks)} ranks, {len(s.outliers)} outliers (red)",
-            height=420, xaxis={"title": {"text": "rank"}},
+            height=420,
+            xaxis={"title": {"text": "rank"}},
             yaxis={"title": {"text": "median step (ms)"}, "domain": [0.55, 1]},
             yaxis2={"title": {"text": "comm per step (ms)"}, "domain": [0, 0.45], "anchor": "x"},
             legend={"orientation": "h", "y": -0.2},

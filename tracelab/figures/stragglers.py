@@ -22,41 +22,69 @@ def skew_figure(v: StragglerView) -> Figure:
     for blame, xs in groups.items():
         if not xs:
             continue
-        traces.append({
-            "type": "scatter", "mode": "markers",
-            "name": "late beyond clock uncertainty" if blame else "within clock uncertainty",
-            "x": [x["at_ms"] for x in xs], "y": [x["skew_ns"] / 1e6 for x in xs],
-            "marker": {"color": "#E45756" if blame else "#9aa7b5", "size": 7},
-            "hovertext": [f"{esc(x['label'])}<br>skew {ms(x['skew_ns'] / 1e6)}, last: rank "
-                          f"{x['last_rank']}" for x in xs],
-            "hoverinfo": "text",
-        })
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "late beyond clock uncertainty" if blame else "within clock uncertainty",
+                "x": [x["at_ms"] for x in xs],
+                "y": [x["skew_ns"] / 1e6 for x in xs],
+                "marker": {"color": "#E45756" if blame else "#9aa7b5", "size": 7},
+                "hovertext": [
+                    f"{esc(x['label'])}<br>skew {ms(x['skew_ns'] / 1e6)}, last: rank "
+                    f"{x['last_rank']}"
+                    for x in xs
+                ],
+                "hoverinfo": "text",
+            }
+        )
     title = "Arrival skew per collective (last minus first arrival)"
     if v.skew_cut:
         title += f" (the {len(v.skew)} largest)"
-    return {"data": traces, "layout": base_layout(
-        title=title, height=320, xaxis={"title": {"text": "time since run start (ms)"}},
-        yaxis={"title": {"text": "skew (ms)"}, "rangemode": "tozero"},
-        legend={"orientation": "h", "y": -0.3})}
+    return {
+        "data": traces,
+        "layout": base_layout(
+            title=title,
+            height=320,
+            xaxis={"title": {"text": "time since run start (ms)"}},
+            yaxis={"title": {"text": "skew (ms)"}, "rangemode": "tozero"},
+            legend={"orientation": "h", "y": -0.3},
+        ),
+    }
 
 
 def arrival_heatmap(v: StragglerView) -> Figure:
     if not v.available or not v.heat_labels:
         return empty_figure(v.note or "No matched collectives.")
     z = [[None if x is None else x / 1e6 for x in row] for row in v.heat_ns]
-    return {"data": [{
-        "type": "heatmap", "x": [esc(x, 40) for x in v.heat_labels],
-        "y": [f"rank {r}" for r in v.heat_ranks], "z": z, "zmin": 0, "hoverongaps": False,
-        "colorscale": [[0, "#ffffff"], [0.3, "#fcae91"], [1, "#a50f15"]],
-        "colorbar": {"title": {"text": "ms after<br>the first"}, "thickness": 12},
-        "hovertemplate": "%{y} arrives %{z:.3f} ms after the first at %{x}<extra></extra>",
-        "xgap": 1, "ygap": 1,
-    }], "layout": base_layout(
-        title=f"Arrival after the first rank, per collective (page {v.page} of {v.pages})",
-        height=min(640, 230 + 24 * len(v.heat_ranks)),
-        xaxis={"type": "category", "tickangle": -40, "automargin": True,
-               "showticklabels": len(v.heat_labels) <= 40},
-        yaxis={"type": "category", "autorange": "reversed", "automargin": True})}
+    return {
+        "data": [
+            {
+                "type": "heatmap",
+                "x": [esc(x, 40) for x in v.heat_labels],
+                "y": [f"rank {r}" for r in v.heat_ranks],
+                "z": z,
+                "zmin": 0,
+                "hoverongaps": False,
+                "colorscale": [[0, "#ffffff"], [0.3, "#fcae91"], [1, "#a50f15"]],
+                "colorbar": {"title": {"text": "ms after<br>the first"}, "thickness": 12},
+                "hovertemplate": "%{y} arrives %{z:.3f} ms after the first at %{x}<extra></extra>",
+                "xgap": 1,
+                "ygap": 1,
+            }
+        ],
+        "layout": base_layout(
+            title=f"Arrival after the first rank, per collective (page {v.page} of {v.pages})",
+            height=min(640, 230 + 24 * len(v.heat_ranks)),
+            xaxis={
+                "type": "category",
+                "tickangle": -40,
+                "automargin": True,
+                "showticklabels": len(v.heat_labels) <= 40,
+            },
+            yaxis={"type": "category", "autorange": "reversed", "automargin": True},
+        ),
+    }
 
 
 def wait_figure(v: StragglerView) -> Figure:
@@ -64,18 +92,33 @@ def wait_figure(v: StragglerView) -> Figure:
     others (a straggler waits little and causes much)."""
     if not v.available or not v.ranks:
         return empty_figure(v.note or "No waits.")
-    labels = [f"rank {r['rank']}" + (" (blamed)" if r["rank"] in v.blamed else "")
-              for r in v.ranks]
+    labels = [f"rank {r['rank']}" + (" (blamed)" if r["rank"] in v.blamed else "") for r in v.ranks]
     waited = [float(r.get("wait_ns_per_step") or 0) / 1e6 for r in v.ranks]
     caused = [float(r.get("caused_wait_ns_per_step") or 0) / 1e6 for r in v.ranks]
-    return {"data": [
-        {"type": "bar", "x": labels, "y": waited, "name": "waited for others",
-         "marker": {"color": PART_COLORS["wait"]},
-         "hovertemplate": "%{x}: waited %{y:.3f} ms per step<extra></extra>"},
-        {"type": "bar", "x": labels, "y": caused, "name": "made others wait",
-         "marker": {"color": "#6b3a87"},
-         "hovertemplate": "%{x}: others waited %{y:.3f} ms per step for it<extra></extra>"},
-    ], "layout": base_layout(
-        title="Waiting per rank and steady step: who waited, and who made them wait",
-        height=340, barmode="group", yaxis={"title": {"text": "ms per step"}},
-        legend={"orientation": "h", "y": -0.2})}
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "x": labels,
+                "y": waited,
+                "name": "waited for others",
+                "marker": {"color": PART_COLORS["wait"]},
+                "hovertemplate": "%{x}: waited %{y:.3f} ms per step<extra></extra>",
+            },
+            {
+                "type": "bar",
+                "x": labels,
+                "y": caused,
+                "name": "made others wait",
+                "marker": {"color": "#6b3a87"},
+                "hovertemplate": "%{x}: others waited %{y:.3f} ms per step for it<extra></extra>",
+            },
+        ],
+        "layout": base_layout(
+            title="Waiting per rank and steady step: who waited, and who made them wait",
+            height=340,
+            barmode="group",
+            yaxis={"title": {"text": "ms per step"}},
+            legend={"orientation": "h", "y": -0.2},
+        ),
+    }

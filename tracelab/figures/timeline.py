@@ -41,13 +41,20 @@ PART_COLORS = {
     "idle": "#C9C9C9",
 }
 PART_NAMES = {
-    "compute": "compute", "transfer": "communication (exposed)", "memcpy": "memcpy (exposed)",
-    "wait": "waiting for other ranks", "pipeline": "pipeline wait / bubble",
-    "host": "host (Python, data, launches)", "idle": "device idle (sync)",
+    "compute": "compute",
+    "transfer": "communication (exposed)",
+    "memcpy": "memcpy (exposed)",
+    "wait": "waiting for other ranks",
+    "pipeline": "pipeline wait / bubble",
+    "host": "host (Python, data, launches)",
+    "idle": "device idle (sync)",
 }
 GROUP_COLORS = {
-    "compute": "#4C78A8", "communication": "#F58518", "memcpy": "#54A24B",
-    "host ops": "#72B7B2", "annotations": "#9D9D9D",
+    "compute": "#4C78A8",
+    "communication": "#F58518",
+    "memcpy": "#54A24B",
+    "host ops": "#72B7B2",
+    "annotations": "#9D9D9D",
 }
 #: Categories whose bars are dark enough for white names.
 _DARK = {"compute", "communication", "memcpy", "sync", "runtime"}
@@ -65,7 +72,7 @@ class _Row:
 
 def _tint(hex_color: str, amount: float) -> str:
     """The colour mixed with white (amount 0: white, 1: the colour)."""
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     mix = [round(255 - (255 - c) * amount) for c in (r, g, b)]
     return f"rgb({mix[0]},{mix[1]},{mix[2]})"
 
@@ -105,7 +112,9 @@ def _geometry(data: TimelineData) -> tuple[dict[int, _Row], dict[int, _Row], dic
 def timeline_figure(data: TimelineData, title: str = "") -> Figure:
     """The figure for `data` (see tracelab.views.timeline.timeline)."""
     if data.mode == "empty" and data.parts.mode == "none":
-        return empty_figure("No events in this window with these filters. Zoom out or clear filters.")
+        return empty_figure(
+            "No events in this window with these filters. Zoom out or clear filters."
+        )
     time_rows, lane_rows, depth_rows, total = _geometry(data)
     traces: list[dict[str, Any]] = []
     traces += _parts_traces(data, time_rows)
@@ -116,39 +125,84 @@ def timeline_figure(data: TimelineData, title: str = "") -> Figure:
     if data.links:
         traces.append(_links_trace(data, lane_rows))
     rows = sorted([*time_rows.values(), *lane_rows.values()], key=lambda r: r.y0)
-    separators = [{
-        "type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": r.y0, "y1": r.y0,
-        "line": {"color": "#9aa5b1" if r.bold else "#e3e3e3", "width": 1}, "layer": "above",
-    } for r in rows[1:]]
+    separators = [
+        {
+            "type": "line",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "y0": r.y0,
+            "y1": r.y0,
+            "line": {"color": "#9aa5b1" if r.bold else "#e3e3e3", "width": 1},
+            "layer": "above",
+        }
+        for r in rows[1:]
+    ]
     shapes, notes = [], []
     for step, start, _end in data.steps:
         if data.t0_ms <= start <= data.t1_ms:
-            shapes.append({
-                "type": "line", "x0": start, "x1": start, "y0": 0, "y1": 1, "yref": "paper",
-                "line": {"color": "#777", "width": 1, "dash": "dot"}, "layer": "above",
-            })
-            notes.append({
-                "x": start, "y": 1, "yref": "paper", "yanchor": "bottom", "xanchor": "left",
-                "text": f"step {int(step)}", "showarrow": False, "font": {"size": 10, "color": "#555"},
-            })
+            shapes.append(
+                {
+                    "type": "line",
+                    "x0": start,
+                    "x1": start,
+                    "y0": 0,
+                    "y1": 1,
+                    "yref": "paper",
+                    "line": {"color": "#777", "width": 1, "dash": "dot"},
+                    "layer": "above",
+                }
+            )
+            notes.append(
+                {
+                    "x": start,
+                    "y": 1,
+                    "yref": "paper",
+                    "yanchor": "bottom",
+                    "xanchor": "left",
+                    "text": f"step {int(step)}",
+                    "showarrow": False,
+                    "font": {"size": 10, "color": "#555"},
+                }
+            )
     ticktext = [f"<b>{esc(r.label, 60)}</b>" if r.bold else esc(r.label, 60) for r in rows]
     layout = base_layout(
         title=title,
         height=max(300, 120 + int(LANE_PX * total)),
         xaxis={
             "title": {"text": "time since run start (ms, aligned clock)"},
-            "range": [data.t0_ms, data.t1_ms], "showgrid": True, "gridcolor": "#eee",
+            "range": [data.t0_ms, data.t1_ms],
+            "showgrid": True,
+            "gridcolor": "#eee",
             "zeroline": False,
         },
         yaxis={
-            "tickmode": "array", "tickvals": [round(r.y0 + r.h / 2, 4) for r in rows],
-            "ticktext": ticktext, "range": [total, 0], "fixedrange": True, "showgrid": False,
-            "zeroline": False, "automargin": True,
+            "tickmode": "array",
+            "tickvals": [round(r.y0 + r.h / 2, 4) for r in rows],
+            "ticktext": ticktext,
+            "range": [total, 0],
+            "fixedrange": True,
+            "showgrid": False,
+            "zeroline": False,
+            "automargin": True,
         },
-        barmode="overlay", bargap=0, shapes=separators + shapes, annotations=notes,
-        legend={"orientation": "h", "x": 0, "xanchor": "left", "yref": "container", "y": 1,
-                "yanchor": "top", "font": {"size": 11}, "traceorder": "normal"},
-        hovermode="closest", dragmode="zoom", uirevision=None,
+        barmode="overlay",
+        bargap=0,
+        shapes=separators + shapes,
+        annotations=notes,
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "yref": "container",
+            "y": 1,
+            "yanchor": "top",
+            "font": {"size": 11},
+            "traceorder": "normal",
+        },
+        hovermode="closest",
+        dragmode="zoom",
+        uirevision=None,
         uniformtext={"minsize": 9, "mode": "hide"},
     )
     layout["margin"].update(l=250, t=max(layout["margin"]["t"], 84))
@@ -157,9 +211,16 @@ def timeline_figure(data: TimelineData, title: str = "") -> Figure:
 
 def _legend(name: str, color: str, group: str) -> dict[str, Any]:
     """A legend entry alone (heatmaps have none)."""
-    return {"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": name,
-            "legendgroup": group, "marker": {"color": color, "size": 11, "symbol": "square"},
-            "hoverinfo": "skip"}
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "x": [None],
+        "y": [None],
+        "name": name,
+        "legendgroup": group,
+        "marker": {"color": color, "size": 11, "symbol": "square"},
+        "hoverinfo": "skip",
+    }
 
 
 def _parts_traces(data: TimelineData, rows: dict[int, _Row]) -> list[dict[str, Any]]:
@@ -176,22 +237,38 @@ def _parts_traces(data: TimelineData, rows: dict[int, _Row]) -> list[dict[str, A
             t["x"].append(max(hi - lo, 0.0))
             t["y"].append(round(row.y0 + row.h / 2, 4))
             t["text"].append(f"{part} {ms(e - s)}")
-            t["hover"].append(f"rank {rank}: <b>{esc(PART_NAMES.get(part, part))}</b> "
-                              f"{ms(e - s)}<br>{s:.3f} → {e:.3f} ms")
+            t["hover"].append(
+                f"rank {rank}: <b>{esc(PART_NAMES.get(part, part))}</b> "
+                f"{ms(e - s)}<br>{s:.3f} → {e:.3f} ms"
+            )
         out = []
         for part in TIME_PARTS:
-            t = by_part.get(part)
+            t = by_part.get(part)  # type: ignore[assignment]
             if t is None:
                 continue
-            out.append({
-                "type": "bar", "orientation": "h",
-                "name": f"time: {esc(PART_NAMES.get(part, part))}", "legendgroup": "time",
-                "base": t["base"], "x": t["x"], "y": t["y"], "width": TIME_LANE_UNITS * 0.86,
-                "text": t["text"], "textposition": "inside", "insidetextanchor": "middle", "textangle": 0,
-                "textfont": {"size": 10, "color": "#111" if part in ("host", "idle") else "white"},
-                "marker": {"color": PART_COLORS[part], "line": {"width": 0}},
-                "hovertext": t["hover"], "hoverinfo": "text",
-            })
+            out.append(
+                {
+                    "type": "bar",
+                    "orientation": "h",
+                    "name": f"time: {esc(PART_NAMES.get(part, part))}",
+                    "legendgroup": "time",
+                    "base": t["base"],
+                    "x": t["x"],
+                    "y": t["y"],
+                    "width": TIME_LANE_UNITS * 0.86,
+                    "text": t["text"],
+                    "textposition": "inside",
+                    "insidetextanchor": "middle",
+                    "textangle": 0,
+                    "textfont": {
+                        "size": 10,
+                        "color": "#111" if part in ("host", "idle") else "white",
+                    },
+                    "marker": {"color": PART_COLORS[part], "line": {"width": 0}},
+                    "hovertext": t["hover"],
+                    "hoverinfo": "text",
+                }
+            )
         return out
     if parts.mode != "bins":
         return []
@@ -210,22 +287,39 @@ def _parts_traces(data: TimelineData, rows: dict[int, _Row]) -> list[dict[str, A
         z = [[None if v is None else v + 0.5 for v in line] for line in grid]
         present |= {v for line in grid for v in line if v is not None}
         shares = parts.window_share.get(rank, {})
-        summary = ", ".join(f"{p} {100 * v:.0f}%" for p, v in
-                            sorted(shares.items(), key=lambda kv: -kv[1]) if v >= 0.01)
-        out.append({
-            "type": "heatmap", "name": f"rank {rank} time", "x0": parts.centers_ms[0]
-            if parts.centers_ms else data.t0_ms, "dx": parts.bin_ms, "y": ys, "z": z,
-            "zmin": 0, "zmax": n, "colorscale": scale, "showscale": False, "hoverongaps": False,
-            "hovertemplate": f"rank {rank}, t ≈ %{{x:.3f}} ms<br>in this window: "
-                             f"{esc(summary)}<extra></extra>",
-        })
-    out += [_legend(f"time: {PART_NAMES[p]}", PART_COLORS[p], "time")
-            for k, p in enumerate(TIME_PARTS) if k in present]
+        summary = ", ".join(
+            f"{p} {100 * v:.0f}%"
+            for p, v in sorted(shares.items(), key=lambda kv: -kv[1])
+            if v >= 0.01
+        )
+        out.append(
+            {
+                "type": "heatmap",
+                "name": f"rank {rank} time",
+                "x0": parts.centers_ms[0] if parts.centers_ms else data.t0_ms,
+                "dx": parts.bin_ms,
+                "y": ys,
+                "z": z,
+                "zmin": 0,
+                "zmax": n,
+                "colorscale": scale,
+                "showscale": False,
+                "hoverongaps": False,
+                "hovertemplate": f"rank {rank}, t ≈ %{{x:.3f}} ms<br>in this window: "
+                f"{esc(summary)}<extra></extra>",
+            }
+        )
+    out += [
+        _legend(f"time: {PART_NAMES[p]}", PART_COLORS[p], "time")
+        for k, p in enumerate(TIME_PARTS)
+        if k in present
+    ]
     return out
 
 
-def _raw_traces(data: TimelineData, rows: dict[int, _Row], depth_rows: dict[int, int]
-                ) -> list[dict[str, Any]]:
+def _raw_traces(
+    data: TimelineData, rows: dict[int, _Row], depth_rows: dict[int, int]
+) -> list[dict[str, Any]]:
     raw = data.raw
     assert raw is not None
     by_cat: dict[str, dict[str, list[Any]]] = {}
@@ -234,8 +328,9 @@ def _raw_traces(data: TimelineData, rows: dict[int, _Row], depth_rows: dict[int,
         row = rows.get(lane)
         if row is None:
             continue
-        t = by_cat.setdefault(cat, {"base": [], "x": [], "y": [], "width": [], "text": [],
-                                    "hover": [], "cd": []})
+        t = by_cat.setdefault(
+            cat, {"base": [], "x": [], "y": [], "width": [], "text": [], "hover": [], "cd": []}
+        )
         n = depth_rows.get(lane, 1)
         sub = min(raw.depth[i], n - 1)
         rh = (row.h - 0.2) / n
@@ -257,16 +352,32 @@ def _raw_traces(data: TimelineData, rows: dict[int, _Row], depth_rows: dict[int,
         t["cd"].append([raw.rank[i], raw.idx[i]])
     traces = []
     for cat, t in sorted(by_cat.items()):
-        traces.append({
-            "type": "bar", "orientation": "h", "name": esc(cat), "legendgroup": "events",
-            "base": t["base"], "x": t["x"], "y": t["y"], "width": t["width"],
-            "text": t["text"], "textposition": "inside", "insidetextanchor": "start", "textangle": 0,
-            "textfont": {"size": 10, "color": "white" if cat in _DARK else "#111"},
-            "constraintext": "inside", "cliponaxis": True,
-            "marker": {"color": CATEGORY_COLORS.get(cat, "#999"),
-                       "line": {"color": "white", "width": 0.5}},
-            "hovertext": t["hover"], "hoverinfo": "text", "customdata": t["cd"],
-        })
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": esc(cat),
+                "legendgroup": "events",
+                "base": t["base"],
+                "x": t["x"],
+                "y": t["y"],
+                "width": t["width"],
+                "text": t["text"],
+                "textposition": "inside",
+                "insidetextanchor": "start",
+                "textangle": 0,
+                "textfont": {"size": 10, "color": "white" if cat in _DARK else "#111"},
+                "constraintext": "inside",
+                "cliponaxis": True,
+                "marker": {
+                    "color": CATEGORY_COLORS.get(cat, "#999"),
+                    "line": {"color": "white", "width": 0.5},
+                },
+                "hovertext": t["hover"],
+                "hoverinfo": "text",
+                "customdata": t["cd"],
+            }
+        )
     return traces
 
 
@@ -278,8 +389,10 @@ def _heatmaps(data: TimelineData, rows: dict[int, _Row]) -> list[dict[str, Any]]
     g = len(EVENT_GROUPS)
     scale: list[list[Any]] = []
     for k, name in enumerate(EVENT_GROUPS):
-        scale += [[k / g, _tint(GROUP_COLORS[name], 0.12)],
-                  [(k + 1) / g - (1e-6 if k + 1 < g else 0), GROUP_COLORS[name]]]
+        scale += [
+            [k / g, _tint(GROUP_COLORS[name], 0.12)],
+            [(k + 1) / g - (1e-6 if k + 1 < g else 0), GROUP_COLORS[name]],
+        ]
     x0 = agg.centers_ms[0] if agg.centers_ms else data.t0_ms
     by_rank: dict[int, list[int]] = defaultdict(list)
     for ln in data.lanes:
@@ -290,19 +403,39 @@ def _heatmaps(data: TimelineData, rows: dict[int, _Row]) -> list[dict[str, Any]]
         z, cd = [], []
         for i in idxs:
             busy, grp = agg.busy[i], agg.group[i] if agg.group else [None] * len(agg.busy[i])
-            z.append([None if b is None or gi is None else round(gi + 0.12 + 0.87 * b, 3)
-                      for b, gi in zip(busy, grp, strict=True)])
+            z.append(
+                [
+                    None if b is None or gi is None else round(gi + 0.12 + 0.87 * b, 3)
+                    for b, gi in zip(busy, grp, strict=True)
+                ]
+            )
             present |= {gi for gi in grp if gi is not None}
             cd.append(agg.count[i])
-        out.append({
-            "type": "heatmap", "name": f"rank {rank} events", "x0": x0, "dx": agg.bin_ms,
-            "y": [round(rows[i].y0 + rows[i].h / 2, 4) for i in idxs], "z": z, "customdata": cd,
-            "zmin": 0, "zmax": g, "colorscale": scale, "showscale": False, "hoverongaps": False,
-            "hovertemplate": ("t ≈ %{x:.3f} ms<br>%{customdata} events start here"
-                              "<extra>colour: busiest with · shade: busy share</extra>"),
-        })
-    out += [_legend(f"busy: {name}", GROUP_COLORS[name], "events")
-            for k, name in enumerate(EVENT_GROUPS) if k in present]
+        out.append(
+            {
+                "type": "heatmap",
+                "name": f"rank {rank} events",
+                "x0": x0,
+                "dx": agg.bin_ms,
+                "y": [round(rows[i].y0 + rows[i].h / 2, 4) for i in idxs],
+                "z": z,
+                "customdata": cd,
+                "zmin": 0,
+                "zmax": g,
+                "colorscale": scale,
+                "showscale": False,
+                "hoverongaps": False,
+                "hovertemplate": (
+                    "t ≈ %{x:.3f} ms<br>%{customdata} events start here"
+                    "<extra>colour: busiest with · shade: busy share</extra>"
+                ),
+            }
+        )
+    out += [
+        _legend(f"busy: {name}", GROUP_COLORS[name], "events")
+        for k, name in enumerate(EVENT_GROUPS)
+        if k in present
+    ]
     return out
 
 
@@ -318,13 +451,20 @@ def _links_trace(data: TimelineData, rows: dict[int, _Row]) -> dict[str, Any]:
                 continue
             xs.append(start)
             ys.append(round(row.y0 + row.h / 2, 4))
-            text.append(f"{esc(link.label)}<br>rank {rank} arrives {ms(start - first)} after the first")
+            text.append(
+                f"{esc(link.label)}<br>rank {rank} arrives {ms(start - first)} after the first"
+            )
         xs.append(None)
         ys.append(None)
         text.append(None)
     return {
-        "type": "scatter", "mode": "lines+markers", "name": "collective matches",
-        "x": xs, "y": ys, "hovertext": text, "hoverinfo": "text",
+        "type": "scatter",
+        "mode": "lines+markers",
+        "name": "collective matches",
+        "x": xs,
+        "y": ys,
+        "hovertext": text,
+        "hoverinfo": "text",
         "line": {"color": "rgba(160,30,30,0.6)", "width": 1},
         "marker": {"size": 4, "color": "rgba(160,30,30,0.85)"},
     }
@@ -349,9 +489,11 @@ def timeline_status(data: TimelineData) -> str:
             "to see individual events."
         )
     if data.parts.mode != "none":
-        s += (" Each rank's first lane is where its time went (the lost-time model: compute, "
-              "communication, waiting, pipeline, host, idle)"
-              + (", stacked shares per bin." if data.parts.mode == "bins" else "."))
+        s += (
+            " Each rank's first lane is where its time went (the lost-time model: compute, "
+            "communication, waiting, pipeline, host, idle)"
+            + (", stacked shares per bin." if data.parts.mode == "bins" else ".")
+        )
     if data.links_cut:
         s += " Zoom in to see collectives matched across ranks."
     elif data.links:

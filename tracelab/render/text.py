@@ -12,8 +12,10 @@ from typing import Any
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
 #: C0/C1 control characters and the escape sequences they start (CSI, OSC, ...): a trace or
 #: run name must not clear a terminal, retitle it or forge lines.
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|"
-                      r"\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|"
+    r"\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
 
 
 def md(text: object) -> str:

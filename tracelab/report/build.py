@@ -52,8 +52,10 @@ def _runs_by_name(db: str) -> dict[str, list[str]]:
     if not Path(db).exists():
         return {}
     with open_store(db) as con:
-        return {str(n): json.loads(s) for n, s in
-                con.execute("SELECT name, source FROM runs").fetchall()}
+        return {
+            str(n): json.loads(s)
+            for n, s in con.execute("SELECT name, source FROM runs").fetchall()
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,8 +82,7 @@ def _ingest_path(path: Path, role: str, db: str) -> tuple[str, _Pending]:
     temp = f"{name}.report-pending-{os.getpid()}-{role}"
     # Small captures convert faster in this process than through a process pool.
     workers = 1 if _size_bytes(path) < SMALL_INPUT_BYTES else None
-    result = ingest([source], db=db, run=temp, if_exists="replace", progress=False,
-                    workers=workers)
+    result = ingest([source], db=db, run=temp, if_exists="replace", progress=False, workers=workers)
     _log(f"tracelab report: {role} {source} -> run {name!r} ({len(result.ranks)} rank(s))")
     return temp, _Pending(name=name, temp=temp, source=source)
 
@@ -93,11 +94,15 @@ def _content(con: duckdb.DuckDBPyConnection, name: str) -> tuple[int, object] | 
         return None
     hashes = con.execute(
         "SELECT rank, json_extract(trace_metadata, '$.tracelab_sha256')::VARCHAR FROM ranks "
-        "WHERE run_id = ? ORDER BY rank", [row[0]]).fetchall()
+        "WHERE run_id = ? ORDER BY rank",
+        [row[0]],
+    ).fetchall()
     return int(row[0]), (row[1], hashes)
 
 
-def _final_ids(con: duckdb.DuckDBPyConnection, pending: list[_Pending]) -> dict[str, tuple[int, int | None]]:
+def _final_ids(
+    con: duckdb.DuckDBPyConnection, pending: list[_Pending]
+) -> dict[str, tuple[int, int | None]]:
     """temp name -> (the id the run will have, the id of the run it replaces, if any): an
     earlier run from identical files is kept as it is, and the pending copy dropped."""
     out: dict[str, tuple[int, int | None]] = {}
@@ -112,8 +117,9 @@ def _final_ids(con: duckdb.DuckDBPyConnection, pending: list[_Pending]) -> dict[
     return out
 
 
-def _finish(store: str, pending: list[_Pending], ids: dict[str, tuple[int, int | None]] | None
-            ) -> None:
+def _finish(
+    store: str, pending: list[_Pending], ids: dict[str, tuple[int, int | None]] | None
+) -> None:
     """Give each pending run its name (ids given: the report succeeded), or drop them all."""
     from tracelab.store import delete_run
 
@@ -183,9 +189,10 @@ def build_report(
     return report
 
 
-def _build(baseline: str, candidate: str, settings: ReportSettings, store: str,
-           pending: list[_Pending]) -> Report:
-    names = []
+def _build(
+    baseline: str, candidate: str, settings: ReportSettings, store: str, pending: list[_Pending]
+) -> Report:
+    names: list[str | None] = []
     for arg, role in ((baseline, "baseline"), (candidate, "candidate")):
         path = Path(arg)
         same = [p for p in pending if path.exists() and p.source == str(path.resolve())]
@@ -200,11 +207,14 @@ def _build(baseline: str, candidate: str, settings: ReportSettings, store: str,
     if not Path(store).exists():
         raise InputError(
             "no store here, and the runs were given by name. Pass --db FILE, or give trace "
-            "or capture folders.", path=store)
+            "or capture folders.",
+            path=store,
+        )
     with open_store(store) as con:
         ids = []
-        for arg, role, name in zip((baseline, candidate), ("baseline", "candidate"), names,
-                                   strict=True):
+        for arg, role, name in zip(
+            (baseline, candidate), ("baseline", "candidate"), names, strict=True
+        ):
             ids.append(_lookup(con, name or arg, role, store))
         if ids[0] == ids[1]:
             _log("tracelab report: warning: baseline and candidate are the same run")
@@ -245,12 +255,14 @@ def write_outputs(report: Report, formats: list[str], out: str | None) -> list[s
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"{target}: cannot create the output folder ({exc.strerror}). "
-                             "Choose another --out.") from None
+            raise UsageError(
+                f"{target}: cannot create the output folder ({exc.strerror}). Choose another --out."
+            ) from None
         try:
             target.write_text(text, encoding="utf-8")
         except OSError as exc:
-            raise UsageError(f"{target}: cannot write the report ({exc.strerror}). Choose "
-                             "another --out.") from None
+            raise UsageError(
+                f"{target}: cannot write the report ({exc.strerror}). Choose another --out."
+            ) from None
         written.append(str(target))
     return written

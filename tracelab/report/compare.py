@@ -148,9 +148,11 @@ class Report:
     @property
     def errors(self) -> dict[str, str]:
         """'<role>: <analyzer>' -> why it failed: what the report could not judge."""
-        return {f"{role}: {k}": v for role, m in (("baseline", self.baseline),
-                                                 ("candidate", self.candidate))
-                for k, v in m.errors.items()}
+        return {
+            f"{role}: {k}": v
+            for role, m in (("baseline", self.baseline), ("candidate", self.candidate))
+            for k, v in m.errors.items()
+        }
 
     @property
     def exit_code(self) -> int:
@@ -185,14 +187,26 @@ def _bad_alternative(t: Threshold) -> Alternative:
 
 
 def _sampled_row(
-    b: MetricValue, c: MetricValue, t: Threshold, kind: Kind, s: ReportSettings, off: str,
-    p_family: float | None, **row: Any,
+    b: MetricValue,
+    c: MetricValue,
+    t: Threshold,
+    kind: Kind,
+    s: ReportSettings,
+    off: str,
+    p_family: float | None,
+    **row: Any,
 ) -> Comparison:
     xb, xc = np.asarray(b.samples, dtype=float), np.asarray(c.samples, dtype=float)
     base, cand = float(np.median(xb)), float(np.median(xc))
     delta = _delta(base, cand, kind)
-    row |= dict(baseline=base, candidate=cand, delta=delta, delta_kind=kind,
-                n_baseline=xb.size, n_candidate=xc.size)
+    row |= dict(
+        baseline=base,
+        candidate=cand,
+        delta=delta,
+        delta_kind=kind,
+        n_baseline=xb.size,
+        n_candidate=xc.size,
+    )
     bad = _bad_alternative(t)
     good: Alternative = "less" if bad == "greater" else "greater"
     p_bad = mann_whitney_u(xc, xb, alternative=bad).p_value
@@ -202,31 +216,46 @@ def _sampled_row(
         ci = ratio_of_medians(xb, xc, confidence=s.confidence, resamples=s.resamples, seed=s.seed)
         ci_low, ci_high = ci.low - 1.0, ci.high - 1.0
     elif kind is Kind.POINTS:
-        ci = difference_of_medians(xb, xc, confidence=s.confidence, resamples=s.resamples,
-                                   seed=s.seed)
+        ci = difference_of_medians(
+            xb, xc, confidence=s.confidence, resamples=s.resamples, seed=s.seed
+        )
         ci_low, ci_high = ci.low * 100.0, ci.high * 100.0
     row |= dict(ci_low=ci_low, ci_high=ci_high, p_value=p_bad)
     if min(xb.size, xc.size) < s.min_steps:  # shown, not judged
-        return Comparison(**row, verdict=Verdict.WARN if t.gated else Verdict.INFO,
-                          reason=f"too few steps to judge ({xb.size} vs {xc.size}, fewer than "
-                                 f"{s.min_steps} a side): profile more active steps")
+        return Comparison(
+            **row,
+            verdict=Verdict.WARN if t.gated else Verdict.INFO,
+            reason=f"too few steps to judge ({xb.size} vs {xc.size}, fewer than "
+            f"{s.min_steps} a side): profile more active steps",
+        )
     if not t.gated:
         return Comparison(**row, verdict=Verdict.INFO, reason=off)
     p_adj = p_bad if p_family is None else p_family
     row["p_adjusted"] = p_adj
     beyond_bad, beyond_good = _beyond(delta, t, t.direction), _beyond(delta, t, -t.direction)
     # The CI of the change must exclude "no change" on the same side as the test says.
-    ci_bad = ci_low is not None and ci_high is not None and (
-        ci_low > 0 if t.direction > 0 else ci_high < 0)
-    ci_good = ci_low is not None and ci_high is not None and (
-        ci_high < 0 if t.direction > 0 else ci_low > 0)
+    ci_bad = (
+        ci_low is not None
+        and ci_high is not None
+        and (ci_low > 0 if t.direction > 0 else ci_high < 0)
+    )
+    ci_good = (
+        ci_low is not None
+        and ci_high is not None
+        and (ci_high < 0 if t.direction > 0 else ci_low > 0)
+    )
     if beyond_bad and p_adj < s.alpha and ci_bad:
         verdict, reason = Verdict.REGRESSION, f"beyond {t.text} and significant (p={p_adj:.2g})"
     elif beyond_good and p_good < s.alpha and ci_good:
         verdict, reason = Verdict.IMPROVED, f"improved beyond {t.text} (p={p_good:.2g})"
     elif beyond_bad and p_adj < s.alpha:
-        verdict, reason = Verdict.PASS, (f"beyond {t.text} with p={p_adj:.2g}, but the "
-                                         f"{s.confidence:.0%} CI includes no change: noisy")
+        verdict, reason = (
+            Verdict.PASS,
+            (
+                f"beyond {t.text} with p={p_adj:.2g}, but the "
+                f"{s.confidence:.0%} CI includes no change: noisy"
+            ),
+        )
     elif beyond_bad:
         verdict, reason = Verdict.PASS, f"beyond {t.text} but not significant (p={p_adj:.2g})"
     elif p_adj < s.alpha:
@@ -236,8 +265,9 @@ def _sampled_row(
     return Comparison(**row, verdict=verdict, reason=reason)
 
 
-def _threshold_for(b: MetricValue | None, c: MetricValue | None, settings: ReportSettings
-                   ) -> tuple[Threshold, str]:
+def _threshold_for(
+    b: MetricValue | None, c: MetricValue | None, settings: ReportSettings
+) -> tuple[Threshold, str]:
     """The row's threshold (off when either side is not gateable) and why it is off."""
     some = c or b
     assert some is not None
@@ -248,8 +278,9 @@ def _threshold_for(b: MetricValue | None, c: MetricValue | None, settings: Repor
     return t, "not gated (threshold off)"
 
 
-def _tested_p(b: MetricValue | None, c: MetricValue | None, settings: ReportSettings
-              ) -> float | None:
+def _tested_p(
+    b: MetricValue | None, c: MetricValue | None, settings: ReportSettings
+) -> float | None:
     """The raw one-sided p of a row that will be judged on a test, else None."""
     if b is None or c is None or min(len(b.samples), len(c.samples)) < settings.min_steps:
         return None
@@ -260,8 +291,11 @@ def _tested_p(b: MetricValue | None, c: MetricValue | None, settings: ReportSett
 
 
 def compare_values(
-    b: MetricValue | None, c: MetricValue | None, settings: ReportSettings,
-    *, p_family: float | None = None,
+    b: MetricValue | None,
+    c: MetricValue | None,
+    settings: ReportSettings,
+    *,
+    p_family: float | None = None,
 ) -> Comparison:
     """Judge one metric of the candidate against the same metric of the baseline.
 
@@ -273,27 +307,43 @@ def compare_values(
     gate = GATES[some.gate]
     t, off = _threshold_for(b, c, settings)
     kind = _delta_kind(some.gate, t)
-    row: dict[str, Any] = dict(key=some.key, gate=some.gate, label=some.label, unit=gate.unit,
-                               threshold=t.text, gated=t.gated)
+    row: dict[str, Any] = dict(
+        key=some.key,
+        gate=some.gate,
+        label=some.label,
+        unit=gate.unit,
+        threshold=t.text,
+        gated=t.gated,
+    )
     if b is not None and c is not None and b.samples and c.samples:
         return _sampled_row(b, c, t, kind, settings, off, p_family, **row)
     base = b.value if b is not None else None
     cand = c.value if c is not None else None
     if base is None or cand is None:
         side = "baseline" if base is None else "candidate"
-        note = (b if side == "baseline" else c)
+        note = b if side == "baseline" else c
         why = f": {note.note}" if note is not None and note.note else ""
-        return Comparison(**row, baseline=base, candidate=cand, delta=None, delta_kind=kind,
-                          verdict=Verdict.WARN if t.gated else Verdict.INFO,
-                          reason=f"not measured in the {side}{why}")
+        return Comparison(
+            **row,
+            baseline=base,
+            candidate=cand,
+            delta=None,
+            delta_kind=kind,
+            verdict=Verdict.WARN if t.gated else Verdict.INFO,
+            reason=f"not measured in the {side}{why}",
+        )
     delta = _delta(base, cand, kind)
-    row |= dict(baseline=base, candidate=cand, delta=delta, delta_kind=kind,
-                n_baseline=1, n_candidate=1)
+    row |= dict(
+        baseline=base, candidate=cand, delta=delta, delta_kind=kind, n_baseline=1, n_candidate=1
+    )
     if not t.gated:
         return Comparison(**row, verdict=Verdict.INFO, reason=off)
     if _beyond(delta, t, t.direction):
-        return Comparison(**row, verdict=Verdict.REGRESSION,
-                          reason=f"beyond {t.text} (one value per run: threshold only)")
+        return Comparison(
+            **row,
+            verdict=Verdict.REGRESSION,
+            reason=f"beyond {t.text} (one value per run: threshold only)",
+        )
     if _beyond(delta, t, -t.direction):
         return Comparison(**row, verdict=Verdict.IMPROVED, reason=f"improved beyond {t.text}")
     return Comparison(**row, verdict=Verdict.PASS, reason=f"within {t.text}")
@@ -317,12 +367,12 @@ def _point(v: MetricValue | None) -> float:
     return v.value or 0.0
 
 
-def _top_movers(baseline: RunMetrics, candidate: RunMetrics, keys: list[str], n: int
-                ) -> list[str]:
+def _top_movers(baseline: RunMetrics, candidate: RunMetrics, keys: list[str], n: int) -> list[str]:
     """The `n` op/kernel keys whose median time per step moved most (absent counts as 0)."""
     ops = [k for k in keys if k.startswith("op_time[")]
-    moved = sorted(ops, key=lambda k: -abs(_point(candidate.values.get(k))
-                                           - _point(baseline.values.get(k))))
+    moved = sorted(
+        ops, key=lambda k: -abs(_point(candidate.values.get(k)) - _point(baseline.values.get(k)))
+    )
     return moved[:n]
 
 
@@ -332,31 +382,57 @@ def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ReportSetting
     if not settings.threshold("op_time").gated:  # only the top movers are shown: judge those
         top = set(_top_movers(baseline, candidate, keys, settings.top_ops))
         keys = [k for k in keys if not k.startswith("op_time[") or k in top]
-    raw = {k: p for k in keys
-           if (p := _tested_p(baseline.values.get(k), candidate.values.get(k), settings))
-           is not None}
+    raw = {
+        k: p
+        for k in keys
+        if (p := _tested_p(baseline.values.get(k), candidate.values.get(k), settings)) is not None
+    }
     adjusted = dict(zip(raw, holm_adjust(list(raw.values())).tolist(), strict=True))
-    rows = [compare_values(baseline.values.get(k), candidate.values.get(k), settings,
-                           p_family=adjusted.get(k)) for k in keys]
+    rows = [
+        compare_values(
+            baseline.values.get(k), candidate.values.get(k), settings, p_family=adjusted.get(k)
+        )
+        for k in keys
+    ]
     # Op/kernel rows: keep the top movers (largest absolute change) plus any regression.
     keep = set(_top_movers(baseline, candidate, keys, settings.top_ops))
     keep |= {r.key for r in rows if r.gate == "op_time" and r.verdict is Verdict.REGRESSION}
     rows = [r for r in rows if r.gate != "op_time" or r.key in keep]
-    rows = sorted(rows, key=lambda r: (_order(r.key)[0], -abs((r.candidate or 0.0)
-                  - (r.baseline or 0.0)) if r.gate == "op_time" else 0.0, r.key))
+    rows = sorted(
+        rows,
+        key=lambda r: (
+            _order(r.key)[0],
+            -abs((r.candidate or 0.0) - (r.baseline or 0.0)) if r.gate == "op_time" else 0.0,
+            r.key,
+        ),
+    )
     base_keys = {_finding_key(f) for f in baseline.findings}
     cand_keys = {_finding_key(f) for f in candidate.findings}
-    new = tuple(sorted((f for f in candidate.findings if _finding_key(f) not in base_keys),
-                       key=lambda f: (-int(f.severity), f.code)))
+    new = tuple(
+        sorted(
+            (f for f in candidate.findings if _finding_key(f) not in base_keys),
+            key=lambda f: (-int(f.severity), f.code),
+        )
+    )
     resolved = tuple(f for f in baseline.findings if _finding_key(f) not in cand_keys)
     warnings = [f"{r.label}: {r.reason}" for r in rows if r.verdict is Verdict.WARN]
     b_run, c_run = baseline.run, candidate.run
     if (b_run.ranks, b_run.world_size) != (c_run.ranks, c_run.world_size):
-        warnings.insert(0, f"the runs differ in shape: baseline {b_run.ranks} rank(s) of "
-                           f"{b_run.world_size or '?'}, candidate {c_run.ranks} of "
-                           f"{c_run.world_size or '?'}; per-rank and per-stage metrics may not "
-                           "be comparable")
+        warnings.insert(
+            0,
+            f"the runs differ in shape: baseline {b_run.ranks} rank(s) of "
+            f"{b_run.world_size or '?'}, candidate {c_run.ranks} of "
+            f"{c_run.world_size or '?'}; per-rank and per-stage metrics may not "
+            "be comparable",
+        )
     warnings += [f"baseline: {n}" for n in baseline.notes]
     warnings += [f"candidate: {n}" for n in candidate.notes]
-    return Report(baseline=baseline, candidate=candidate, rows=tuple(rows), new_findings=new,
-                  resolved_findings=resolved, warnings=tuple(warnings), settings=settings)
+    return Report(
+        baseline=baseline,
+        candidate=candidate,
+        rows=tuple(rows),
+        new_findings=new,
+        resolved_findings=resolved,
+        warnings=tuple(warnings),
+        settings=settings,
+    )

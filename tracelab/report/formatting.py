@@ -76,10 +76,16 @@ def verdict_summary(report: Report) -> tuple[str, str, str]:
     gated = [r for r in report.rows if r.gated]
     if report.regressions:
         names = ", ".join(r.label for r in report.regressions)
-        return ("❌", "Performance regression",
-                f"in {len(report.regressions)} of {len(gated)} gated metrics: {names}")
+        return (
+            "❌",
+            "Performance regression",
+            f"in {len(report.regressions)} of {len(gated)} gated metrics: {names}",
+        )
     if report.verdict == "warn":
         n = sum(r.verdict is Verdict.WARN for r in gated)
-        return ("⚠️", "No regression found",
-                f"but {n} of {len(gated)} gated metrics could not be judged (see warnings)")
+        return (
+            "⚠️",
+            "No regression found",
+            f"but {n} of {len(gated)} gated metrics could not be judged (see warnings)",
+        )
     return ("✅", "No performance regression", f"({len(gated)} gated metrics)")

@@ -47,8 +47,10 @@ LABEL_CHARS = 90
 DEVICE_OP_CATEGORIES = ("compute", "communication", "memcpy", "memset")
 #: Collectives smaller than this measure latency, not bandwidth; they are left out.
 MIN_BANDWIDTH_BYTES = 256 << 10
-HOST_TIMED_NOTE = ("host-timed collectives (gloo): the transfer time includes host "
-                   "scheduling, so it is no measure of link bandwidth")
+HOST_TIMED_NOTE = (
+    "host-timed collectives (gloo): the transfer time includes host "
+    "scheduling, so it is no measure of link bandwidth"
+)
 
 #: The steady (rank, step) pairs: the same selection as the analyzers' (step_spans.ordinal).
 _KEPT_STEPS_SQL = """
@@ -63,12 +65,18 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> Any:
 
 def _sampled(key: str, gate: str, label: str, by_step: dict[int, float]) -> MetricValue:
     samples = tuple(by_step[s] for s in sorted(by_step))
-    return MetricValue(key=key, gate=gate, label=label,
-                       value=float(np.median(samples)) if samples else None, samples=samples)
+    return MetricValue(
+        key=key,
+        gate=gate,
+        label=label,
+        value=float(np.median(samples)) if samples else None,
+        samples=samples,
+    )
 
 
-def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int
-              ) -> dict[str, MetricValue]:
+def _op_times(
+    con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int
+) -> dict[str, MetricValue]:
     """Time per step of each op (CPU runs) or kernel (GPU runs), averaged over ranks.
 
     Inclusive time summed per name: nested cpu_ops each count their own span, so values are
@@ -80,8 +88,11 @@ def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int
         f"({', '.join('?' for _ in DEVICE_OP_CATEGORIES)})",
         [run_id, *DEVICE_OP_CATEGORIES],
     )
-    where = ("e.on_device AND e.category IN ('compute', 'communication', 'memcpy', 'memset')"
-             if on_gpu else "lower(e.cat) IN ('cpu_op', 'operator')")
+    where = (
+        "e.on_device AND e.category IN ('compute', 'communication', 'memcpy', 'memset')"
+        if on_gpu
+        else "lower(e.cat) IN ('cpu_op', 'operator')"
+    )
     rows = con.execute(
         f"""
         WITH kept AS ({_KEPT_STEPS_SQL}),
@@ -106,15 +117,22 @@ def _op_times(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int
     for name, arr in by_name.items():
         label = name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
         key = f"op_time[{name}]"
-        out[key] = MetricValue(key=key, gate="op_time", label=f"{kind} {label}",
-                               value=float(np.median(arr)), samples=tuple(arr.tolist()))
+        out[key] = MetricValue(
+            key=key,
+            gate="op_time",
+            label=f"{kind} {label}",
+            value=float(np.median(arr)),
+            samples=tuple(arr.tolist()),
+        )
     return out
 
 
-def _summary(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, tuple[str, ...], int,
-                                                                      int | None]:
-    row = con.execute("SELECT name, source, rank_count, world_size FROM runs WHERE run_id = ?",
-                      [run_id]).fetchone()
+def _summary(
+    con: duckdb.DuckDBPyConnection, run_id: int
+) -> tuple[str, tuple[str, ...], int, int | None]:
+    row = con.execute(
+        "SELECT name, source, rank_count, world_size FROM runs WHERE run_id = ?", [run_id]
+    ).fetchone()
     if row is None:
         raise InputError(f"run id {run_id} is not in the store")
     source = tuple(str(p) for p in json.loads(row[1] or "[]"))
@@ -152,20 +170,29 @@ GROUP BY op, step
 """
 
 
-def _step_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int,
-                  total_steps: int) -> tuple[dict[str, MetricValue], list[str]]:
+def _step_metrics(
+    con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int, total_steps: int
+) -> tuple[dict[str, MetricValue], list[str]]:
     params = {"run": run_id, "warmup": min_ordinal}
     values: dict[str, MetricValue] = {}
     notes: list[str] = []
-    job = dict(con.execute("SELECT step, dur_ns / 1e6 FROM job_steps WHERE run_id = $run "
-                           "AND ordinal >= $warmup ORDER BY step", params).fetchall())
+    job = dict(
+        con.execute(
+            "SELECT step, dur_ns / 1e6 FROM job_steps WHERE run_id = $run "
+            "AND ordinal >= $warmup ORDER BY step",
+            params,
+        ).fetchall()
+    )
     if job:
         values["step_time"] = _sampled("step_time", "step_time", "Step time (median step)", job)
     else:
-        note = (f"no steps left after dropping warm-up steps ({total_steps} step(s) in the "
-                "run): profile more steps or lower warmup_steps")
-        values["step_time"] = MetricValue(key="step_time", gate="step_time", label="Step time",
-                                          value=None, note=note)
+        note = (
+            f"no steps left after dropping warm-up steps ({total_steps} step(s) in the "
+            "run): profile more steps or lower warmup_steps"
+        )
+        values["step_time"] = MetricValue(
+            key="step_time", gate="step_time", label="Step time", value=None, note=note
+        )
         notes.append(note)
     shares = con.execute(_STEP_SHARES_SQL, params).fetchall()
     exposed = {s: e for s, e, _, _, _ in shares if e is not None}
@@ -173,21 +200,29 @@ def _step_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int,
     wait = {s: w for s, _, _, w, _ in shares if w is not None}
     if exposed:
         values["exposed_comm_share"] = _sampled(
-            "exposed_comm_share", "exposed_comm_share", "Exposed communication (share of step)",
-            exposed)
+            "exposed_comm_share",
+            "exposed_comm_share",
+            "Exposed communication (share of step)",
+            exposed,
+        )
     if overlap:
         values["comm_overlap"] = _sampled(
-            "comm_overlap", "comm_overlap", "Comm/compute overlap (share of comm)", overlap)
-    if wait and _scalar(con, "SELECT count(*) FROM matched_collectives WHERE run_id = ?",
-                        [run_id]):
+            "comm_overlap", "comm_overlap", "Comm/compute overlap (share of comm)", overlap
+        )
+    if wait and _scalar(con, "SELECT count(*) FROM matched_collectives WHERE run_id = ?", [run_id]):
         values["straggler_wait"] = _sampled(
-            "straggler_wait", "straggler_wait", "Straggler wait (share of step)", wait)
+            "straggler_wait", "straggler_wait", "Straggler wait (share of step)", wait
+        )
     acc: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     host_timed: dict[str, bool] = {}
-    gloo = bool(_scalar(con, "SELECT count(*) FROM ranks WHERE run_id = ? AND "
-                             "lower(backend) = 'gloo'", [run_id]))
+    gloo = bool(
+        _scalar(
+            con, "SELECT count(*) FROM ranks WHERE run_id = ? AND lower(backend) = 'gloo'", [run_id]
+        )
+    )
     for op, step, bus_bytes, transfer_ns, host in con.execute(
-            _BANDWIDTH_SQL, {**params, "min_bytes": MIN_BANDWIDTH_BYTES}).fetchall():
+        _BANDWIDTH_SQL, {**params, "min_bytes": MIN_BANDWIDTH_BYTES}
+    ).fetchall():
         acc[str(op)][int(step)] = (float(bus_bytes), float(transfer_ns))
         host_timed[str(op)] = host_timed.get(str(op), False) or bool(host) or gloo
     for op, by_step in sorted(acc.items()):
@@ -200,16 +235,23 @@ def _step_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int,
     return values, notes
 
 
-def _pipeline_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int,
-                      pipeline: dict[str, Any], notes: list[str]) -> dict[str, MetricValue]:
+def _pipeline_metrics(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    min_ordinal: int,
+    pipeline: dict[str, Any],
+    notes: list[str],
+) -> dict[str, MetricValue]:
     """(bubble + stall) / step per stage, per step; only for runs that declare a pipeline
     (capture manifest or pipeline annotations): stages inferred from host ops alone also fit
     plain data-parallel runs, and a bubble share there would mislead."""
     if not pipeline.get("pipeline"):
         return {}
     if pipeline.get("source") == "host_ops" and not pipeline.get("schedule_declared"):
-        notes.append("pipeline bubbles not compared: the run declares no pipeline and the "
-                     "stages were only inferred from host ops")
+        notes.append(
+            "pipeline bubbles not compared: the run declares no pipeline and the "
+            "stages were only inferred from host ops"
+        )
         return {}
     rows = con.execute(
         """SELECT sp.rank, sp.step, (sp.bubble_ns + sp.stall_ns) / nullif(sp.step_ns, 0),
@@ -217,7 +259,8 @@ def _pipeline_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: 
                    WHERE a.run_id = sp.run_id AND a.rank = sp.rank)
            FROM step_parts sp JOIN pipeline_ranks USING (run_id, rank, step)
            WHERE sp.run_id = $run AND sp.ordinal >= $warmup AND sp.step_ns > 0""",
-        {"run": run_id, "warmup": min_ordinal}).fetchall()
+        {"run": run_id, "warmup": min_ordinal},
+    ).fetchall()
     by: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     for rank, step, share, stages in rows:
         if stages is not None and len(stages) == 1:
@@ -228,8 +271,9 @@ def _pipeline_metrics(con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: 
     return {key: _sampled(key, "bubble_share", label, v) for (key, label), v in by.items()}
 
 
-def _memory_metrics(memory: dict[str, Any], tables: dict[str, list[dict[str, Any]]]
-                    ) -> dict[str, MetricValue]:
+def _memory_metrics(
+    memory: dict[str, Any], tables: dict[str, list[dict[str, Any]]]
+) -> dict[str, MetricValue]:
     """Peak allocated memory per stage (pipelines) or the largest over ranks, and max/mean."""
     if not memory.get("source"):
         return {}
@@ -239,28 +283,43 @@ def _memory_metrics(memory: dict[str, Any], tables: dict[str, list[dict[str, Any
     if stage_rows:
         for x in stage_rows:
             key = f"peak_memory[stage={x['stage']}]"
-            out[key] = MetricValue(key=key, gate="peak_memory",
-                                   label=f"Peak memory, stage {x['stage']}{lower}",
-                                   value=float(x["peak_bytes"]))
+            out[key] = MetricValue(
+                key=key,
+                gate="peak_memory",
+                label=f"Peak memory, stage {x['stage']}{lower}",
+                value=float(x["peak_bytes"]),
+            )
         peaks = [float(x["peak_bytes"]) for x in stage_rows]
         what = "stages"
     else:
-        peaks = [float(x["peak_bytes"]) for x in tables.get("ranks", [])
-                 if x.get("peak_bytes") is not None]
+        peaks = [
+            float(x["peak_bytes"])
+            for x in tables.get("ranks", [])
+            if x.get("peak_bytes") is not None
+        ]
         out["peak_memory"] = MetricValue(
-            key="peak_memory", gate="peak_memory", label=f"Peak memory, largest rank{lower}",
-            value=max(peaks) if peaks else None)
+            key="peak_memory",
+            gate="peak_memory",
+            label=f"Peak memory, largest rank{lower}",
+            value=max(peaks) if peaks else None,
+        )
         what = "ranks"
     if len(peaks) > 1 and np.mean(peaks) > 0:
         out["memory_imbalance"] = MetricValue(
-            key="memory_imbalance", gate="memory_imbalance",
+            key="memory_imbalance",
+            gate="memory_imbalance",
             label=f"Memory imbalance (max/mean over {what})",
-            value=float(max(peaks) / np.mean(peaks)))
+            value=float(max(peaks) / np.mean(peaks)),
+        )
     return out
 
 
-def extract(con: duckdb.DuckDBPyConnection, run_id: int, settings: ReportSettings,
-            analysis: Analysis | None = None) -> RunMetrics:
+def extract(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    settings: ReportSettings,
+    analysis: Analysis | None = None,
+) -> RunMetrics:
     """Every metric of one run that the report compares, and the runner's findings. An
     analyzer that fails is named in `errors` (the report then cannot judge everything).
     `analysis`: the runner's result for this run when the caller has it (the app's cache); it
@@ -268,28 +327,62 @@ def extract(con: duckdb.DuckDBPyConnection, run_id: int, settings: ReportSetting
     from tracelab.analyzers import run as run_analyzers
 
     name, source, rank_count, world = _summary(con, run_id)
-    if analysis is None or (analysis.context is not None
-                            and analysis.context.warmup_steps != settings.warmup_steps):
+    if analysis is None or (
+        analysis.context is not None and analysis.context.warmup_steps != settings.warmup_steps
+    ):
         analysis = run_analyzers(con, run_id, warmup_steps=settings.warmup_steps)
     min_ordinal = analysis.context.min_ordinal if analysis.context else settings.warmup_steps
-    total = int(_scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ?",
-                        [run_id]) or 0)
-    kept = int(_scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ? "
-                            "AND ordinal >= ?", [run_id, min_ordinal]) or 0)
+    total = int(
+        _scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ?", [run_id]) or 0
+    )
+    kept = int(
+        _scalar(
+            con,
+            "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ? AND ordinal >= ?",
+            [run_id, min_ordinal],
+        )
+        or 0
+    )
     values, notes = _step_metrics(con, run_id, min_ordinal, total)
     pipe = analysis.get("pipeline")
-    values.update(_pipeline_metrics(con, run_id, min_ordinal,
-                                    pipe.metrics if pipe else {}, notes))
+    values.update(_pipeline_metrics(con, run_id, min_ordinal, pipe.metrics if pipe else {}, notes))
     mem = analysis.get("memory")
     if mem is not None:
         values.update(_memory_metrics(mem.metrics, mem.tables))
     values.update(_op_times(con, run_id, min_ordinal))
-    per_rank = [dict(zip(("rank", "step_time_ms", "compute_ms", "transfer_ms", "wait_ms",
-                          "pipeline_idle_ms", "host_ms", "idle_ms"), r, strict=True))
-                for r in con.execute(_PER_RANK_SQL, {"run": run_id, "warmup": min_ordinal}
-                                     ).fetchall()]
-    summary = RunSummary(name=name, run_id=run_id, source=source, ranks=rank_count,
-                         world_size=world, steps_used=kept, steps_dropped=max(total - kept, 0))
-    return RunMetrics(run=summary, values=values, findings=analysis.findings,
-                      tables={"per_rank": per_rank}, notes=tuple(notes),
-                      errors=dict(analysis.errors))
+    per_rank = [
+        dict(
+            zip(
+                (
+                    "rank",
+                    "step_time_ms",
+                    "compute_ms",
+                    "transfer_ms",
+                    "wait_ms",
+                    "pipeline_idle_ms",
+                    "host_ms",
+                    "idle_ms",
+                ),
+                r,
+                strict=True,
+            )
+        )
+        for r in con.execute(_PER_RANK_SQL, {"run": run_id, "warmup": min_ordinal}).fetchall()
+    ]
+    summary = RunSummary(
+        name=name,
+        run_id=run_id,
+        source=source,
+        ranks=rank_count,
+        world_size=world,
+        steps_used=kept,
+        steps_dropped=max(total - kept, 0),
+    )
+    return RunMetrics(
+        run=summary,
+        values=values,
+        findings=analysis.findings,
+        tables={"per_rank": per_rank},
+        notes=tuple(notes),
+        errors=dict(analysis.errors),
+    )

@@ -38,8 +38,10 @@ def _e(text: object) -> str:
 
 
 def _rows_table(rows: list[Comparison]) -> str:
-    head = ("<tr><th>Metric</th><th>Baseline</th><th>Candidate</th><th>Change</th>"
-            "<th>95% CI</th><th>p</th><th>n</th><th>Threshold</th><th>Verdict</th></tr>")
+    head = (
+        "<tr><th>Metric</th><th>Baseline</th><th>Candidate</th><th>Change</th>"
+        "<th>95% CI</th><th>p</th><th>n</th><th>Threshold</th><th>Verdict</th></tr>"
+    )
     body = []
     for r in rows:
         body.append(
@@ -66,8 +68,10 @@ def _finding_html(f: Finding) -> str:
 
 def _run_html(role: str, m: RunMetrics) -> str:
     r = m.run
-    return (f"<p><b>{role}</b> <code>{_e(r.name)}</code>: {r.ranks} rank(s), "
-            f"{r.steps_used} step(s) compared, {r.steps_dropped} warm-up step(s) dropped.</p>")
+    return (
+        f"<p><b>{role}</b> <code>{_e(r.name)}</code>: {r.ranks} rank(s), "
+        f"{r.steps_used} step(s) compared, {r.steps_dropped} warm-up step(s) dropped.</p>"
+    )
 
 
 def _figures(report: Report) -> tuple[list[str], str | None]:
@@ -77,44 +81,82 @@ def _figures(report: Report) -> tuple[list[str], str | None]:
         import plotly.io as pio
         from plotly.subplots import make_subplots
     except ImportError:
-        return [], ("plotly is not installed, so this report has tables only. "
-                    "Install the extra: pip install 'tracelab[app]'.")
+        return [], (
+            "plotly is not installed, so this report has tables only. "
+            "Install the extra: pip install 'tracelab[app]'."
+        )
     figs: list[Any] = []
     runs = (("baseline", report.baseline), ("candidate", report.candidate))
     b, c = (m.values.get("step_time") for _, m in runs)
     if b is not None and c is not None and (b.samples or c.samples):
         fig = go.Figure()
         for (role, m), mv in zip(runs, (b, c), strict=True):
-            fig.add_trace(go.Box(y=list(mv.samples), name=_e(f"{role}: {m.run.name}"),
-                                 boxpoints="all", jitter=0.4, pointpos=0))
-        fig.update_layout(title="Step time per step (slowest rank, warm-up dropped)",
-                          yaxis_title="ms", height=420, showlegend=False)
+            fig.add_trace(
+                go.Box(
+                    y=list(mv.samples),
+                    name=_e(f"{role}: {m.run.name}"),
+                    boxpoints="all",
+                    jitter=0.4,
+                    pointpos=0,
+                )
+            )
+        fig.update_layout(
+            title="Step time per step (slowest rank, warm-up dropped)",
+            yaxis_title="ms",
+            height=420,
+            showlegend=False,
+        )
         figs.append(fig)
         steps = go.Figure()
         for (role, m), mv in zip(runs, (b, c), strict=True):
-            steps.add_trace(go.Scatter(y=list(mv.samples), mode="lines+markers",
-                                       name=_e(f"{role}: {m.run.name}")))
-        steps.update_layout(title="Step time in step order", xaxis_title="step (after warm-up)",
-                            yaxis_title="ms", height=360)
+            steps.add_trace(
+                go.Scatter(
+                    y=list(mv.samples), mode="lines+markers", name=_e(f"{role}: {m.run.name}")
+                )
+            )
+        steps.update_layout(
+            title="Step time in step order",
+            xaxis_title="step (after warm-up)",
+            yaxis_title="ms",
+            height=360,
+        )
         figs.append(steps)
     per_rank = [m.tables.get("per_rank", []) for _, m in runs]
     if any(per_rank):
-        cols = sorted({k for rows in per_rank for row in rows for k in row
-                       if k != "rank" and k.endswith("_ms")})
+        cols = sorted(
+            {
+                k
+                for rows in per_rank
+                for row in rows
+                for k in row
+                if k != "rank" and k.endswith("_ms")
+            }
+        )
         fig = make_subplots(rows=1, cols=len(cols) or 1, subplot_titles=[_e(c) for c in cols])
         for i, col in enumerate(cols, start=1):
             for (role, _), rows in zip(runs, per_rank, strict=True):
                 pts = [(r["rank"], r[col]) for r in rows if r.get(col) is not None]
-                fig.add_trace(go.Bar(x=[f"rank {p[0]}" for p in pts], y=[p[1] for p in pts],
-                                     name=_e(role), legendgroup=role, showlegend=i == 1,
-                                     marker_color="#6e7781" if role == "baseline" else "#0969da"),
-                              row=1, col=i)
-        fig.update_layout(title="Per-rank breakdown (median per step, ms)", barmode="group",
-                          height=420)
+                fig.add_trace(
+                    go.Bar(
+                        x=[f"rank {p[0]}" for p in pts],
+                        y=[p[1] for p in pts],
+                        name=_e(role),
+                        legendgroup=role,
+                        showlegend=i == 1,
+                        marker_color="#6e7781" if role == "baseline" else "#0969da",
+                    ),
+                    row=1,
+                    col=i,
+                )
+        fig.update_layout(
+            title="Per-rank breakdown (median per step, ms)", barmode="group", height=420
+        )
         figs.append(fig)
     config = {"displaylogo": False, "responsive": True}
-    out = [pio.to_html(f, full_html=False, include_plotlyjs=(i == 0), config=config)
-           for i, f in enumerate(figs)]
+    out = [
+        pio.to_html(f, full_html=False, include_plotlyjs=(i == 0), config=config)
+        for i, f in enumerate(figs)
+    ]
     return out, None
 
 
@@ -140,14 +182,23 @@ def render(report: Report) -> str:
     if ops:
         parts += ["<h2>Ops and kernels that moved most</h2>", _rows_table(ops)]
     parts.append(f"<h2>New findings ({len(report.new_findings)})</h2>")
-    parts.append("<ul>" + "".join(_finding_html(f) for f in report.new_findings) + "</ul>"
-                 if report.new_findings else "<p>None.</p>")
+    parts.append(
+        "<ul>" + "".join(_finding_html(f) for f in report.new_findings) + "</ul>"
+        if report.new_findings
+        else "<p>None.</p>"
+    )
     if report.resolved_findings:
-        parts.append(f"<h2>Resolved findings ({len(report.resolved_findings)})</h2><ul>"
-                     + "".join(_finding_html(f) for f in report.resolved_findings) + "</ul>")
+        parts.append(
+            f"<h2>Resolved findings ({len(report.resolved_findings)})</h2><ul>"
+            + "".join(_finding_html(f) for f in report.resolved_findings)
+            + "</ul>"
+        )
     if report.warnings:
-        parts.append("<h2>Warnings</h2><ul>"
-                     + "".join(f"<li>{_e(w)}</li>" for w in report.warnings) + "</ul>")
+        parts.append(
+            "<h2>Warnings</h2><ul>"
+            + "".join(f"<li>{_e(w)}</li>" for w in report.warnings)
+            + "</ul>"
+        )
     parts.append("<h2>Figures</h2>")
     if no_plotly:
         parts.append(f'<p class="note" id="no-plotly">{_e(no_plotly)}</p>')
@@ -165,4 +216,3 @@ def render(report: Report) -> str:
     )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
-

@@ -29,13 +29,23 @@ def _finite(x: Any) -> Any:
 
 def _row(r: Comparison) -> dict[str, Any]:
     return {
-        "key": r.key, "metric": r.gate, "label": r.label, "unit": r.unit,
-        "baseline": r.baseline, "candidate": r.candidate,
-        "delta": r.delta, "delta_kind": str(r.delta_kind),
-        "ci_low": r.ci_low, "ci_high": r.ci_high, "p_value": r.p_value,
+        "key": r.key,
+        "metric": r.gate,
+        "label": r.label,
+        "unit": r.unit,
+        "baseline": r.baseline,
+        "candidate": r.candidate,
+        "delta": r.delta,
+        "delta_kind": str(r.delta_kind),
+        "ci_low": r.ci_low,
+        "ci_high": r.ci_high,
+        "p_value": r.p_value,
         "p_adjusted": r.p_adjusted,
-        "n_baseline": r.n_baseline, "n_candidate": r.n_candidate,
-        "threshold": r.threshold, "gated": r.gated, "verdict": str(r.verdict),
+        "n_baseline": r.n_baseline,
+        "n_candidate": r.n_candidate,
+        "threshold": r.threshold,
+        "gated": r.gated,
+        "verdict": str(r.verdict),
         "reason": r.reason,
     }
 
@@ -50,30 +60,42 @@ def _run(m: RunMetrics) -> dict[str, Any]:
 def to_dict(report: Report) -> dict[str, Any]:
     """The report as plain JSON-ready data."""
     s = report.settings
-    out: dict[str, Any] = _finite({
-        "schema": SCHEMA,
-        "tracelab_version": __version__,
-        "verdict": report.verdict,
-        "exit_code": report.exit_code,
-        "regressions": [r.key for r in report.regressions],
-        "baseline": _run(report.baseline),
-        "candidate": _run(report.candidate),
-        "settings": {
-            "alpha": s.alpha, "warmup_steps": s.warmup_steps, "min_steps": s.min_steps,
-            "confidence": s.confidence, "resamples": s.resamples, "seed": s.seed,
-            "top_ops": s.top_ops, "config_file": s.config_file,
-            "thresholds": {
-                name: {"text": t.text, "kind": str(t.kind) if t.kind else None,
-                       "limit": t.limit, "direction": t.direction, "source": t.source}
-                for name, t in s.thresholds.items()
+    out: dict[str, Any] = _finite(
+        {
+            "schema": SCHEMA,
+            "tracelab_version": __version__,
+            "verdict": report.verdict,
+            "exit_code": report.exit_code,
+            "regressions": [r.key for r in report.regressions],
+            "baseline": _run(report.baseline),
+            "candidate": _run(report.candidate),
+            "settings": {
+                "alpha": s.alpha,
+                "warmup_steps": s.warmup_steps,
+                "min_steps": s.min_steps,
+                "confidence": s.confidence,
+                "resamples": s.resamples,
+                "seed": s.seed,
+                "top_ops": s.top_ops,
+                "config_file": s.config_file,
+                "thresholds": {
+                    name: {
+                        "text": t.text,
+                        "kind": str(t.kind) if t.kind else None,
+                        "limit": t.limit,
+                        "direction": t.direction,
+                        "source": t.source,
+                    }
+                    for name, t in s.thresholds.items()
+                },
             },
-        },
-        "metrics": [_row(r) for r in report.rows],
-        "new_findings": [f.to_dict() for f in report.new_findings],
-        "resolved_findings": [f.to_dict() for f in report.resolved_findings],
-        "warnings": list(report.warnings),
-        "errors": dict(report.errors),
-    })
+            "metrics": [_row(r) for r in report.rows],
+            "new_findings": [f.to_dict() for f in report.new_findings],
+            "resolved_findings": [f.to_dict() for f in report.resolved_findings],
+            "warnings": list(report.warnings),
+            "errors": dict(report.errors),
+        }
+    )
     return out
 
 

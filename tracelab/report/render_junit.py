@@ -35,22 +35,46 @@ def render(report: Report) -> str:
     rows = [r for r in report.rows if r.gated]
     failures = sum(r.verdict is Verdict.REGRESSION for r in rows)
     skipped = sum(r.verdict is Verdict.WARN for r in rows)
-    root = ET.Element("testsuites", name="tracelab", tests=str(len(rows)),
-                      failures=str(failures), errors="0", skipped=str(skipped))
-    suite = ET.SubElement(root, "testsuite", name=SUITE, tests=str(len(rows)),
-                          failures=str(failures), errors="0", skipped=str(skipped), time="0")
+    root = ET.Element(
+        "testsuites",
+        name="tracelab",
+        tests=str(len(rows)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+    )
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name=SUITE,
+        tests=str(len(rows)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time="0",
+    )
     props = ET.SubElement(suite, "properties")
-    for name, val in (("baseline", report.baseline.run.name),
-                      ("candidate", report.candidate.run.name),
-                      ("verdict", report.verdict), ("alpha", str(report.settings.alpha))):
+    for name, val in (
+        ("baseline", report.baseline.run.name),
+        ("candidate", report.candidate.run.name),
+        ("verdict", report.verdict),
+        ("alpha", str(report.settings.alpha)),
+    ):
         ET.SubElement(props, "property", name=name, value=_clean(val))
     for r in rows:
-        case = ET.SubElement(suite, "testcase", classname=f"{SUITE}.{r.gate}", name=_clean(r.key),
-                             time="0")
+        case = ET.SubElement(
+            suite, "testcase", classname=f"{SUITE}.{r.gate}", name=_clean(r.key), time="0"
+        )
         if r.verdict is Verdict.REGRESSION:
-            failure = ET.SubElement(case, "failure", type="PerformanceRegression",
-                                    message=_clean(f"{r.label}: {fmt.delta(r.delta, r.delta_kind)} "
-                                                   f"(threshold {r.threshold}): {r.reason}"))
+            failure = ET.SubElement(
+                case,
+                "failure",
+                type="PerformanceRegression",
+                message=_clean(
+                    f"{r.label}: {fmt.delta(r.delta, r.delta_kind)} "
+                    f"(threshold {r.threshold}): {r.reason}"
+                ),
+            )
             failure.text = _detail(r)
         elif r.verdict is Verdict.WARN:
             ET.SubElement(case, "skipped", message=_clean(f"{r.label}: {r.reason}"))

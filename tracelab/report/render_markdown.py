@@ -6,7 +6,6 @@ renders inline HTML) and Markdown's table and emphasis characters are backslash-
 
 from __future__ import annotations
 
-
 from tracelab.render.text import duration, md, md_code
 from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics, Verdict
@@ -19,11 +18,15 @@ _ICON = {
     Verdict.PASS: "✅",
     Verdict.INFO: "ℹ️",
 }
+
+
 def _run_line(role: str, m: RunMetrics) -> str:
     r = m.run
     world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
-    return (f"**{role}** _{md(r.name)}_: {r.ranks} rank(s){world}, {r.steps_used} step(s) "
-            f"compared ({r.steps_dropped} warm-up dropped)")
+    return (
+        f"**{role}** _{md(r.name)}_: {r.ranks} rank(s){world}, {r.steps_used} step(s) "
+        f"compared ({r.steps_dropped} warm-up dropped)"
+    )
 
 
 def verdict_line(report: Report) -> str:
@@ -32,8 +35,10 @@ def verdict_line(report: Report) -> str:
 
 
 def _table(rows: list[Comparison]) -> list[str]:
-    out = ["| Metric | Baseline | Candidate | Change | 95% CI | p | n | Threshold | Verdict |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    out = [
+        "| Metric | Baseline | Candidate | Change | 95% CI | p | n | Threshold | Verdict |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         out.append(
             f"| {md(r.label)} | {fmt.value(r.baseline, r.unit)} | "
@@ -57,27 +62,41 @@ def _finding(f: Finding) -> str:
             impact += f" ({f.impact_share * 100:.1f}% of the step)"
         impact += "."
     place = f" ({'; '.join(where)})" if where else ""
-    return (f"- **{str(f.severity).upper()}** {md_code(f.code)}: {md(f.title)}{place}.{impact} "
-            f"_Fix:_ {md(f.suggestion)}")
+    return (
+        f"- **{str(f.severity).upper()}** {md_code(f.code)}: {md(f.title)}{place}.{impact} "
+        f"_Fix:_ {md(f.suggestion)}"
+    )
 
 
 def render(report: Report) -> str:
-    lines = ["## tracelab performance report", "", verdict_line(report), "",
-             _run_line("Baseline", report.baseline) + "  ",
-             _run_line("Candidate", report.candidate), ""]
+    lines = [
+        "## tracelab performance report",
+        "",
+        verdict_line(report),
+        "",
+        _run_line("Baseline", report.baseline) + "  ",
+        _run_line("Candidate", report.candidate),
+        "",
+    ]
     main = [r for r in report.rows if r.gate != "op_time"]
     ops = [r for r in report.rows if r.gate == "op_time"]
     lines += _table(main)
     if ops:
-        lines += ["", "<details><summary>Ops and kernels that moved most "
-                  f"({len(ops)})</summary>", ""]
+        lines += [
+            "",
+            f"<details><summary>Ops and kernels that moved most ({len(ops)})</summary>",
+            "",
+        ]
         lines += _table(ops)
         lines += ["", "</details>"]
     lines += ["", f"### New findings ({len(report.new_findings)})", ""]
     lines += [_finding(f) for f in report.new_findings] or ["None."]
     if report.resolved_findings:
-        lines += ["", f"<details><summary>Resolved findings ({len(report.resolved_findings)})"
-                  "</summary>", ""]
+        lines += [
+            "",
+            f"<details><summary>Resolved findings ({len(report.resolved_findings)})</summary>",
+            "",
+        ]
         lines += [_finding(f) for f in report.resolved_findings]
         lines += ["", "</details>"]
     if report.errors:
@@ -88,10 +107,14 @@ def render(report: Report) -> str:
         lines += [f"- {md(w)}" for w in report.warnings]
     s = report.settings
     cfg = f", thresholds from {md(s.config_file)}" if s.config_file else ""
-    lines += ["", f"<sub>Regression = beyond threshold in the bad direction and, for per-step "
-              f"metrics, one-sided Mann–Whitney U p &lt; {s.alpha} (p Holm-adjusted over the "
-              "gated per-step metrics) with a CI that excludes no change. CI: bootstrap "
-              f"{s.confidence:.0%} of the ratio (or difference) of medians, {s.resamples} "
-              f"resamples, seed {s.seed}. Warm-up steps dropped: {s.warmup_steps}; at least "
-              f"{s.min_steps} steps a side to judge{cfg}.</sub>", ""]
+    lines += [
+        "",
+        f"<sub>Regression = beyond threshold in the bad direction and, for per-step "
+        f"metrics, one-sided Mann–Whitney U p &lt; {s.alpha} (p Holm-adjusted over the "
+        "gated per-step metrics) with a CI that excludes no change. CI: bootstrap "
+        f"{s.confidence:.0%} of the ratio (or difference) of medians, {s.resamples} "
+        f"resamples, seed {s.seed}. Warm-up steps dropped: {s.warmup_steps}; at least "
+        f"{s.min_steps} steps a side to judge{cfg}.</sub>",
+        "",
+    ]
     return "\n".join(lines)

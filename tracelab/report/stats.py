@@ -114,7 +114,8 @@ def mann_whitney_u(
     """
     if alternative not in ("greater", "less", "two-sided"):
         raise ValueError(
-            f"alternative must be 'greater', 'less' or 'two-sided', not {alternative!r}")
+            f"alternative must be 'greater', 'less' or 'two-sided', not {alternative!r}"
+        )
     xs, ys = _as_sample(x, "x"), _as_sample(y, "y")
     n1, n2 = xs.size, ys.size
     ranks, tie_term = _midranks(np.concatenate([xs, ys]))
@@ -133,7 +134,8 @@ def mann_whitney_u(
     if method == "exact":
         if ties:
             raise ValueError(
-                "the exact Mann–Whitney distribution assumes no ties; use 'asymptotic'")
+                "the exact Mann–Whitney distribution assumes no ties; use 'asymptotic'"
+            )
         counts = _u_distribution_counts(n1, n2)
         total = math.comb(n1 + n2, n1)
         upper = int(sum(int(c) for c in counts[int(round(u)) :]))  # P(U >= u) numerator
@@ -143,15 +145,17 @@ def mann_whitney_u(
         mu = n1 * n2 / 2.0
         var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
         if var <= 0:  # every value equal: the data say nothing about a shift
-            return MannWhitneyResult(u=u1, p_value=1.0, alternative=alternative,
-                                     method="asymptotic", ties=ties)
+            return MannWhitneyResult(
+                u=u1, p_value=1.0, alternative=alternative, method="asymptotic", ties=ties
+            )
         p = _normal_sf((u - mu - 0.5) / math.sqrt(var))
     else:
         raise ValueError(f"method must be 'auto', 'exact' or 'asymptotic', not {method!r}")
     if alternative == "two-sided":
         p *= 2.0
-    return MannWhitneyResult(u=u1, p_value=min(max(p, 0.0), 1.0), alternative=alternative,
-                             method=method, ties=ties)
+    return MannWhitneyResult(
+        u=u1, p_value=min(max(p, 0.0), 1.0), alternative=alternative, method=method, ties=ties
+    )
 
 
 def _bootstrap_medians(
@@ -196,8 +200,15 @@ def _median_ci(
         estimate = cand_median - base_median
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(draws, [tail, 1.0 - tail])
-    return BootstrapCI(statistic=statistic, estimate=estimate, low=float(low), high=float(high),
-                       confidence=confidence, resamples=resamples, seed=seed)
+    return BootstrapCI(
+        statistic=statistic,
+        estimate=estimate,
+        low=float(low),
+        high=float(high),
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+    )
 
 
 def ratio_of_medians(

@@ -62,28 +62,80 @@ class Gate:
 GATES: dict[str, Gate] = {
     g.name: g
     for g in (
-        Gate(name="step_time", title="Step time", unit="ms", bad_direction=+1, default="+5%",
-             description="median step time after warm-up (slowest rank per step), "
-                         "ratio of medians with a bootstrap CI and a one-sided Mann-Whitney U"),
-        Gate(name="exposed_comm_share", title="Exposed communication", unit="share",
-             bad_direction=+1, default="+2pp",
-             description="communication not hidden under compute, as a share of the step"),
-        Gate(name="comm_overlap", title="Comm/compute overlap", unit="share", bad_direction=-1,
-             default="-5pp", description="share of communication time overlapped by compute"),
-        Gate(name="bubble_share", title="Pipeline bubble", unit="share", bad_direction=+1,
-             default="+2pp", description="idle share of the step, per pipeline stage"),
-        Gate(name="peak_memory", title="Peak memory", unit="bytes", bad_direction=+1,
-             default="+3%", description="peak allocated memory, per stage (or rank)"),
-        Gate(name="memory_imbalance", title="Memory imbalance", unit="ratio", bad_direction=+1,
-             default="+5%", description="max / mean of per-stage peak memory"),
-        Gate(name="straggler_wait", title="Straggler wait", unit="share", bad_direction=+1,
-             default="+2pp", description="time ranks wait at collectives for the last arriver, "
-                                         "as a share of the step (mean over ranks)"),
-        Gate(name="collective_bandwidth", title="Collective bandwidth", unit="GB/s",
-             bad_direction=-1, default="-10%",
-             description="bus bandwidth of collectives (nccl-tests busbw)"),
-        Gate(name="op_time", title="Op / kernel time", unit="ms", bad_direction=+1,
-             default="off", description="per-op or per-kernel time per step, the top movers"),
+        Gate(
+            name="step_time",
+            title="Step time",
+            unit="ms",
+            bad_direction=+1,
+            default="+5%",
+            description="median step time after warm-up (slowest rank per step), "
+            "ratio of medians with a bootstrap CI and a one-sided Mann-Whitney U",
+        ),
+        Gate(
+            name="exposed_comm_share",
+            title="Exposed communication",
+            unit="share",
+            bad_direction=+1,
+            default="+2pp",
+            description="communication not hidden under compute, as a share of the step",
+        ),
+        Gate(
+            name="comm_overlap",
+            title="Comm/compute overlap",
+            unit="share",
+            bad_direction=-1,
+            default="-5pp",
+            description="share of communication time overlapped by compute",
+        ),
+        Gate(
+            name="bubble_share",
+            title="Pipeline bubble",
+            unit="share",
+            bad_direction=+1,
+            default="+2pp",
+            description="idle share of the step, per pipeline stage",
+        ),
+        Gate(
+            name="peak_memory",
+            title="Peak memory",
+            unit="bytes",
+            bad_direction=+1,
+            default="+3%",
+            description="peak allocated memory, per stage (or rank)",
+        ),
+        Gate(
+            name="memory_imbalance",
+            title="Memory imbalance",
+            unit="ratio",
+            bad_direction=+1,
+            default="+5%",
+            description="max / mean of per-stage peak memory",
+        ),
+        Gate(
+            name="straggler_wait",
+            title="Straggler wait",
+            unit="share",
+            bad_direction=+1,
+            default="+2pp",
+            description="time ranks wait at collectives for the last arriver, "
+            "as a share of the step (mean over ranks)",
+        ),
+        Gate(
+            name="collective_bandwidth",
+            title="Collective bandwidth",
+            unit="GB/s",
+            bad_direction=-1,
+            default="-10%",
+            description="bus bandwidth of collectives (nccl-tests busbw)",
+        ),
+        Gate(
+            name="op_time",
+            title="Op / kernel time",
+            unit="ms",
+            bad_direction=+1,
+            default="off",
+            description="per-op or per-kernel time per step, the top movers",
+        ),
     )
 }
 
@@ -179,8 +231,9 @@ def parse_threshold(metric: str, text: str, *, source: str = "default") -> Thres
         raise _unknown(metric, source)
     raw = str(text).strip()
     if raw.lower() in ("off", "none", "false"):
-        return Threshold(metric=metric, kind=None, limit=0.0, direction=gate.bad_direction,
-                         source=source)
+        return Threshold(
+            metric=metric, kind=None, limit=0.0, direction=gate.bad_direction, source=source
+        )
     match = _VALUE.match(raw)
     if match is None:
         raise UsageError(
@@ -204,8 +257,13 @@ def parse_threshold(metric: str, text: str, *, source: str = "default") -> Thres
         )
     number = float(match["num"])
     limit = number / 100.0 if unit == "%" else number
-    return Threshold(metric=metric, kind=Kind.RELATIVE if unit == "%" else Kind.POINTS,
-                     limit=limit, direction=direction, source=source)
+    return Threshold(
+        metric=metric,
+        kind=Kind.RELATIVE if unit == "%" else Kind.POINTS,
+        limit=limit,
+        direction=direction,
+        source=source,
+    )
 
 
 def parse_config_text(text: str, *, source: str) -> dict[str, str]:
@@ -278,8 +336,9 @@ def load_settings(
     if config_file is not None:
         path = Path(config_file)
         if not path.is_file():
-            raise InputError("thresholds file not found; check the --thresholds path",
-                             path=str(path))
+            raise InputError(
+                "thresholds file not found; check the --thresholds path", path=str(path)
+            )
     elif search_dir is not None and (Path(search_dir) / DEFAULT_CONFIG_FILE).is_file():
         path = Path(search_dir) / DEFAULT_CONFIG_FILE
     if path is not None:
@@ -287,11 +346,15 @@ def load_settings(
         try:
             text = path.read_bytes().decode("utf-8-sig")
         except UnicodeDecodeError as exc:
-            raise InputError(f"the thresholds file is not UTF-8 text ({exc.reason} at byte "
-                             f"{exc.start}); save it as UTF-8.", path=str(path)) from None
+            raise InputError(
+                f"the thresholds file is not UTF-8 text ({exc.reason} at byte "
+                f"{exc.start}); save it as UTF-8.",
+                path=str(path),
+            ) from None
         except OSError as exc:
-            raise InputError(f"cannot read the thresholds file ({exc.strerror}).",
-                             path=str(path)) from None
+            raise InputError(
+                f"cannot read the thresholds file ({exc.strerror}).", path=str(path)
+            ) from None
         _apply(parse_config_text(text, source=used), used, thresholds, opts)
     if cli_thresholds:
         _apply(cli_thresholds, "--threshold", thresholds, opts)

@@ -8,11 +8,18 @@ from tracelab.derived.schedules import Action, Replay, make_order, replay
 from tracelab.testing._kineto import MS, RankTrace
 
 #: Kernel and host-op names per action kind.
-KERNELS = {"F": "sm90_xmma_gemm_bf16_fprop", "B": "sm90_xmma_gemm_bf16_bprop",
-           "I": "sm90_xmma_gemm_bf16_dgrad", "W": "sm90_xmma_gemm_bf16_wgrad"}
-HOST_OPS = {"F": "aten::linear", "B": "autograd::engine::evaluate_function: AddmmBackward0",
-            "I": "autograd::engine::evaluate_function: AddmmBackward0",
-            "W": "autograd::engine::evaluate_function: AccumulateGrad"}
+KERNELS = {
+    "F": "sm90_xmma_gemm_bf16_fprop",
+    "B": "sm90_xmma_gemm_bf16_bprop",
+    "I": "sm90_xmma_gemm_bf16_dgrad",
+    "W": "sm90_xmma_gemm_bf16_wgrad",
+}
+HOST_OPS = {
+    "F": "aten::linear",
+    "B": "autograd::engine::evaluate_function: AddmmBackward0",
+    "I": "autograd::engine::evaluate_function: AddmmBackward0",
+    "W": "autograd::engine::evaluate_function: AccumulateGrad",
+}
 
 
 def _ns(x: float) -> int:
@@ -43,10 +50,22 @@ def _peaks(order: dict[int, list[Action]], rp: Replay) -> dict[int, list[tuple[f
     return out
 
 
-def pipeline_traces(*, schedule: str, p: int, m: int, v: int, tf_ms: float, tb_ms: float,
-                    backend: str, annotate: str, steps: int, slow_stage: int | None,
-                    slow_factor: float, stall_ms: float,
-                    act_bytes: int) -> tuple[list[RankTrace], dict[str, Any]]:
+def pipeline_traces(
+    *,
+    schedule: str,
+    p: int,
+    m: int,
+    v: int,
+    tf_ms: float,
+    tb_ms: float,
+    backend: str,
+    annotate: str,
+    steps: int,
+    slow_stage: int | None,
+    slow_factor: float,
+    stall_ms: float,
+    act_bytes: int,
+) -> tuple[list[RankTrace], dict[str, Any]]:
     order = make_order(schedule, p, m, v)
 
     def dur(a: Action) -> float:
@@ -59,8 +78,10 @@ def pipeline_traces(*, schedule: str, p: int, m: int, v: int, tf_ms: float, tb_m
     ideal = replay(order, dur)
     rp = replay(order, dur, delay if stall_ms else None)
     gpu = backend != "gloo"
-    traces = [RankTrace(r, p, backend=backend, device="NVIDIA H100 80GB HBM3" if gpu else None)
-              for r in range(p)]
+    traces = [
+        RankTrace(r, p, backend=backend, device="NVIDIA H100 80GB HBM3" if gpu else None)
+        for r in range(p)
+    ]
     peaks = _peaks(order, rp)
     period = rp.makespan + 2.0
     for k in range(steps):
@@ -71,20 +92,30 @@ def pipeline_traces(*, schedule: str, p: int, m: int, v: int, tf_ms: float, tb_m
             level = 0
             for when, d in peaks[t.rank]:
                 level += d
-                t.memory(_ns(o + when), allocated=level * act_bytes,
-                         reserved=max(level, 1) * act_bytes, delta=d * act_bytes,
-                         device_type=1 if gpu else 0)
+                t.memory(
+                    _ns(o + when),
+                    allocated=level * act_bytes,
+                    reserved=max(level, 1) * act_bytes,
+                    delta=d * act_bytes,
+                    device_type=1 if gpu else 0,
+                )
             free = 0.0
             for a in order[t.rank]:
                 s, e = rp.times[a]
                 _emit(t, a, o, free, s, e, gpu=gpu, annotate=annotate, p=p * v)
                 free = e
-    peak_mb = {r: max((sum(d for _, d in peaks[r][: i + 1]) for i in range(len(peaks[r]))),
-                      default=0) for r in range(p)}
+    peak_mb = {
+        r: max((sum(d for _, d in peaks[r][: i + 1]) for i in range(len(peaks[r]))), default=0)
+        for r in range(p)
+    }
     mean_peak = sum(peak_mb.values()) / p
     idle = {r: rp.makespan - rp.busy[r] for r in range(p)}
     expected = {
-        "schedule": schedule, "p": p, "m": m, "v": v, "makespan_ms": rp.makespan,
+        "schedule": schedule,
+        "p": p,
+        "m": m,
+        "v": v,
+        "makespan_ms": rp.makespan,
         "idle_ms": [idle[r] for r in range(p)],
         "bubble_share": [idle[r] / rp.makespan for r in range(p)],
         "bubble_share_megatron": [idle[r] / rp.busy[r] for r in range(p)],
@@ -99,8 +130,18 @@ def pipeline_traces(*, schedule: str, p: int, m: int, v: int, tf_ms: float, tb_m
     return traces, expected
 
 
-def _emit(t: RankTrace, a: Action, o: float, free: float, s: float, e: float, *, gpu: bool,
-          annotate: str, p: int) -> None:
+def _emit(
+    t: RankTrace,
+    a: Action,
+    o: float,
+    free: float,
+    s: float,
+    e: float,
+    *,
+    gpu: bool,
+    annotate: str,
+    p: int,
+) -> None:
     """One action: its wait (recv), its compute (kernel or host op), its label, its send."""
     stage, kind, mb = a
     s_ns, e_ns, free_ns = _ns(o + s), _ns(o + e), _ns(o + free)

@@ -87,29 +87,60 @@ def write_capture(
             coll_rel = f"rank-{t.rank}/collectives.jsonl"
             (folder / coll_rel).write_text("".join(json.dumps(c) + "\n" for c in t.collectives))
         entry = {
-            "rank": t.rank, "host": f"synth-{t.rank // 8}", "device": t.device or "cpu",
+            "rank": t.rank,
+            "host": f"synth-{t.rank // 8}",
+            "device": t.device or "cpu",
             "device_memory_bytes": t.device_memory_bytes if t.device else None,
             "backend": t.backend,
             "coords": {"dp": 0, "tp": 0, "pp": t.rank if pipeline else 0, "cp": 0, "ep": 0},
             "pp_stage": t.rank if pipeline else None,
-            "process_groups": [{"pg_name": "0", "pg_desc": "default_pg",
-                                "ranks": list(range(world)), "backend": t.backend}],
+            "process_groups": [
+                {
+                    "pg_name": "0",
+                    "pg_desc": "default_pg",
+                    "ranks": list(range(world)),
+                    "backend": t.backend,
+                }
+            ],
             "traces": [f"rank-{t.rank}/window-0.pt.trace.json.gz"],
             "collectives": coll_rel,
             "memory": (memory_peaks or {}).get(t.rank, []),
-            "clock": ({"offset_ns": t.clock_offset_ns, "uncertainty_ns": clock_uncertainty_ns,
-                       "reference_rank": 0, "samples": []} if clock else None),
+            "clock": (
+                {
+                    "offset_ns": t.clock_offset_ns,
+                    "uncertainty_ns": clock_uncertainty_ns,
+                    "reference_rank": 0,
+                    "samples": [],
+                }
+                if clock
+                else None
+            ),
         }
         (rdir / "rank.json").write_text(json.dumps(entry))
         ranks.append(entry)
     manifest = {
-        "format": "tracelab.capture", "format_version": 1, "run_name": run_name or folder.name,
-        "world_size": world, "created_unix_ns": 1_733_097_600_000_000_000,
-        "versions": {"tracelab": "0.1.0", "torch": "synthetic", "cuda": None, "nccl": None,
-                     "python": "3"},
-        "parallelism": {"dims": {"dp": 1 if pipeline else world, "tp": 1,
-                                 "pp": world if pipeline else 1, "cp": 1, "ep": 1},
-                        "source": "user"},
+        "format": "tracelab.capture",
+        "format_version": 1,
+        "run_name": run_name or folder.name,
+        "world_size": world,
+        "created_unix_ns": 1_733_097_600_000_000_000,
+        "versions": {
+            "tracelab": "0.1.0",
+            "torch": "synthetic",
+            "cuda": None,
+            "nccl": None,
+            "python": "3",
+        },
+        "parallelism": {
+            "dims": {
+                "dp": 1 if pipeline else world,
+                "tp": 1,
+                "pp": world if pipeline else 1,
+                "cp": 1,
+                "ep": 1,
+            },
+            "source": "user",
+        },
         "pipeline": pipeline,
         "schedule": {"wait": 0, "warmup": 0, "active": 1, "repeat": 1},
         "ranks": ranks,
@@ -120,12 +151,25 @@ def write_capture(
 
 def _ranks(world: int, backend: str, offsets: list[int] | None = None) -> list[RankTrace]:
     device = None if backend == "gloo" else "NVIDIA H100 80GB HBM3"
-    return [RankTrace(r, world, backend=backend, device=device,
-                      clock_offset_ns=(offsets or [0] * world)[r]) for r in range(world)]
+    return [
+        RankTrace(
+            r, world, backend=backend, device=device, clock_offset_ns=(offsets or [0] * world)[r]
+        )
+        for r in range(world)
+    ]
 
 
-def _comm(t: RankTrace, op: str, start: int, end: int, nbytes: int, *, style: str = "legacy",
-          stream: int = 20, blocking: bool = True) -> None:
+def _comm(
+    t: RankTrace,
+    op: str,
+    start: int,
+    end: int,
+    nbytes: int,
+    *,
+    style: str = "legacy",
+    stream: int = 20,
+    blocking: bool = True,
+) -> None:
     if t.backend == "gloo":
         t.gloo(op, start, end, nbytes=nbytes, blocking=blocking)
     else:
@@ -139,16 +183,36 @@ def _compute(t: RankTrace, start: int, end: int, name: str = "sm90_xmma_gemm_bf1
         t.kernel(name, start, end)
 
 
-def _finish(folder: Path, name: str, traces: list[RankTrace], expected: dict[str, Any],
-            *, gz: bool, capture: bool, **cap: Any) -> SynthRun:
-    paths = ([write_capture(folder / name, traces, run_name=name, **cap)] if capture
-             else write_ranks(folder / name, traces, gz=gz))
-    return SynthRun(name=name, paths=paths, world_size=traces[0].world_size, expected=expected,
-                    traces=traces)
+def _finish(
+    folder: Path,
+    name: str,
+    traces: list[RankTrace],
+    expected: dict[str, Any],
+    *,
+    gz: bool,
+    capture: bool,
+    **cap: Any,
+) -> SynthRun:
+    paths = (
+        [write_capture(folder / name, traces, run_name=name, **cap)]
+        if capture
+        else write_ranks(folder / name, traces, gz=gz)
+    )
+    return SynthRun(
+        name=name, paths=paths, world_size=traces[0].world_size, expected=expected, traces=traces
+    )
 
 
-def overlap(folder: Path, *, backend: str = "nccl", second_comm_stream: bool = False,
-            steps: int = 1, ranks: int = 2, gz: bool = False, capture: bool = False) -> SynthRun:
+def overlap(
+    folder: Path,
+    *,
+    backend: str = "nccl",
+    second_comm_stream: bool = False,
+    steps: int = 1,
+    ranks: int = 2,
+    gz: bool = False,
+    capture: bool = False,
+) -> SynthRun:
     """Compute [0,10] and [20,30] ms, communication [5,25] ms (optionally twice, on two streams):
     overlap 50 %, exposed comm 10 ms, compute 20 ms, idle 0, step 30 ms, on every rank and step.
     On gloo the compute is aten::mm on the main thread and the all-reduce runs on the gloo thread.
@@ -163,20 +227,48 @@ def overlap(folder: Path, *, backend: str = "nccl", second_comm_stream: bool = F
             if backend == "gloo":
                 t.gloo("all_reduce", o + ms(5), o + ms(25), nbytes=64 << 20, blocking=False)
             else:
-                _comm(t, "all_reduce", o + ms(5), o + ms(25), 64 << 20,
-                      style="dev" if t.rank % 2 else "legacy")
+                _comm(
+                    t,
+                    "all_reduce",
+                    o + ms(5),
+                    o + ms(25),
+                    64 << 20,
+                    style="dev" if t.rank % 2 else "legacy",
+                )
                 if second_comm_stream:
                     _comm(t, "all_gather", o + ms(5), o + ms(25), 64 << 20, stream=24)
-    expected = {"overlap_pct": 50.0, "exposed_comm_ms": 10.0, "overlapped_comm_ms": 10.0,
-                "compute_ms": 20.0, "idle_ms": 0.0, "step_ms": 30.0, "exposed_memcpy_ms": 0.0}
-    return _finish(folder, f"overlap_{backend}{'_2s' if second_comm_stream else ''}", traces,
-                   expected, gz=gz, capture=capture)
+    expected = {
+        "overlap_pct": 50.0,
+        "exposed_comm_ms": 10.0,
+        "overlapped_comm_ms": 10.0,
+        "compute_ms": 20.0,
+        "idle_ms": 0.0,
+        "step_ms": 30.0,
+        "exposed_memcpy_ms": 0.0,
+    }
+    return _finish(
+        folder,
+        f"overlap_{backend}{'_2s' if second_comm_stream else ''}",
+        traces,
+        expected,
+        gz=gz,
+        capture=capture,
+    )
 
 
-def stragglers(folder: Path, *, backend: str = "nccl", arrivals_ms: tuple[float, ...] = (0, 1, 5, 2),
-               end_ms: float = 7, base_ms: float = 10, steps: int = 4, gz: bool = False,
-               capture: bool = False, name: str | None = None,
-               clock_offsets_ms: tuple[float, ...] | None = None) -> SynthRun:
+def stragglers(
+    folder: Path,
+    *,
+    backend: str = "nccl",
+    arrivals_ms: tuple[float, ...] = (0, 1, 5, 2),
+    end_ms: float = 7,
+    base_ms: float = 10,
+    steps: int = 4,
+    gz: bool = False,
+    capture: bool = False,
+    name: str | None = None,
+    clock_offsets_ms: tuple[float, ...] | None = None,
+) -> SynthRun:
     """Each step: rank r computes for base+arrivals[r] ms, then an all-reduce that ends for all
     at base+end. Default: rank 2 is the straggler, waits [5,4,0,3] ms, transfer 2 ms; it is a
     compute straggler; at the median compute (base + median(arrivals)) the step would take
@@ -201,27 +293,60 @@ def stragglers(folder: Path, *, backend: str = "nccl", arrivals_ms: tuple[float,
     step = base_ms + end_ms
     ideal = base_ms + med + transfer
     alone = max([a for i, a in enumerate(arrivals_ms) if i != arrivals_ms.index(last)] + [med])
-    expected = {"saved_ms_straggler": step - (base_ms + alone + transfer),"straggler_rank": arrivals_ms.index(last),
-                "waits_ms": [last - a for a in arrivals_ms], "transfer_ms": transfer,
-                "kind": "compute", "step_ms": step, "ideal_step_ms": ideal,
-                "slowdown": step / ideal, "saved_ms": step - ideal, "steps": steps}
-    return _finish(folder, name or f"stragglers_{backend}", traces, expected, gz=gz,
-                   capture=capture)
+    expected = {
+        "saved_ms_straggler": step - (base_ms + alone + transfer),
+        "straggler_rank": arrivals_ms.index(last),
+        "waits_ms": [last - a for a in arrivals_ms],
+        "transfer_ms": transfer,
+        "kind": "compute",
+        "step_ms": step,
+        "ideal_step_ms": ideal,
+        "slowdown": step / ideal,
+        "saved_ms": step - ideal,
+        "steps": steps,
+    }
+    return _finish(
+        folder, name or f"stragglers_{backend}", traces, expected, gz=gz, capture=capture
+    )
 
 
 def whatif(folder: Path, *, backend: str = "nccl", gz: bool = False) -> SynthRun:
     """Two ranks compute 10 and 13 ms, then an all-reduce with 2 ms of transfer: both end at
     15 ms; at the median compute both would end at 13.5 ms: slowdown 15/13.5 = 1.111."""
-    run = stragglers(folder, backend=backend, arrivals_ms=(0, 3), end_ms=5, base_ms=10, steps=3,
-                     gz=gz, name=f"whatif_{backend}")
-    return SynthRun(name=run.name, paths=run.paths, world_size=2, traces=run.traces,
-                    expected={**run.expected, "step_ms": 15.0, "ideal_step_ms": 13.5,
-                              "slowdown": 15 / 13.5, "saved_ms": 1.5,
-                              "saved_ms_straggler": 1.5})
+    run = stragglers(
+        folder,
+        backend=backend,
+        arrivals_ms=(0, 3),
+        end_ms=5,
+        base_ms=10,
+        steps=3,
+        gz=gz,
+        name=f"whatif_{backend}",
+    )
+    return SynthRun(
+        name=run.name,
+        paths=run.paths,
+        world_size=2,
+        traces=run.traces,
+        expected={
+            **run.expected,
+            "step_ms": 15.0,
+            "ideal_step_ms": 13.5,
+            "slowdown": 15 / 13.5,
+            "saved_ms": 1.5,
+            "saved_ms_straggler": 1.5,
+        },
+    )
 
 
-def clock_offset(folder: Path, *, offset_ms: float = 3.0, backend: str = "nccl",
-                 capture: bool = False, gz: bool = False) -> SynthRun:
+def clock_offset(
+    folder: Path,
+    *,
+    offset_ms: float = 3.0,
+    backend: str = "nccl",
+    capture: bool = False,
+    gz: bool = False,
+) -> SynthRun:
     """Rank 1's clock runs offset_ms ahead; both ranks arrive together at collectives that end at
     true 10, 20 and 30 ms. Estimated offset of rank 1: +offset_ms; uncorrected, rank 1 looks
     offset_ms late at every collective (a false straggler). With capture=True the collector's
@@ -233,10 +358,19 @@ def clock_offset(folder: Path, *, offset_ms: float = 3.0, backend: str = "nccl",
             t.step(k + 1, ms(o), ms(o + 10))
             _compute(t, ms(o), ms(o + 7))
             _comm(t, "all_reduce", ms(o + 7), ms(o + 10), 16 << 20)
-    expected = {"offsets_ms": [0.0, offset_ms], "false_lateness_ms": offset_ms,
-                "collective_ends_ms": [10.0, 20.0, 30.0]}
-    return _finish(folder, f"clock_offset{'_capture' if capture else ''}", traces, expected,
-                   gz=gz, capture=capture)
+    expected = {
+        "offsets_ms": [0.0, offset_ms],
+        "false_lateness_ms": offset_ms,
+        "collective_ends_ms": [10.0, 20.0, 30.0],
+    }
+    return _finish(
+        folder,
+        f"clock_offset{'_capture' if capture else ''}",
+        traces,
+        expected,
+        gz=gz,
+        capture=capture,
+    )
 
 
 def bandwidth(folder: Path, *, style: str = "legacy", gz: bool = False) -> SynthRun:
@@ -250,11 +384,25 @@ def bandwidth(folder: Path, *, style: str = "legacy", gz: bool = False) -> Synth
     return _finish(folder, f"bandwidth_{style}", traces, expected, gz=gz, capture=False)
 
 
-def pipeline(folder: Path, *, schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 1,
-             tf_ms: float = 1.0, tb_ms: float = 2.0, backend: str = "nccl",
-             annotate: str = "pp", steps: int = 2, capture: bool = True,
-             slow_stage: int | None = None, slow_factor: float = 1.0,
-             stall_ms: float = 0.0, act_bytes: int = 1 << 30, gz: bool = False) -> SynthRun:
+def pipeline(
+    folder: Path,
+    *,
+    schedule: str = "1f1b",
+    p: int = 4,
+    m: int = 8,
+    v: int = 1,
+    tf_ms: float = 1.0,
+    tb_ms: float = 2.0,
+    backend: str = "nccl",
+    annotate: str = "pp",
+    steps: int = 2,
+    capture: bool = True,
+    slow_stage: int | None = None,
+    slow_factor: float = 1.0,
+    stall_ms: float = 0.0,
+    act_bytes: int = 1 << 30,
+    gz: bool = False,
+) -> SynthRun:
     """A pipeline run laid out by replaying `schedule` (gpipe, 1f1b, interleaved_1f1b, zb_h1)
     with op times tf/tb ms (ZB-H1: F = I = W = tf) and free communication. annotate: 'pp'
     (PP:{stage}{F|I|B|W}{mb}), 'gpipe' (Forward i / Backward i) or 'none' (Schedule1F1B: only
@@ -264,20 +412,45 @@ def pipeline(folder: Path, *, schedule: str = "1f1b", p: int = 4, m: int = 8, v:
     bubble_share (per rank, share of the step), bubble_share_megatron, inherent_idle_ms,
     peak_microbatches (per rank), memory_max_over_mean."""
     traces, expected = pipeline_traces(
-        schedule=schedule, p=p, m=m, v=v, tf_ms=tf_ms, tb_ms=tb_ms, backend=backend,
-        annotate=annotate, steps=steps, slow_stage=slow_stage, slow_factor=slow_factor,
-        stall_ms=stall_ms, act_bytes=act_bytes)
+        schedule=schedule,
+        p=p,
+        m=m,
+        v=v,
+        tf_ms=tf_ms,
+        tb_ms=tb_ms,
+        backend=backend,
+        annotate=annotate,
+        steps=steps,
+        slow_stage=slow_stage,
+        slow_factor=slow_factor,
+        stall_ms=stall_ms,
+        act_bytes=act_bytes,
+    )
     name = f"pipeline_{schedule}_p{p}_m{m}" + (f"_v{v}" if v > 1 else "") + f"_{backend}"
-    torch_names = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B",
-                   "interleaved_1f1b": "ScheduleInterleaved1F1B", "zb_h1": "ZBH1"}
+    torch_names = {
+        "gpipe": "ScheduleGPipe",
+        "1f1b": "Schedule1F1B",
+        "interleaved_1f1b": "ScheduleInterleaved1F1B",
+        "zb_h1": "ZBH1",
+    }
     meta = {"schedule": torch_names[schedule], "stages": p * v, "microbatches": m}
-    peaks = {t.rank: [{"step": k + 1, "ts_ns": t.abs_ns(0), "device_type":
-                       "cpu" if backend == "gloo" else "cuda",
-                       "peak_allocated_bytes": expected["peak_microbatches"][t.rank] * act_bytes,
-                       "peak_reserved_bytes": expected["peak_microbatches"][t.rank] * act_bytes,
-                       "rss_bytes": None} for k in range(steps)] for t in traces}
-    return _finish(folder, name, traces, expected, gz=gz, capture=capture, pipeline=meta,
-                   memory_peaks=peaks)
+    peaks = {
+        t.rank: [
+            {
+                "step": k + 1,
+                "ts_ns": t.abs_ns(0),
+                "device_type": "cpu" if backend == "gloo" else "cuda",
+                "peak_allocated_bytes": expected["peak_microbatches"][t.rank] * act_bytes,
+                "peak_reserved_bytes": expected["peak_microbatches"][t.rank] * act_bytes,
+                "rss_bytes": None,
+            }
+            for k in range(steps)
+        ]
+        for t in traces
+    }
+    return _finish(
+        folder, name, traces, expected, gz=gz, capture=capture, pipeline=meta, memory_peaks=peaks
+    )
 
 
 SCENARIOS: dict[str, Callable[..., SynthRun]] = {

@@ -15,8 +15,9 @@ import numpy.typing as npt
 I64 = npt.NDArray[np.int64]
 
 
-def union_busy(lane: I64, s: I64, t: I64, n_lanes: int, a: int, w: int, nbins: int
-               ) -> npt.NDArray[np.float64]:
+def union_busy(
+    lane: I64, s: I64, t: I64, n_lanes: int, a: int, w: int, nbins: int
+) -> npt.NDArray[np.float64]:
     """Busy ns per (lane, bin), shape (n_lanes, nbins). Inputs: events sorted by (lane, s),
     already clipped to the window [a, a + w * nbins]; `a` and `w` in ns."""
     out = np.zeros(n_lanes * nbins, dtype=np.float64)
@@ -59,8 +60,9 @@ def start_counts(lane: I64, s: I64, n_lanes: int, a: int, w: int, nbins: int) ->
     return flat.astype(np.int64).reshape(n_lanes, nbins)
 
 
-def sum_binned(lane: I64, s: I64, t: I64, n_lanes: int, a: int, w: int, nbins: int
-               ) -> npt.NDArray[np.float64]:
+def sum_binned(
+    lane: I64, s: I64, t: I64, n_lanes: int, a: int, w: int, nbins: int
+) -> npt.NDArray[np.float64]:
     """Summed ns per (lane, bin) of intervals in any order, shape (n_lanes, nbins): the union
     when a lane's intervals are disjoint (the lost-time segments), else a sum (an upper bound,
     used only to rank what a lane was busiest with). Inputs clipped to the window."""
@@ -81,7 +83,9 @@ def sum_binned(lane: I64, s: I64, t: I64, n_lanes: int, a: int, w: int, nbins: i
         out = out + np.bincount(base_m + b0_m, weights=(b0_m + 1) * w - u_m, minlength=size)[:size]
         out = out + np.bincount(base_m + b1_m, weights=v_m - b1_m * w, minlength=size)[:size]
         inner = b1_m > b0_m + 1
-        diff = np.bincount(base_m[inner] + b0_m[inner] + 1, minlength=size + 1)[:size + 1] \
-            - np.bincount(base_m[inner] + b1_m[inner], minlength=size + 1)[:size + 1]
-        out = out + np.cumsum(diff)[:-1] * float(w)
+        diff = (
+            np.bincount(base_m[inner] + b0_m[inner] + 1, minlength=size + 1)[: size + 1]
+            - np.bincount(base_m[inner] + b1_m[inner], minlength=size + 1)[: size + 1]
+        )
+        out = out + np.cumsum(diff)[:-1] * float(w)  # type: ignore[assignment]
     return out.astype(np.float64).reshape(n_lanes, nbins)

@@ -24,7 +24,8 @@ def bind(sql: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: params[k] for k in names}
 
 
-def query(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]
-          ) -> list[tuple[Any, ...]]:
+def query(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
     """Run `sql` with the named parameters it uses; all rows."""
     return con.execute(sql, bind(sql, params)).fetchall()

@@ -134,8 +134,11 @@ WHERE run_id = $run AND start_ns < $b AND end_ns > $a
   AND (len($steps) = 0 OR list_contains($steps, step))
 """
 PARTS_COUNT = "SELECT count(*)" + _PARTS_WHERE
-PARTS_ROWS = ("SELECT rank, greatest(start_ns, $a) AS s, least(end_ns, $b) AS t, part"
-              + _PARTS_WHERE + " ORDER BY rank, s LIMIT $limit")
+PARTS_ROWS = (
+    "SELECT rank, greatest(start_ns, $a) AS s, least(end_ns, $b) AS t, part"
+    + _PARTS_WHERE
+    + " ORDER BY rank, s LIMIT $limit"
+)
 #: Ranks that have lost-time segments at all (they get a "time" lane).
 PARTS_RANKS = """
 SELECT DISTINCT rank FROM step_parts
@@ -143,6 +146,8 @@ WHERE run_id = $run AND (len($ranks) = 0 OR list_contains($ranks, rank)) ORDER B
 """
 #: The same segments for binning: the rank's position in $r_ranks and the part's index in
 #: $names (0-based), start and end clipped to the window; unsorted.
-PARTS_BINNABLE = ("SELECT list_position($r_ranks, rank) - 1 AS pos, "
-                  "coalesce(list_position($names, part), len($names)) - 1 AS pidx, "
-                  "greatest(start_ns, $a) AS s, least(end_ns, $b) AS t" + _PARTS_WHERE)
+PARTS_BINNABLE = (
+    "SELECT list_position($r_ranks, rank) - 1 AS pos, "
+    "coalesce(list_position($names, part), len($names)) - 1 AS pidx, "
+    "greatest(start_ns, $a) AS s, least(end_ns, $b) AS t" + _PARTS_WHERE
+)

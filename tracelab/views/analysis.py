@@ -35,8 +35,11 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: int) -> Analysis:
     except Exception as exc:  # noqa: BLE001 - a view shows the error instead of a 500
         last = traceback.extract_tb(exc.__traceback__)[-1:]
         where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
-        return Analysis(context=None, errors={"analyzers": f"{type(exc).__name__}: {exc}{where}"},
-                        elapsed_s=time.perf_counter() - start)
+        return Analysis(
+            context=None,
+            errors={"analyzers": f"{type(exc).__name__}: {exc}{where}"},
+            elapsed_s=time.perf_counter() - start,
+        )
 
 
 def run_key(con: duckdb.DuckDBPyConnection, db_path: str, run_id: int) -> AnalysisKey | None:

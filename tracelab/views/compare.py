@@ -75,8 +75,16 @@ def step_comparison(con: duckdb.DuckDBPyConnection, a_id: int, b_id: int) -> Ste
             for b, n in con.execute(HIST_SQL, [lo, width, HIST_BINS, run_id]).fetchall():
                 hist[max(0, int(b))] += int(n)
         vals = [None if v is None else round(float(v), 6) for v in d[1:]]
-        return Distribution(count=int(d[0]), min=vals[0], q1=vals[1], median=vals[2], q3=vals[3],
-                            max=vals[4], mean=vals[5], hist=hist)
+        return Distribution(
+            count=int(d[0]),
+            min=vals[0],
+            q1=vals[1],
+            median=vals[2],
+            q3=vals[3],
+            max=vals[4],
+            mean=vals[5],
+            hist=hist,
+        )
 
     return StepComparison(a=build(a_id, da), b=build(b_id, db), edges=edges, width=width)
 
@@ -110,8 +118,13 @@ def delta_text(d: float | None, kind: Any) -> str:
 
 #: Verdicts by how much they matter: what fails the report first, what is only context last.
 VERDICT_RANK = {"regression": 0, "improved": 1, "warn": 2, "pass": 3, "info": 4}
-VERDICT_TEXT = {"regression": "regression", "improved": "improved",
-                "warn": "cannot judge", "pass": "within threshold", "info": "not gated"}
+VERDICT_TEXT = {
+    "regression": "regression",
+    "improved": "improved",
+    "warn": "cannot judge",
+    "pass": "within threshold",
+    "info": "not gated",
+}
 
 
 def comparison_rows(report: Any) -> list[dict[str, Any]]:
@@ -121,16 +134,26 @@ def comparison_rows(report: Any) -> list[dict[str, Any]]:
     rows = []
     for i, r in enumerate(report.rows):
         verdict = str(r.verdict)
-        rows.append({
-            "key": r.key, "metric": r.label, "unit": r.unit,
-            "a": value_text(r.baseline, r.unit), "b": value_text(r.candidate, r.unit),
-            "change": delta_text(r.delta, r.delta_kind),
-            "p": "-" if r.p_adjusted is None else f"{r.p_adjusted:.2g}",
-            "threshold": r.threshold, "verdict": VERDICT_TEXT.get(verdict, verdict),
-            "verdict_key": verdict, "reason": r.reason,
-            "_sort": (VERDICT_RANK.get(verdict, 5),
-                      r.p_adjusted if r.p_adjusted is not None else 2.0, i),
-        })
+        rows.append(
+            {
+                "key": r.key,
+                "metric": r.label,
+                "unit": r.unit,
+                "a": value_text(r.baseline, r.unit),
+                "b": value_text(r.candidate, r.unit),
+                "change": delta_text(r.delta, r.delta_kind),
+                "p": "-" if r.p_adjusted is None else f"{r.p_adjusted:.2g}",
+                "threshold": r.threshold,
+                "verdict": VERDICT_TEXT.get(verdict, verdict),
+                "verdict_key": verdict,
+                "reason": r.reason,
+                "_sort": (
+                    VERDICT_RANK.get(verdict, 5),
+                    r.p_adjusted if r.p_adjusted is not None else 2.0,
+                    i,
+                ),
+            }
+        )
     rows.sort(key=lambda x: x.pop("_sort"))
     return rows
 
@@ -148,6 +171,7 @@ def report(con: duckdb.DuckDBPyConnection, a_id: int, b_id: int) -> Any:
 
 def finding_changes(a: Analysis, b: Analysis) -> dict[str, list[str]]:
     """Finding titles new in b, gone from a, and in both (by code and ranks)."""
+
     def keys(x: Analysis) -> dict[tuple[str, tuple[int, ...]], str]:
         return {(f.code, f.evidence.ranks): f"{f.code}: {f.title}" for f in x.findings}
 

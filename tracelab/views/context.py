@@ -58,8 +58,9 @@ def _offsets(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[dict[int, int
     """Per-rank clock offsets from the derived layer (clock_offsets, docs/metrics.md "Clocks"),
     so findings' time ranges line up, and how they were obtained: 'measured' (collector),
     'estimated' (matched collectives), 'same_host' (one host, one clock) or 'none'."""
-    rows = con.execute("SELECT rank, offset_ns, method FROM clock_offsets WHERE run_id = ?",
-                       [run_id]).fetchall()
+    rows = con.execute(
+        "SELECT rank, offset_ns, method FROM clock_offsets WHERE run_id = ?", [run_id]
+    ).fetchall()
     methods = {str(m) for _, _, m in rows} - {"reference"}
     if "collectives" in methods:
         source = "estimated"

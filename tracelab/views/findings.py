@@ -71,11 +71,15 @@ StepWindows = dict[int, tuple[int, int]]
 def step_windows(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[StepWindows, int | None]:
     """step -> (start, end) ns over the ranks (job_steps, reference clock), and a steady step to
     show for findings that name no time (the steady step closest to the median)."""
-    rows = con.execute("SELECT step, start_ns, end_ns, steady, dur_ns FROM job_steps "
-                       "WHERE run_id = ? ORDER BY step", [run_id]).fetchall()
+    rows = con.execute(
+        "SELECT step, start_ns, end_ns, steady, dur_ns FROM job_steps "
+        "WHERE run_id = ? ORDER BY step",
+        [run_id],
+    ).fetchall()
     windows = {int(s): (int(a), int(b)) for s, a, b, _, _ in rows}
-    steady = [(float(d), int(s)) for s, _, _, st, d in rows if st] or \
-        [(float(d), int(s)) for s, _, _, _, d in rows]
+    steady = [(float(d), int(s)) for s, _, _, st, d in rows if st] or [
+        (float(d), int(s)) for s, _, _, _, d in rows
+    ]
     if not steady:
         return windows, None
     durs = sorted(d for d, _ in steady)
@@ -83,8 +87,9 @@ def step_windows(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[StepWindo
     return windows, min(steady, key=lambda x: (abs(x[0] - med), x[1]))[1]
 
 
-def target(f: Finding, ctx: RunContext, steps: StepWindows | None = None,
-           typical_step: int | None = None) -> FindingTarget:
+def target(
+    f: Finding, ctx: RunContext, steps: StepWindows | None = None, typical_step: int | None = None
+) -> FindingTarget:
     """The view and window for one finding. Time ranges are aligned ns; the window covers them
     all, padded. Without time ranges: the span of its steps, else the typical steady step
     (`steps` and `typical_step` from step_windows; left open when not given)."""
@@ -103,15 +108,27 @@ def target(f: Finding, ctx: RunContext, steps: StepWindows | None = None,
         pad = max((hi - lo) * PAD, 1_000)
         t0, t1 = ctx.to_ms(lo - pad), ctx.to_ms(hi + pad)
     known = set(ctx.ranks)
-    ranks = tuple(dict.fromkeys(r for r in (*f.evidence.ranks, *f.evidence.affected_ranks)
-                                if r in known))
-    return FindingTarget(finding=f, view=view, t0_ms=t0, t1_ms=t1, ranks=ranks,
-                         steps=tuple(f.evidence.steps), evidence_text=_evidence_text(f),
-                         window_source=source)
+    ranks = tuple(
+        dict.fromkeys(r for r in (*f.evidence.ranks, *f.evidence.affected_ranks) if r in known)
+    )
+    return FindingTarget(
+        finding=f,
+        view=view,
+        t0_ms=t0,
+        t1_ms=t1,
+        ranks=ranks,
+        steps=tuple(f.evidence.steps),
+        evidence_text=_evidence_text(f),
+        window_source=source,
+    )
 
 
-def targets(findings: Sequence[Finding], ctx: RunContext, steps: StepWindows | None = None,
-            typical_step: int | None = None) -> list[FindingTarget]:
+def targets(
+    findings: Sequence[Finding],
+    ctx: RunContext,
+    steps: StepWindows | None = None,
+    typical_step: int | None = None,
+) -> list[FindingTarget]:
     return [target(f, ctx, steps, typical_step) for f in findings]
 
 

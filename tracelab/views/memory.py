@@ -15,8 +15,8 @@ from typing import Any
 import duckdb
 
 from tracelab.render.text import size
-from tracelab.views.context import RunContext
 from tracelab.views.analysis import Analysis
+from tracelab.views.context import RunContext
 
 SERIES_BINS = 400
 MAX_SERIES_RANKS = 16
@@ -28,10 +28,13 @@ SOURCES = {
     "step_peak": "device allocator peak per step (the collector's torch.cuda.max_memory_allocated)",
     "trace": "allocator events in the trace ([memory]); a lower bound of the true peak",
     "rss": "process RSS on the CPU (the collector's sample per step; includes the "
-           "interpreter and libraries, not only tensors)",
+    "interpreter and libraries, not only tensors)",
 }
-SHORT_SOURCES = {"step_peak": "allocated (device allocator)", "trace": "allocated (trace events)",
-                 "rss": "process RSS"}
+SHORT_SOURCES = {
+    "step_peak": "allocated (device allocator)",
+    "trace": "allocated (trace events)",
+    "rss": "process RSS",
+}
 
 SERIES_SQL = """
 WITH m AS (
@@ -77,10 +80,13 @@ def memory_series(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> MemorySeri
     p = ctx.params()
     found = con.execute(
         "SELECT count(DISTINCT rank) FROM memory WHERE run_id = ? AND source = 'trace'",
-        [ctx.run_id]).fetchone()
+        [ctx.run_id],
+    ).fetchone()
     total = found[0] if found else 0
-    rows = con.execute(SERIES_SQL, [p["off_ranks"], p["off_ns"], ctx.run_id, MAX_SERIES_RANKS,
-                                    SERIES_BINS, SERIES_BINS]).fetchall()
+    rows = con.execute(
+        SERIES_SQL,
+        [p["off_ranks"], p["off_ns"], ctx.run_id, MAX_SERIES_RANKS, SERIES_BINS, SERIES_BINS],
+    ).fetchall()
     t: dict[int, list[float]] = {}
     alloc: dict[int, list[int | None]] = {}
     res: dict[int, list[int | None]] = {}
@@ -89,8 +95,9 @@ def memory_series(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> MemorySeri
         t.setdefault(rank, []).append(round(ctx.to_ms(t0), 6))
         alloc.setdefault(rank, []).append(None if a is None else int(a))
         res.setdefault(rank, []).append(None if rsv is None else int(rsv))
-    return MemorySeries(ranks=sorted(t), t_ms=t, allocated_bytes=alloc, reserved_bytes=res,
-                        total_ranks=int(total))
+    return MemorySeries(
+        ranks=sorted(t), t_ms=t, allocated_bytes=alloc, reserved_bytes=res, total_ranks=int(total)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,21 +138,31 @@ class MemoryView:
             peak_rank = max(self.ranks, key=lambda r: r.get("peak_bytes") or 0, default=None)
             where = f" on rank {peak_rank['rank']}" if peak_rank else ""
             bound = " (a lower bound)" if m.get("peak_is_lower_bound") else ""
-            parts.append(f"Highest peak {size(m['peak_bytes_max'])}{where}{bound}, "
-                         f"measured as {self.peak_label}")
+            parts.append(
+                f"Highest peak {size(m['peak_bytes_max'])}{where}{bound}, "
+                f"measured as {self.peak_label}"
+            )
         cap = self.capacity_bytes
         if cap:
-            used = [float(r["headroom_used"]) for r in self.ranks
-                    if r.get("headroom_used") is not None]
-            parts.append(f"device capacity {size(cap)}"
-                         + (f", up to {100 * max(used):.0f}% used" if used else ""))
+            used = [
+                float(r["headroom_used"]) for r in self.ranks if r.get("headroom_used") is not None
+            ]
+            parts.append(
+                f"device capacity {size(cap)}"
+                + (f", up to {100 * max(used):.0f}% used" if used else "")
+            )
         else:
             parts.append("device capacity unknown (no capacity in the trace)")
         if m.get("max_over_mean") is not None:
             exp = m.get("expected_max_over_mean")
-            parts.append(f"stage imbalance max/mean {m['max_over_mean']:.2f}"
-                         + (f" (the {m.get('schedule')} schedule's activations predict "
-                            f"{exp:.2f})" if exp else ""))
+            parts.append(
+                f"stage imbalance max/mean {m['max_over_mean']:.2f}"
+                + (
+                    f" (the {m.get('schedule')} schedule's activations predict {exp:.2f})"
+                    if exp
+                    else ""
+                )
+            )
         return "; ".join(parts) + "." if parts else ""
 
 
@@ -153,11 +170,15 @@ def memory_view(analysis: Analysis) -> MemoryView:
     """The memory analyzer's per-rank and per-stage peaks (bytes), with capacity."""
     result = analysis.get("memory")
     if result is None:
-        return MemoryView(available=False,
-                          note=analysis.errors.get("memory", "the memory analyzer did not run"))
+        return MemoryView(
+            available=False, note=analysis.errors.get("memory", "the memory analyzer did not run")
+        )
     ranks = sorted((dict(r) for r in result.tables.get("ranks", [])), key=lambda r: r["rank"])
-    stages = sorted((dict(r) for r in result.tables.get("stages", [])),
-                    key=lambda r: r["stage"])
-    return MemoryView(available=bool(ranks), metrics=dict(result.metrics), ranks=ranks,
-                      stages=stages, note=" ".join(result.notes)
-                      or ("" if ranks else "No memory samples in this run."))
+    stages = sorted((dict(r) for r in result.tables.get("stages", [])), key=lambda r: r["stage"])
+    return MemoryView(
+        available=bool(ranks),
+        metrics=dict(result.metrics),
+        ranks=ranks,
+        stages=stages,
+        note=" ".join(result.notes) or ("" if ranks else "No memory samples in this run."),
+    )

@@ -92,10 +92,20 @@ class OperatorsView:
         return max(self.ranks * len(self.steps), 1)
 
 
-def operators_view(con: duckdb.DuckDBPyConnection, run_id: int, ranks: tuple[int, ...] = (),
-                   steps: tuple[int, ...] = (), limit: int = TOP_ROWS) -> OperatorsView:
-    p: dict[str, Any] = {"run": run_id, "ranks": list(ranks), "steps": list(steps),
-                         "limit": int(limit), "dev_cats": list(DEVICE_CATEGORIES)}
+def operators_view(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    ranks: tuple[int, ...] = (),
+    steps: tuple[int, ...] = (),
+    limit: int = TOP_ROWS,
+) -> OperatorsView:
+    p: dict[str, Any] = {
+        "run": run_id,
+        "ranks": list(ranks),
+        "steps": list(steps),
+        "limit": int(limit),
+        "dev_cats": list(DEVICE_CATEGORIES),
+    }
     n_ranks, _n_steps, step_ns, step_list = query(con, SELECTION_SQL, p)[0]
     step_ns = int(step_ns or 0)
 
@@ -110,7 +120,9 @@ def operators_view(con: duckdb.DuckDBPyConnection, run_id: int, ranks: tuple[int
         return out
 
     return OperatorsView(
-        ranks=int(n_ranks or 0), steps=[int(s) for s in (step_list or [])], step_ns=step_ns,
+        ranks=int(n_ranks or 0),
+        steps=[int(s) for s in (step_list or [])],
+        step_ns=step_ns,
         operators=rows(OPS_SQL, ("name", "n", "total_ns", "ranks")),
         kernels=rows(KERNELS_SQL, ("name", "category", "op", "n", "total_ns", "ranks")),
     )

@@ -15,8 +15,8 @@ import duckdb
 
 from tracelab.render.text import duration
 from tracelab.results import Finding
-from tracelab.views.context import RunContext
 from tracelab.views.analysis import Analysis
+from tracelab.views.context import RunContext
 
 #: Most ranks and steps in the heatmap (the rest is summarized in the title).
 MAX_HEAT_RANKS = 256
@@ -66,14 +66,17 @@ FROM step_spans d JOIN r USING (rank) JOIN s USING (step) WHERE d.run_id = $run
 """
 
 
-def step_matrix(con: duckdb.DuckDBPyConnection, run_id: int,
-                reference_ns: float | None = None) -> StepMatrix:
+def step_matrix(
+    con: duckdb.DuckDBPyConnection, run_id: int, reference_ns: float | None = None
+) -> StepMatrix:
     """Each rank's step times (step_spans.dur_ns: steps tile the run), bounded."""
     totals = con.execute(
         "SELECT count(DISTINCT rank), count(DISTINCT step) FROM step_spans WHERE run_id = ?",
-        [run_id]).fetchone() or (0, 0)
-    rows = con.execute(STEP_MATRIX_SQL, {"run": run_id, "nr": MAX_HEAT_RANKS,
-                                         "ns": MAX_HEAT_STEPS}).fetchall()
+        [run_id],
+    ).fetchone() or (0, 0)
+    rows = con.execute(
+        STEP_MATRIX_SQL, {"run": run_id, "nr": MAX_HEAT_RANKS, "ns": MAX_HEAT_STEPS}
+    ).fetchall()
     ranks = sorted({int(r) for r, _, _, _ in rows})
     steady_of = {int(s): bool(st) for _, s, _, st in rows}
     steps = sorted(steady_of)
@@ -82,9 +85,15 @@ def step_matrix(con: duckdb.DuckDBPyConnection, run_id: int,
     grid: list[list[int | None]] = [[None] * len(steps) for _ in ranks]
     for r, s, v, _ in rows:
         grid[ri[int(r)]][si[int(s)]] = int(v)
-    return StepMatrix(ranks=ranks, steps=steps, ns=grid, steady=[steady_of[s] for s in steps],
-                      total_ranks=int(totals[0]), total_steps=int(totals[1]),
-                      reference_ns=reference_ns)
+    return StepMatrix(
+        ranks=ranks,
+        steps=steps,
+        ns=grid,
+        steady=[steady_of[s] for s in steps],
+        total_ranks=int(totals[0]),
+        total_steps=int(totals[1]),
+        reference_ns=reference_ns,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,8 +133,10 @@ def part_order(analysis: Analysis, present: dict[str, float]) -> list[tuple[str,
             if part in STEP_PARTS and part not in seen and present.get(part, 0) > 0:
                 out.append((part, f))
                 seen.add(part)
-    rest = sorted((p for p in STEP_PARTS if p not in seen and p != "compute"
-                   and present.get(p, 0) > 0), key=lambda p: -present[p])
+    rest = sorted(
+        (p for p in STEP_PARTS if p not in seen and p != "compute" and present.get(p, 0) > 0),
+        key=lambda p: -present[p],
+    )
     out += [(p, None) for p in rest]
     if present.get("compute", 0) > 0 and "compute" not in seen:
         out.append(("compute", None))
@@ -148,12 +159,23 @@ def time_split(analysis: Analysis, max_ranks: int = MAX_PART_RANKS) -> TimeSplit
     parts = []
     for part, finding in part_order(analysis, dict(bud.parts)):
         job = float(bud.parts.get(part, 0.0))
-        parts.append(PartRow(part=part, label=PART_LABELS[part], job_ns=job,
-                             share=job / bud.step_ns, finding=finding,
-                             rank_ns=[per_step(x, f"{part}_ns") for x in shown]))
-    return TimeSplit(step_ns=float(bud.step_ns), ranks=[int(x["rank"]) for x in shown],
-                     rank_step_ns=[per_step(x, "window_ns") for x in shown], parts=parts,
-                     total_ranks=len(rows))
+        parts.append(
+            PartRow(
+                part=part,
+                label=PART_LABELS[part],
+                job_ns=job,
+                share=job / bud.step_ns,
+                finding=finding,
+                rank_ns=[per_step(x, f"{part}_ns") for x in shown],
+            )
+        )
+    return TimeSplit(
+        step_ns=float(bud.step_ns),
+        ranks=[int(x["rank"]) for x in shown],
+        rank_step_ns=[per_step(x, "window_ns") for x in shown],
+        parts=parts,
+        total_ranks=len(rows),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,9 +187,12 @@ class Summary:
     headline: str = ""
 
 
-CLOCKS = {"measured": "aligned (measured offsets)",
-          "estimated": "aligned (offsets estimated from collectives)",
-          "same_host": "one host, one clock", "none": "not aligned"}
+CLOCKS = {
+    "measured": "aligned (measured offsets)",
+    "estimated": "aligned (offsets estimated from collectives)",
+    "same_host": "one host, one clock",
+    "none": "not aligned",
+}
 
 
 def summary(ctx: RunContext, analysis: Analysis) -> Summary:
@@ -194,7 +219,9 @@ def summary(ctx: RunContext, analysis: Analysis) -> Summary:
         if costly:
             f = costly[0]
             share = f" ({100 * f.impact_share:.0f}% of the step)" if f.impact_share else ""
-            head += (f". Biggest loss: {duration(f.impact_ns_per_step)} per step{share}, "
-                     f"{f.code}: {f.title}")
+            head += (
+                f". Biggest loss: {duration(f.impact_ns_per_step)} per step{share}, "
+                f"{f.code}: {f.title}"
+            )
         head += "."
     return Summary(items=items, headline=head)

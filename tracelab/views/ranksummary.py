@@ -78,14 +78,24 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> RankSummary:
         vals = {r: v for r, v in zip(ranks, series, strict=True) if v is not None}
         for r, (z, med) in _robust_z(vals).items():
             if abs(z) > OUTLIER_Z:
-                outliers.append(Outlier(rank=r, metric=metric, value=vals[r], median=med,
-                                        z=round(z, 2)))
+                outliers.append(
+                    Outlier(rank=r, metric=metric, value=vals[r], median=med, z=round(z, 2))
+                )
     outliers.sort(key=lambda o: -abs(o.z))
     unique = list({o.rank: o for o in reversed(outliers)}.values())
     unique.sort(key=lambda o: -abs(o.z))
     unique = unique[:MAX_OUTLIERS]
-    valid = [(abs(v - statistics.median([x for x in step if x is not None])), r)
-             for r, v in zip(ranks, step, strict=True) if v is not None]
+    valid = [
+        (abs(v - statistics.median([x for x in step if x is not None])), r)
+        for r, v in zip(ranks, step, strict=True)
+        if v is not None
+    ]
     typical = min(valid)[1] if valid else (ranks[0] if ranks else None)
-    return RankSummary(ranks=ranks, step_ms=step, comm_ms_per_step=comm, events=events,
-                       outliers=unique, typical_rank=typical)
+    return RankSummary(
+        ranks=ranks,
+        step_ms=step,
+        comm_ms_per_step=comm,
+        events=events,
+        outliers=unique,
+        typical_rank=typical,
+    )

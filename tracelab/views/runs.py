@@ -39,8 +39,21 @@ FROM page LEFT JOIN st USING (run_id) LEFT JOIN pt USING (run_id) LEFT JOIN ev U
 ORDER BY page.run_id DESC
 """
 
-_KEYS = ("run_id", "name", "created_at", "ranks", "world_size", "steps", "steady_steps",
-         "span_ns", "step_ns", "events", "backend", "device", "skipped")
+_KEYS = (
+    "run_id",
+    "name",
+    "created_at",
+    "ranks",
+    "world_size",
+    "steps",
+    "steady_steps",
+    "span_ns",
+    "step_ns",
+    "events",
+    "backend",
+    "device",
+    "skipped",
+)
 #: The lost-time parts (step_parts), in the order of the SELECT above.
 _PARTS = ("compute", "transfer", "memcpy", "wait", "bubble", "stall", "host", "idle")
 
@@ -53,7 +66,9 @@ class RunsPage:
     page_rows: int
 
 
-def runs_page(con: duckdb.DuckDBPyConnection, page: int = 1, page_rows: int = PAGE_ROWS) -> RunsPage:
+def runs_page(
+    con: duckdb.DuckDBPyConnection, page: int = 1, page_rows: int = PAGE_ROWS
+) -> RunsPage:
     """Runs newest first: ranks, steps, profiled span, the step time (mean steady step of
     job_steps: the steps analyzer's step_ns) and the largest loss of the lost-time model
     (step_parts over the steady steps: `loss_part`, `loss_share`). Reads the derived layer only:
@@ -64,9 +79,9 @@ def runs_page(con: duckdb.DuckDBPyConnection, page: int = 1, page_rows: int = PA
     rows = con.execute(RUNS_SQL, [page_rows, (page - 1) * page_rows]).fetchall()
     out = []
     for row in rows:
-        d = dict(zip(_KEYS, row[:len(_KEYS)], strict=True))
+        d = dict(zip(_KEYS, row[: len(_KEYS)], strict=True))
         d["created_at"] = str(d["created_at"])[:19]
-        step, parts = row[len(_KEYS)], dict(zip(_PARTS, row[len(_KEYS) + 1:], strict=True))
+        step, parts = row[len(_KEYS)], dict(zip(_PARTS, row[len(_KEYS) + 1 :], strict=True))
         lost = {k: float(v) for k, v in parts.items() if k != "compute" and v}
         d["loss_part"] = max(lost, key=lambda k: lost[k]) if lost and step else None
         d["loss_share"] = lost[d["loss_part"]] / float(step) if d["loss_part"] else None

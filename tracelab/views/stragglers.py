@@ -13,8 +13,8 @@ from typing import Any
 
 import duckdb
 
-from tracelab.views.context import RunContext
 from tracelab.views.analysis import Analysis
+from tracelab.views.context import RunContext
 
 COLLECTIVES_PER_PAGE = 40
 MAX_SKEW_POINTS = 2000
@@ -58,32 +58,45 @@ def _label(c: dict[str, Any]) -> str:
     return f"{c.get('op', '?')}{step} #{tail}"
 
 
-def straggler_view(con: duckdb.DuckDBPyConnection, analysis: Analysis, ctx: RunContext,
-                   page: int = 1) -> StragglerView:
+def straggler_view(
+    con: duckdb.DuckDBPyConnection, analysis: Analysis, ctx: RunContext, page: int = 1
+) -> StragglerView:
     result = analysis.get("stragglers")
     if result is None:
-        return StragglerView(available=False,
-                             note=analysis.errors.get("stragglers", "the analyzer did not run"))
+        return StragglerView(
+            available=False, note=analysis.errors.get("stragglers", "the analyzer did not run")
+        )
     if not result.metrics.get("matched"):
-        return StragglerView(available=False, note=" ".join(result.notes)
-                             or "No collectives matched across ranks.")
-    colls = sorted(result.tables.get("collectives", []),
-                   key=lambda c: (c.get("last_arrival_ns") or 0, str(c.get("key"))))
+        return StragglerView(
+            available=False, note=" ".join(result.notes) or "No collectives matched across ranks."
+        )
+    colls = sorted(
+        result.tables.get("collectives", []),
+        key=lambda c: (c.get("last_arrival_ns") or 0, str(c.get("key"))),
+    )
     skews = {str(k): int(v) for k, v in con.execute(SKEW_SQL, [ctx.run_id]).fetchall()}
-    skew = [{
-        "key": c["key"], "label": _label(c), "step": c.get("step"),
-        "skew_ns": skews.get(str(c["key"])), "lateness_ns": c.get("lateness_ns"),
-        "last_rank": c.get("last_rank"), "blameable": bool(c.get("blameable")),
-        "at_ms": None if c.get("last_arrival_ns") is None
-        else round(ctx.to_ms(c["last_arrival_ns"]), 6),
-    } for c in colls]
+    skew = [
+        {
+            "key": c["key"],
+            "label": _label(c),
+            "step": c.get("step"),
+            "skew_ns": skews.get(str(c["key"])),
+            "lateness_ns": c.get("lateness_ns"),
+            "last_rank": c.get("last_rank"),
+            "blameable": bool(c.get("blameable")),
+            "at_ms": None
+            if c.get("last_arrival_ns") is None
+            else round(ctx.to_ms(c["last_arrival_ns"]), 6),
+        }
+        for c in colls
+    ]
     cut = len(skew) > MAX_SKEW_POINTS
     if cut:
         keep = {id(x) for x in sorted(skew, key=lambda x: -(x["skew_ns"] or 0))[:MAX_SKEW_POINTS]}
         skew = [x for x in skew if id(x) in keep]
     pages = max(1, -(-len(colls) // COLLECTIVES_PER_PAGE))
     page = min(max(1, page), pages)
-    page_colls = colls[(page - 1) * COLLECTIVES_PER_PAGE: page * COLLECTIVES_PER_PAGE]
+    page_colls = colls[(page - 1) * COLLECTIVES_PER_PAGE : page * COLLECTIVES_PER_PAGE]
     keys = [str(c["key"]) for c in page_colls]
     arrivals: dict[str, dict[int, int]] = {}
     for key, rank, start in con.execute(ARRIVALS_SQL, [ctx.run_id, keys]).fetchall():
@@ -97,11 +110,21 @@ def straggler_view(con: duckdb.DuckDBPyConnection, analysis: Analysis, ctx: RunC
             row.append(arr[rank] - min(arr.values()) if rank in arr else None)
         heat.append(row)
     blamed = [int(r) for r in (result.metrics.get("stragglers") or [])]
-    rank_rows = [dict(x, blamed="yes" if int(x["rank"]) in blamed else "")
-                 for x in sorted(result.tables.get("ranks", []), key=lambda x: int(x["rank"]))]
+    rank_rows = [
+        dict(x, blamed="yes" if int(x["rank"]) in blamed else "")
+        for x in sorted(result.tables.get("ranks", []), key=lambda x: int(x["rank"]))
+    ]
     return StragglerView(
-        available=True, note=" ".join(result.notes), metrics=dict(result.metrics),
-        skew=skew, skew_cut=cut, page=page, pages=pages,
-        heat_labels=[_label(c) for c in page_colls], heat_ranks=ranks, heat_ns=heat,
-        ranks=rank_rows, blamed=blamed,
+        available=True,
+        note=" ".join(result.notes),
+        metrics=dict(result.metrics),
+        skew=skew,
+        skew_cut=cut,
+        page=page,
+        pages=pages,
+        heat_labels=[_label(c) for c in page_colls],
+        heat_ranks=ranks,
+        heat_ns=heat,
+        ranks=rank_rows,
+        blamed=blamed,
     )

@@ -18,8 +18,8 @@ import numpy as np
 
 from tracelab.views import _bins
 from tracelab.views import _timeline_sql as sql
-from tracelab.views.context import RunContext
 from tracelab.views._sql import bind, query
+from tracelab.views.context import RunContext
 
 #: Above this many visible events, the timeline shows aggregates.
 RAW_EVENT_LIMIT = 1500
@@ -72,8 +72,13 @@ class Lane:
 
     @property
     def key(self) -> LaneKey:
-        return (self.rank, self.on_device, -1 if self.pid is None else self.pid,
-                -1 if self.tid is None else self.tid, self.lane_label)
+        return (
+            self.rank,
+            self.on_device,
+            -1 if self.pid is None else self.pid,
+            -1 if self.tid is None else self.tid,
+            self.lane_label,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,7 +182,9 @@ def lanes(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest)
             if best is None or (r[11], r[5]) > best[:2]:
                 main[r[0]] = (r[11], r[5], i)
     mains = {v[2] for v in main.values()}
-    order = sorted(range(len(kept)), key=lambda i: (kept[i][0], bool(kept[i][1]), i not in mains, i))
+    order = sorted(
+        range(len(kept)), key=lambda i: (kept[i][0], bool(kept[i][1]), i not in mains, i)
+    )
     out: list[Lane] = []
     for i in order:
         rank, on_device, pid, tid, lbl, n, comm_n, pname, plabels, tname, _work, _steps = kept[i]
@@ -192,12 +199,20 @@ def lanes(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest)
             label = f"r{rank} {proc} / {thread}"
         if i in mains:
             label = f"r{rank} main thread · {label.split(' ', 1)[1]}"
-        out.append(Lane(
-            index=len(out), rank=int(rank), on_device=bool(on_device),
-            pid=None if pid == -1 else int(pid), tid=None if tid == -1 else int(tid),
-            label=label, event_count=int(n), comm_count=int(comm_n), lane_label=lbl,
-            main=i in mains,
-        ))
+        out.append(
+            Lane(
+                index=len(out),
+                rank=int(rank),
+                on_device=bool(on_device),
+                pid=None if pid == -1 else int(pid),
+                tid=None if tid == -1 else int(tid),
+                label=label,
+                event_count=int(n),
+                comm_count=int(comm_n),
+                lane_label=lbl,
+                main=i in mains,
+            )
+        )
     return out
 
 
@@ -231,7 +246,9 @@ def resolve_window(
 
 
 def timeline(
-    con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest,
+    con: duckdb.DuckDBPyConnection,
+    ctx: RunContext,
+    req: TimelineRequest,
     lane_list: list[Lane] | None = None,
 ) -> TimelineData:
     """Everything the timeline draws for `req`, bounded whatever the trace size. `lane_list`:
@@ -244,8 +261,13 @@ def timeline(
     a, b = ctx.to_ns(t0), max(ctx.to_ns(t1), ctx.to_ns(t0) + 1)
     offs: list[int] = [ctx.offsets_ns.get(r, 0) for r in ctx.ranks] or [0]
     params: dict[str, object] = {
-        **ctx.params(), **_filters(req), "a": a, "b": b, "steps": list(req.steps),
-        "prune_hi": b + max(offs), "prune_lo": a + min(offs) - LONG_EVENT_NS,
+        **ctx.params(),
+        **_filters(req),
+        "a": a,
+        "b": b,
+        "steps": list(req.steps),
+        "prune_hi": b + max(offs),
+        "prune_lo": a + min(offs) - LONG_EVENT_NS,
         "long_ns": LONG_EVENT_NS,
     }
     visible = int(query(con, sql.COUNT, params)[0][0])
@@ -253,9 +275,17 @@ def timeline(
     lanes_t = tuple(lane_list)
     steps = shown_steps if len(shown_steps) <= MAX_STEP_MARKS else ()
     if visible == 0 or not lane_list:
-        return TimelineData(mode="empty", lanes=lanes_t, t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms,
-                            visible_events=visible, steps=steps, offset_source=ctx.offset_source,
-                            parts=time_parts(con, ctx, params, req.width_px, binned=False))
+        return TimelineData(
+            mode="empty",
+            lanes=lanes_t,
+            t0_ms=t0,
+            t1_ms=t1,
+            span_ms=ctx.span_ms,
+            visible_events=visible,
+            steps=steps,
+            offset_source=ctx.offset_source,
+            parts=time_parts(con, ctx, params, req.width_px, binned=False),
+        )
     index = {lane.key: lane.index for lane in lane_list}
     links: tuple[Link, ...] = ()
     cut = visible > LINKS_EVENT_LIMIT
@@ -267,14 +297,26 @@ def timeline(
     else:
         agg = _aggregate(con, ctx, params, lane_list, req.width_px)
     return TimelineData(
-        mode="raw" if raw is not None else "aggregate", raw=raw, aggregate=agg, links=links,
-        links_cut=cut, lanes=lanes_t, t0_ms=t0, t1_ms=t1, span_ms=ctx.span_ms,
-        visible_events=visible, steps=steps, offset_source=ctx.offset_source,
-        parts=time_parts(con, ctx, params, req.width_px, binned=raw is None))
+        mode="raw" if raw is not None else "aggregate",
+        raw=raw,
+        aggregate=agg,
+        links=links,
+        links_cut=cut,
+        lanes=lanes_t,
+        t0_ms=t0,
+        t1_ms=t1,
+        span_ms=ctx.span_ms,
+        visible_events=visible,
+        steps=steps,
+        offset_source=ctx.offset_source,
+        parts=time_parts(con, ctx, params, req.width_px, binned=raw is None),
+    )
 
 
 def _raw(
-    con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
+    con: duckdb.DuckDBPyConnection,
+    ctx: RunContext,
+    params: dict[str, object],
     index: dict[LaneKey, int],
 ) -> RawEvents:
     rows = query(con, sql.RAW, {**params, "args_chars": ARGS_CHARS, "limit": RAW_EVENT_LIMIT})
@@ -303,8 +345,11 @@ def _raw(
 
 
 def _aggregate(
-    con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
-    lane_list: list[Lane], width_px: int,
+    con: duckdb.DuckDBPyConnection,
+    ctx: RunContext,
+    params: dict[str, object],
+    lane_list: list[Lane],
+    width_px: int,
 ) -> Aggregate:
     n_lanes = len(lane_list)
     nbins = _nbins(width_px, n_lanes)
@@ -312,9 +357,12 @@ def _aggregate(
     w = max(1, -(-(b - a) // nbins))
     nbins = -(-(b - a) // w)
     lanes_param = {
-        "l_rank": [x.rank for x in lane_list], "l_dev": [x.on_device for x in lane_list],
-        "l_pid": [x.key[2] for x in lane_list], "l_tid": [x.key[3] for x in lane_list],
-        "l_lbl": [x.lane_label for x in lane_list], "l_idx": [x.index for x in lane_list],
+        "l_rank": [x.rank for x in lane_list],
+        "l_dev": [x.on_device for x in lane_list],
+        "l_pid": [x.key[2] for x in lane_list],
+        "l_tid": [x.key[3] for x in lane_list],
+        "l_lbl": [x.lane_label for x in lane_list],
+        "l_idx": [x.index for x in lane_list],
     }
     cols = con.execute(sql.BINNABLE, bind(sql.BINNABLE, {**params, **lanes_param})).fetchnumpy()
     lane = np.asarray(cols["lane"], dtype=np.int64)
@@ -338,23 +386,37 @@ def _aggregate(
         [None if n == 0 and v == 0 else float(v) for v, n in zip(srow, crow, strict=True)]
         for srow, crow in zip(share.tolist(), counts.tolist(), strict=True)
     ]
-    group = [[None if v is None or v == 0 else int(g) for v, g in zip(brow, grow, strict=True)]
-             for brow, grow in zip(busy, dominant.tolist(), strict=True)]
+    group = [
+        [None if v is None or v == 0 else int(g) for v, g in zip(brow, grow, strict=True)]
+        for brow, grow in zip(busy, dominant.tolist(), strict=True)
+    ]
     centers = [round(ctx.to_ms(a + i * w) + w / 2e6, 6) for i in range(nbins)]
-    return Aggregate(bin_ms=w / 1e6, centers_ms=centers, busy=busy, count=counts.tolist(),
-                     group=group)
+    return Aggregate(
+        bin_ms=w / 1e6, centers_ms=centers, busy=busy, count=counts.tolist(), group=group
+    )
 
 
 def _nbins(width_px: int, n_lanes: int) -> int:
     return max(20, min(MAX_BINS, width_px // 3, MAX_CELLS // max(n_lanes, 1)))
 
 
-def time_parts(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
-               width_px: int, *, binned: bool) -> Parts:
+def time_parts(
+    con: duckdb.DuckDBPyConnection,
+    ctx: RunContext,
+    params: dict[str, object],
+    width_px: int,
+    *,
+    binned: bool,
+) -> Parts:
     """What each rank's time was in the window (time_parts): its segments one by one when
     `binned` is False and there are at most MAX_PART_SEGMENTS, else stacked shares per bin."""
-    p = {"run": ctx.run_id, "ranks": params["ranks"], "a": params["a"], "b": params["b"],
-         "steps": params.get("steps", [])}
+    p = {
+        "run": ctx.run_id,
+        "ranks": params["ranks"],
+        "a": params["a"],
+        "b": params["b"],
+        "steps": params.get("steps", []),
+    }
     ranks = tuple(int(r[0]) for r in query(con, sql.PARTS_RANKS, p))
     if not ranks:
         return Parts()
@@ -362,8 +424,10 @@ def time_parts(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str
     n = int(query(con, sql.PARTS_COUNT, p)[0][0])
     if not binned and n <= MAX_PART_SEGMENTS:
         rows = query(con, sql.PARTS_ROWS, {**p, "limit": MAX_PART_SEGMENTS})
-        segs = [(int(r), round(ctx.to_ms(x), 6), round(ctx.to_ms(y), 6), str(part))
-                for r, x, y, part in rows]
+        segs = [
+            (int(r), round(ctx.to_ms(x), 6), round(ctx.to_ms(y), 6), str(part))
+            for r, x, y, part in rows
+        ]
         share: dict[int, dict[str, float]] = {}
         for r, x, y, part in segs:
             d = share.setdefault(r, {})
@@ -373,8 +437,10 @@ def time_parts(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str
     w = max(1, -(-(b - a) // nbins))
     nbins = -(-(b - a) // w)
     np_ = len(TIME_PARTS)
-    cols = con.execute(sql.PARTS_BINNABLE, bind(sql.PARTS_BINNABLE, {
-        **p, "r_ranks": list(ranks), "names": list(TIME_PARTS)})).fetchnumpy()
+    cols = con.execute(
+        sql.PARTS_BINNABLE,
+        bind(sql.PARTS_BINNABLE, {**p, "r_ranks": list(ranks), "names": list(TIME_PARTS)}),
+    ).fetchnumpy()
     key = np.asarray(cols["pos"], dtype=np.int64) * np_ + np.asarray(cols["pidx"], dtype=np.int64)
     s = np.asarray(cols["s"], dtype=np.int64)
     t = np.asarray(cols["t"], dtype=np.int64)
@@ -390,19 +456,30 @@ def time_parts(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str
         # Sub-row j of bin i shows the part whose cumulative share interval covers level j.
         idx = (cum[ri][:, None, :] < levels[None, :, None]).sum(axis=0)  # subrows x bins
         total = cum[ri][-1]
-        grid = [[None if lv >= total[i] + 1e-9 else int(min(v, np_ - 1))
-                 for i, v in enumerate(row)] for row, lv in zip(idx.tolist(), levels, strict=True)]
+        grid = [
+            [None if lv >= total[i] + 1e-9 else int(min(v, np_ - 1)) for i, v in enumerate(row)]
+            for row, lv in zip(idx.tolist(), levels, strict=True)
+        ]
         stack[r] = grid
         tot = ns[ri].sum(axis=1) / max(b - a, 1)
         window[r] = {name: float(tot[i]) for i, name in enumerate(TIME_PARTS) if tot[i] > 0}
     centers = [round(ctx.to_ms(a + i * w) + w / 2e6, 6) for i in range(nbins)]
-    return Parts(ranks=ranks, mode="bins", bin_ms=w / 1e6, centers_ms=centers, stack=stack,
-                 window_share=window)
+    return Parts(
+        ranks=ranks,
+        mode="bins",
+        bin_ms=w / 1e6,
+        centers_ms=centers,
+        stack=stack,
+        window_share=window,
+    )
 
 
 def _links(
-    con: duckdb.DuckDBPyConnection, ctx: RunContext, params: dict[str, object],
-    index: dict[LaneKey, int], lane_list: list[Lane],
+    con: duckdb.DuckDBPyConnection,
+    ctx: RunContext,
+    params: dict[str, object],
+    index: dict[LaneKey, int],
+    lane_list: list[Lane],
 ) -> tuple[tuple[Link, ...], bool]:
     """Collectives matched across ranks (the derived layer's matched_collectives), drawn through
     each rank's arrival. A point sits on the lane of the event it came from, else on the rank's
@@ -413,8 +490,17 @@ def _links(
         if best is None or ln.comm_count > best[1]:
             anchor[ln.rank] = (ln.index, ln.comm_count)
     limit = MAX_LINKS * max(len(ctx.ranks), 1) + 1
-    rows = query(con, sql.LINKS, {"run": ctx.run_id, "a": params["a"], "b": params["b"],
-                                  "ranks": params["ranks"], "limit": limit})
+    rows = query(
+        con,
+        sql.LINKS,
+        {
+            "run": ctx.run_id,
+            "a": params["a"],
+            "b": params["b"],
+            "ranks": params["ranks"],
+            "limit": limit,
+        },
+    )
     if len(rows) >= limit:
         return (), True
     groups: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
@@ -431,10 +517,14 @@ def _links(
         if len({m[2] for m in members}) < 2:
             continue
         members.sort()
-        links.append(Link(
-            label=f"{ops[key]} {key}", lanes=[m[0] for m in members],
-            start_ms=[round(ctx.to_ms(m[1]), 6) for m in members], ranks=[m[2] for m in members],
-        ))
+        links.append(
+            Link(
+                label=f"{ops[key]} {key}",
+                lanes=[m[0] for m in members],
+                start_ms=[round(ctx.to_ms(m[1]), 6) for m in members],
+                ranks=[m[2] for m in members],
+            )
+        )
     if len(links) > MAX_LINKS:
         return (), True
     return tuple(links), False
@@ -454,8 +544,20 @@ def event_detail(
     ).fetchone()
     if row is None:
         return None
-    keys = ("name", "cat", "category", "ts_ns", "dur_ns", "pid", "tid", "stream", "step",
-            "correlation", "external_id", "args")
+    keys = (
+        "name",
+        "cat",
+        "category",
+        "ts_ns",
+        "dur_ns",
+        "pid",
+        "tid",
+        "stream",
+        "step",
+        "correlation",
+        "external_id",
+        "args",
+    )
     out = dict(zip(keys, row, strict=True))
     out["rank"] = rank
     out["start_ms"] = ctx.to_ms(int(row[3]) - int(ctx.offsets_ns.get(rank, 0)))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 
 def main() -> None:
@@ -56,10 +56,12 @@ def main() -> None:
             dist.send(send_t, peer)
             expected.extend([("recv", 0, 400, prev), ("send", 400, 0, peer)])
         assert int(recv_t[0]) == prev
-        reqs = dist.batch_isend_irecv([
-            dist.P2POp(dist.isend, torch.ones(7), peer),
-            dist.P2POp(dist.irecv, torch.empty(7), prev),
-        ])
+        reqs = dist.batch_isend_irecv(
+            [
+                dist.P2POp(dist.isend, torch.ones(7), peer),
+                dist.P2POp(dist.irecv, torch.empty(7), prev),
+            ]
+        )
         for req in reqs:
             req.wait()
         expected.extend([("send", 28, 0, peer), ("recv", 0, 28, prev)])
@@ -75,8 +77,9 @@ def main() -> None:
                 dist.all_reduce(torch.ones(3))  # outside the window: never recorded
             prof.step()
     # a P2POp built inside no window and the hooks gone: c10d still works
-    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(2), peer),
-                                   dist.P2POp(dist.irecv, torch.empty(2), prev)])
+    reqs = dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, torch.ones(2), peer), dist.P2POp(dist.irecv, torch.empty(2), prev)]
+    )
     for req in reqs:
         req.wait()
     (out / f"expected-rank-{rank}.json").write_text(json.dumps(expected))

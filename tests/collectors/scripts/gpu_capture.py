@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tracelab.collectors import arm_flight_recorder
 
 import tracelab
+from tracelab.collectors import arm_flight_recorder
 
 MIB = 1 << 20
 
@@ -30,8 +30,11 @@ def main() -> None:
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     device = torch.device("cuda", local)
     model = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),
-                            torch.nn.Linear(4096, 1024)).to(device), device_ids=[local])
+        torch.nn.Sequential(
+            torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)
+        ).to(device),
+        device_ids=[local],
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     a = torch.randn(4096, 4096, device=device)
     facts: dict[str, list[int]] = {"issue_ns": []}

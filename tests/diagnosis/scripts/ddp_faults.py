@@ -47,11 +47,13 @@ def run_scenario(out: Path, sc: dict, prof_sched: dict) -> None:
     steps = prof_sched["warmup"] + prof_sched["active"]
     injected: list[tuple[int, int]] = []  # (loop index, ns) of the injected fault
     dist.barrier()
-    with profile(activities=[ProfilerActivity.CPU],
-                 schedule=schedule(wait=0, warmup=prof_sched["warmup"],
-                                   active=prof_sched["active"], repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(str(out / sc["name"]),
-                                                          worker_name=f"rank{rank}")) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(
+            wait=0, warmup=prof_sched["warmup"], active=prof_sched["active"], repeat=1
+        ),
+        on_trace_ready=tensorboard_trace_handler(str(out / sc["name"]), worker_name=f"rank{rank}"),
+    ) as prof:
         for i in range(steps):
             x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
             if extra and extra["rank"] == rank:
@@ -71,8 +73,9 @@ def run_scenario(out: Path, sc: dict, prof_sched: dict) -> None:
             prof.step()
     if injected:  # what the fault cost in the recorded steps, beside (not in) the traces
         recorded = [ns for i, ns in injected if i >= prof_sched["warmup"]]
-        (out / f"{sc['name']}.fault.json").write_text(json.dumps(
-            {"rank": rank, "recorded_ns": recorded}))
+        (out / f"{sc['name']}.fault.json").write_text(
+            json.dumps({"rank": rank, "recorded_ns": recorded})
+        )
     dist.barrier()
 
 

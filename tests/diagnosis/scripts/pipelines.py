@@ -74,22 +74,29 @@ def run_schedule(out: Path, name: str, pp: dict, prof_sched: dict) -> None:
         for _ in range(pp["layers_per_stage"]):
             layers += [nn.Linear(width, width), nn.ReLU()]
         modules.append(nn.Sequential(*layers))
-    stages = [PipelineStage(mod, i, n_stages, torch.device("cpu"), input_args=(example,))
-              for mod, i in zip(modules, ids)]
+    stages = [
+        PipelineStage(mod, i, n_stages, torch.device("cpu"), input_args=(example,))
+        for mod, i in zip(modules, ids)
+    ]
     loss_fn = nn.MSELoss()
-    sched = (cls(stages[0], n_microbatches=m, loss_fn=loss_fn) if placement == "single"
-             else cls(stages, n_microbatches=m, loss_fn=loss_fn))
+    sched = (
+        cls(stages[0], n_microbatches=m, loss_fn=loss_fn)
+        if placement == "single"
+        else cls(stages, n_microbatches=m, loss_fn=loss_fn)
+    )
     params = [p for mod in modules for p in mod.parameters()]
     opt = torch.optim.SGD(params, lr=0.01)
     holds_first, holds_last = 0 in ids, n_stages - 1 in ids
     steps = prof_sched["warmup"] + prof_sched["active"]
     torch.manual_seed(1000 + rank)
     dist.barrier()
-    with profile(activities=[ProfilerActivity.CPU],
-                 schedule=schedule(wait=0, warmup=prof_sched["warmup"],
-                                   active=prof_sched["active"], repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(str(out / name),
-                                                          worker_name=f"rank{rank}")) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(
+            wait=0, warmup=prof_sched["warmup"], active=prof_sched["active"], repeat=1
+        ),
+        on_trace_ready=tensorboard_trace_handler(str(out / name), worker_name=f"rank{rank}"),
+    ) as prof:
         for _ in range(steps):
             x = torch.randn(m * mb, width)
             target = torch.randn(m * mb, width)
