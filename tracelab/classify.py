@@ -130,38 +130,6 @@ def canonical_cat(cat: str | None) -> str | None:
     return CAT_ALIASES.get(low, low)
 
 
-def canonical_cat_sql(cat_col: str = "cat") -> tuple[str, list[str]]:
-    """canonical_cat as a SQL expression, and its bind parameters in order."""
-    whens = " ".join("WHEN ? THEN ?" for _ in CAT_ALIASES)
-    params = [x for kv in CAT_ALIASES.items() for x in kv]
-    return f"(CASE lower({cat_col}) {whens} ELSE lower({cat_col}) END)", params
-
-
-def category_sql(cat_col: str = "cat", name_col: str = "name") -> tuple[str, list[str]]:
-    """A SQL CASE expression for the rules, and its bind parameters in order."""
-    parts: list[str] = []
-    params: list[str] = []
-    canon, canon_params = canonical_cat_sql(cat_col)
-    for rule in RULES:
-        conds: list[str] = []
-        if rule.cats:
-            conds.append(f"{canon} IN ({', '.join('?' for _ in rule.cats)})")
-            params.extend(canon_params)
-            params.extend(rule.cats)
-        if rule.name_re is not None:
-            conds.append(f"regexp_matches({name_col}, ?, 'i')")
-            params.append(rule.name_re)
-        parts.append(f"WHEN {' AND '.join(conds)} THEN ?")
-        params.append(rule.category.value)
-    return f"CASE {' '.join(parts)} ELSE ? END", [*params, Category.OTHER.value]
-
-
-def on_device_sql(cat_col: str = "cat") -> tuple[str, list[str]]:
-    """SQL for events.on_device, and its parameters."""
-    canon, params = canonical_cat_sql(cat_col)
-    return f"({canon} IN ({', '.join('?' for _ in DEVICE_CATS)}))", [*params, *DEVICE_CATS]
-
-
 def on_device(cat: str | None) -> bool:
     """Whether an event of this Kineto category runs on the device."""
     return canonical_cat(cat) in DEVICE_CATS
