@@ -223,7 +223,7 @@ def test_runs_page_and_compare(app_store: Path) -> None:
     ranks = [order[r["verdict_key"]] for r in rows]
     assert ranks == sorted(ranks)
     step = next(r for r in rows if r["key"] == "step_time")
-    assert step["metric"] == "Step time" and step["a"].endswith("ms")
+    assert step["metric"] == "Step time (median step)" and step["a"].endswith("ms")
     assert all(
         r["metric"] != r["key"] and not r["metric"].startswith(r["key"].split("[")[0]) for r in rows
     )

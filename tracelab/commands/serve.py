@@ -114,7 +114,7 @@ def _analyze_in_app(name: str) -> str:
     with appdb.cursor() as cur:
         run_id, _ = appdb.resolve(cur, name)
         found = appdb.analysis(cur, run_id)
-    findings = found.findings()
+    findings = found.findings
     summary = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}"
     if findings:
         summary += f", worst: {findings[0].code}: {findings[0].title}"
@@ -170,8 +170,10 @@ def _remove_at_exit(folder: str) -> None:
 
     for name in ("SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
-        if sig is None or signal.getsignal(sig) is not signal.SIG_DFL:
-            continue  # not on this platform, or someone else handles it
+        if sig is None:
+            continue  # not on this platform
+        # Replaces the CLI's unwind-like-Ctrl-C handler too: unwinding would stop the app's
+        # daemon threads inside DuckDB at interpreter exit, which aborts the process.
         try:
             signal.signal(sig, stop)
         except ValueError:  # not the main thread: atexit alone
