@@ -32,7 +32,7 @@ SCHEMA_FILES = ("tables.sql", "derived.sql")
 #: Version of what tracelab.derived computes into the derived tables. Bumped whenever a
 #: definition changes, so that a store derived by an older tracelab is re-derived
 #: (`tracelab rederive`) rather than shown with numbers that no longer mean the same.
-DERIVED_VERSION = 1
+DERIVED_VERSION = 2
 #: DuckDB's buffer memory for a writer. DuckDB keeps written blocks cached up to its limit (80%
 #: of RAM by default), which would make an ingest's RSS grow with the run's size.
 WRITER_MEMORY_LIMIT = os.environ.get("TRACELAB_WRITER_MEMORY_LIMIT", "1GB")

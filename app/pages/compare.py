@@ -81,7 +81,11 @@ def layout(**kwargs: Any) -> html.Div:
         an_a, an_b = db.analysis(cur, a_id), db.analysis(cur, b_id)
         steps = step_comparison(cur, a_id, b_id)
         rep = db.memo(
-            cur, a_id, "report", (b_id, db.run_key(cur, b_id)), lambda: report(cur, a_id, b_id)
+            cur,
+            a_id,
+            "report",
+            (b_id, db.run_key(cur, b_id)),
+            lambda: report(cur, a_id, b_id, (an_a, an_b)),
         )
     rows = comparison_rows(rep)
     counts = {

@@ -179,7 +179,7 @@ def derive_matched(con: duckdb.DuckDBPyConnection, run_id: int, source: str | No
         WITH x AS ({keyed_sql()}),
         m AS (SELECT x.*, x.start_ns - o.offset_ns AS a_ns, x.end_ns - o.offset_ns AS e_ns
               FROM x JOIN clock_offsets o ON o.run_id = ? AND o.rank = x.rank),
-        l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, a_ns) AS last_rank
+        l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS last_rank
               FROM m GROUP BY key),
         s AS (SELECT m.key, max(m.a_ns) AS second_ns
               FROM m JOIN l USING (key) WHERE m.rank <> l.last_rank GROUP BY m.key)

@@ -111,7 +111,8 @@ CREATE TABLE IF NOT EXISTS matched_collectives (
     transfer_ns BIGINT NOT NULL,
     -- dur_ns - transfer_ns: this rank waiting for its peers (the plugin's "synchronizing time").
     wait_ns BIGINT NOT NULL,
-    -- The rank that arrived last: the one every other rank waited for.
+    -- The rank that arrived last: the one every other rank waited for (the lowest such rank
+    -- when several arrived at the same instant).
     last_rank INTEGER NOT NULL,
     -- The last arrival.
     last_arrival_ns BIGINT NOT NULL,
@@ -334,7 +335,7 @@ CREATE TABLE IF NOT EXISTS derived_errors (
 CREATE OR REPLACE VIEW job_steps AS
 SELECT run_id, step, any_value(ordinal) AS ordinal, bool_and(steady) AS steady,
        min(start_ns) AS start_ns, max(end_ns) AS end_ns, avg(dur_ns) AS dur_ns,
-       min(dur_ns) AS fastest_ns, arg_max(rank, dur_ns) AS slowest_rank, count(*) AS ranks
+       min(dur_ns) AS fastest_ns, arg_max(rank, [dur_ns, -rank]) AS slowest_rank, count(*) AS ranks
 FROM step_spans GROUP BY run_id, step;
 -- @column run_id: The run.
 -- @column step: N of ProfilerStep#N.
@@ -345,7 +346,7 @@ FROM step_spans GROUP BY run_id, step;
 -- @column dur_ns: The job's step time: the mean over its ranks of their step times (steps
 -- tile each rank's run, so this is the run's wall time per step; docs/metrics.md "Steps").
 -- @column fastest_ns: The fastest rank's step time.
--- @column slowest_rank: The rank with the longest step.
+-- @column slowest_rank: The rank with the longest step (the lowest such rank on a tie).
 -- @column ranks: Ranks that have the step.
 
 -- Per step of a run, the lost-time shares pooled over its ranks: what a step cost, as the report

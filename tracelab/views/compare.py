@@ -158,15 +158,25 @@ def comparison_rows(report: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def report(con: duckdb.DuckDBPyConnection, a_id: int, b_id: int) -> Any:
+def report(
+    con: duckdb.DuckDBPyConnection,
+    a_id: int,
+    b_id: int,
+    analyses: tuple[Analysis | None, Analysis | None] = (None, None),
+) -> Any:
     """The report of candidate `b_id` against baseline `a_id` with the default settings (the
-    thresholds `tracelab report` uses without a config file)."""
+    thresholds `tracelab report` uses without a config file). `analyses`: the runner's results
+    for A and B when the caller has them cached (otherwise the report runs the analyzers)."""
     from tracelab.report.compare import compare
     from tracelab.report.metrics import extract
     from tracelab.report.thresholds import load_settings
 
     settings = load_settings(search_dir=None)
-    return compare(extract(con, a_id, settings), extract(con, b_id, settings), settings)
+    return compare(
+        extract(con, a_id, settings, analyses[0]),
+        extract(con, b_id, settings, analyses[1]),
+        settings,
+    )
 
 
 def finding_changes(a: Analysis, b: Analysis) -> dict[str, list[str]]:
