@@ -3,6 +3,7 @@ the real sample captures when sample_traces/ has them, plus a running server for
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -172,3 +173,33 @@ def real_run(app_store: Path) -> str:
 def start_app_server():  # type: ignore[no-untyped-def]
     """`start_server(db, log) -> (process, url)`, for tests that need their own server."""
     return start_server
+
+
+def dash_route(url: str, path: str, search: str = "") -> tuple[int, str]:
+    """The page router callback over real HTTP, as the browser calls it."""
+    body = json.dumps(
+        {
+            "output": ".._pages_content.children..._pages_store.data..",
+            "outputs": [
+                {"id": "_pages_content", "property": "children"},
+                {"id": "_pages_store", "property": "data"},
+            ],
+            "inputs": [
+                {"id": "_pages_location", "property": "pathname", "value": path},
+                {"id": "_pages_location", "property": "search", "value": search},
+            ],
+            "changedPropIds": ["_pages_location.pathname"],
+            "state": [],
+        }
+    ).encode()
+    req = urllib.request.Request(
+        url + "/_dash-update-component", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return r.status, r.read().decode()
+
+
+@pytest.fixture(scope="session")
+def route():  # type: ignore[no-untyped-def]
+    """dash_route: the page router callback over real HTTP, for tests that run a server."""
+    return dash_route

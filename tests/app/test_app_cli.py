@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,30 +14,6 @@ import pytest
 from tracelab.testing.synth import build_run
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _route(url: str, path: str, search: str = "") -> tuple[int, str]:
-    """The page router callback over real HTTP, as the browser calls it."""
-    body = json.dumps(
-        {
-            "output": ".._pages_content.children..._pages_store.data..",
-            "outputs": [
-                {"id": "_pages_content", "property": "children"},
-                {"id": "_pages_store", "property": "data"},
-            ],
-            "inputs": [
-                {"id": "_pages_location", "property": "pathname", "value": path},
-                {"id": "_pages_location", "property": "search", "value": search},
-            ],
-            "changedPropIds": ["_pages_location.pathname"],
-            "state": [],
-        }
-    ).encode()
-    req = urllib.request.Request(
-        url + "/_dash-update-component", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return r.status, r.read().decode()
 
 
 def test_serve_without_a_store_says_how_to_make_one(tmp_path: Path) -> None:
@@ -83,7 +57,7 @@ def test_demo_ingests_every_capture(tmp_path: Path) -> None:
     assert again.returncode == 0 and "unchanged" in again.stdout
 
 
-def test_demo_serves_the_sample_traces(tmp_path: Path) -> None:
+def test_demo_serves_the_sample_traces(route, tmp_path: Path) -> None:
     """The README's main command: ingest sample_traces/ into a temporary store and serve it."""
     import socket
 
@@ -106,7 +80,7 @@ def test_demo_serves_the_sample_traces(tmp_path: Path) -> None:
         while True:
             assert proc.poll() is None, log.read_text()[-3000:]
             try:
-                status, body = _route(url, "/")
+                status, body = route(url, "/")
                 break
             except OSError:
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
@@ -114,7 +88,7 @@ def test_demo_serves_the_sample_traces(tmp_path: Path) -> None:
         assert status == 200
         for sample in samples.glob("*/manifest.json"):
             assert sample.parent.name in body
-        status, body = _route(url, "/timeline", f"?run={sample.parent.name}")
+        status, body = route(url, "/timeline", f"?run={sample.parent.name}")
         assert status == 200 and "Timeline of" in body
     finally:
         proc.terminate()
@@ -124,7 +98,7 @@ def test_demo_serves_the_sample_traces(tmp_path: Path) -> None:
 
 
 def test_app_keeps_serving_while_another_process_ingests(
-    app_store: Path, tmp_path: Path, start_app_server
+    route, app_store: Path, tmp_path: Path, start_app_server
 ) -> None:  # type: ignore[no-untyped-def]
     """An ingest in another process takes the write lock while the app reads per request: every
     request still answers, and the new run shows up once the ingest commits."""
@@ -140,7 +114,7 @@ def test_app_keeps_serving_while_another_process_ingests(
         nonlocal answered
         while not stop.is_set():
             try:
-                status, body = _route(url, "/timeline", "?run=stragglers")
+                status, body = route(url, "/timeline", "?run=stragglers")
                 if status != 200 or "Timeline of stragglers" not in body:
                     errors.append(body[:300])
                 answered += 1
@@ -175,7 +149,7 @@ def test_app_keeps_serving_while_another_process_ingests(
         for t in threads:
             t.join(120)
         try:
-            status, body = _route(url, "/")
+            status, body = route(url, "/")
         finally:
             proc.terminate()
             proc.wait(30)

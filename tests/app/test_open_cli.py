@@ -2,42 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from tracelab.store import list_runs, open_store
 from tracelab.testing.synth import build_run
-
-
-def _route(url: str, path: str, search: str = "") -> tuple[int, str]:
-    """The page router callback over real HTTP, as the browser calls it."""
-    body = json.dumps(
-        {
-            "output": ".._pages_content.children..._pages_store.data..",
-            "outputs": [
-                {"id": "_pages_content", "property": "children"},
-                {"id": "_pages_store", "property": "data"},
-            ],
-            "inputs": [
-                {"id": "_pages_location", "property": "pathname", "value": path},
-                {"id": "_pages_location", "property": "search", "value": search},
-            ],
-            "changedPropIds": ["_pages_location.pathname"],
-            "state": [],
-        }
-    ).encode()
-    req = urllib.request.Request(
-        url + "/_dash-update-component", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return r.status, r.read().decode()
 
 
 def _open(tmp_path: Path, *paths: str) -> tuple[subprocess.Popen[bytes], Path]:
@@ -63,7 +37,7 @@ def _overview_urls(proc: subprocess.Popen[bytes], log: Path, count: int) -> list
     return urls
 
 
-def test_open_a_rankless_trace_serves_its_overview(hta_traces: Path, tmp_path: Path) -> None:
+def test_open_a_rankless_trace_serves_its_overview(route, hta_traces: Path, tmp_path: Path) -> None:
     proc, log = _open(tmp_path, str(hta_traces / "amd_trace"))
     try:
         (url,) = _overview_urls(proc, log, 1)
@@ -72,7 +46,7 @@ def test_open_a_rankless_trace_serves_its_overview(hta_traces: Path, tmp_path: P
         deadline = time.monotonic() + 60
         while True:
             try:
-                status, body = _route(base, "/overview", query)
+                status, body = route(base, "/overview", query)
                 break
             except OSError:
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
