@@ -734,6 +734,9 @@ static int valid_utf8(const unsigned char *s, size_t n) {
             i += 64;
         }
 #endif
+        /* The 64-byte loop can end exactly at the end: reading s[n] would fault when the
+         * input ends at a page boundary (an mmap of a file whose size is a multiple of 4096). */
+        if (i >= n) break;
         if (i + 8 <= n) {
             uint64_t w;
             memcpy(&w, s + i, 8);

@@ -16,6 +16,7 @@ import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -174,12 +175,16 @@ def _convert_all(
         # Not as_completed, which keeps every future (and its result) until the last: each
         # future is dropped once read, so only the shared process groups stay (_share_groups).
         pending, n = set(futures), 0
+        orphaned: list[int] = []
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
                 i = futures.pop(fut)
                 try:
                     done[i] = (_share_groups(fut.result(), groups), out_dirs[i])
+                except BrokenProcessPool:
+                    orphaned.append(i)  # some worker died: which file killed it is unknown
+                    continue
                 except Exception as exc:  # noqa: BLE001 (per-file failure policy)
                     errors[i] = _file_error(exc, files[i].path)
                 n += 1
@@ -189,7 +194,39 @@ def _convert_all(
         lifecycle.kill_pool(pool)  # Ctrl-C, SIGTERM: stop now, not after the current files
         raise
     pool.shutdown()
+    for i in sorted(orphaned):
+        try:
+            done[i] = (
+                _share_groups(_convert_isolated(files[i].path, out_dirs[i]), groups),
+                out_dirs[i],
+            )
+        except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+            errors[i] = _file_error(exc, files[i].path)
+        n += 1
+        if progress:
+            progress(n, len(todo))
     return done, errors
+
+
+def _convert_isolated(path: Path, out_dir: Path) -> TraceInfo:
+    """Convert one file alone in a fresh worker process: after a worker died, each file the
+    broken pool left unconverted is retried this way, so the others still ingest and only the
+    file that kills its process is reported, by name."""
+    shutil.rmtree(out_dir, ignore_errors=True)  # what the dead worker may have half-written
+    pool = ProcessPoolExecutor(max_workers=1, initializer=_worker_init, initargs=(os.getpid(),))
+    try:
+        return pool.submit(_convert_one, str(path), str(out_dir)).result()
+    except BrokenProcessPool:
+        raise InternalError(
+            "the process converting this file died abruptly (a crash in tracelab's converter, "
+            "or the system's out-of-memory killer), and did again when retried alone",
+            str(path),
+        ) from None
+    except BaseException:
+        lifecycle.kill_pool(pool)
+        raise
+    finally:
+        pool.shutdown()
 
 
 def _match_user_rank(path: Path, ranks: Mapping[str, int]) -> int | None:

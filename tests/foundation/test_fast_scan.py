@@ -280,3 +280,74 @@ def test_conversion_without_the_extension_is_identical(
         ref = pq.read_table(tmp_path / "ref" / f"{name}.parquet")
         assert fast.num_rows > 0 or name == "memory", name
         assert fast.equals(ref), name
+
+
+#: Scans documents that end right where an unreadable page begins, in a child process (a read
+#: past the end is a segfault there, not a crash of the test run). CI's ingest of a pipeline
+#: capture died this way: an all-ASCII trace whose size was a multiple of 4096, mapped with
+#: mmap, and the UTF-8 check's 64-byte loop read the byte after the last.
+_GUARD_CHILD = r"""
+import ctypes, mmap, sys
+from tracelab import _kineto
+
+PAGE = mmap.PAGESIZE
+docs = [bytes.fromhex(h) for h in sys.stdin.read().split()]
+span = (max(len(d) for d in docs) // PAGE + 2) * PAGE
+m = mmap.mmap(-1, span + PAGE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.mprotect(ctypes.c_void_p(base + span), PAGE, 0) == 0, ctypes.get_errno()
+view = memoryview(m)
+accepted = 0
+for doc in docs:
+    start = span - len(doc)
+    view[start:span] = doc
+    accepted += _kineto.scan(view[start:span]) is not None
+print(accepted)
+"""
+
+
+def test_never_reads_past_the_end_of_its_buffer() -> None:
+    import subprocess
+    import sys
+
+    ascii_doc = json.dumps(
+        {"traceEvents": [{"ph": "X", "name": "a", "ts": 1.5, "dur": 2, "pid": 1, "tid": 1}]}
+    ).encode()
+    docs = [ascii_doc]
+    # Whole documents of every length modulo 64 (the UTF-8 check's stride), ASCII and not.
+    for pad in range(130):
+        docs.append(ascii_doc[:-1] + b', "x": "' + b"y" * pad + b'"}')
+        docs.append(ascii_doc[:-1] + b', "x": "' + b"y" * pad + "\u00e9".encode() + b'"}')
+    # Every prefix of a document: each parser state meets the end of the buffer.
+    rich = json.dumps(
+        {
+            "traceEvents": [
+                {
+                    "ph": "X",
+                    "name": 'n\\u00e9"',
+                    "cat": None,
+                    "ts": -1.25e3,
+                    "dur": 0.0005,
+                    "pid": "p",
+                    "tid": [1, {"a": True}],
+                    "args": {"correlation": 7, "b": False},
+                },
+                {"ph": "i", "name": "\ud83d\ude00", "ts": 10, "s": "t"},
+            ],
+            "deviceProperties": [{"id": 0}],
+        }
+    ).encode()
+    docs += [rich[:k] for k in range(1, len(rich) + 1)]
+    child = subprocess.run(
+        [sys.executable, "-c", _GUARD_CHILD],
+        input=" ".join(d.hex() for d in docs),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 0, (
+        f"the scan read past its buffer: {child.returncode}\n{child.stderr}"
+    )
+    assert int(child.stdout) >= 2 * 130 + 2, child.stdout  # the whole documents were scanned
