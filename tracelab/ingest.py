@@ -488,7 +488,7 @@ def ingest(
             report.notes.append(note)
         return report
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        lifecycle.remove_staging(staging)
 
 
 def _drop_bad_records(

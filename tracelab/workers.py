@@ -94,6 +94,25 @@ def remove_orphans(parent: str | None) -> list[Path]:
     return removed
 
 
+def remove_staging(path: Path) -> None:
+    """Remove a staging folder whole, even when SIGINT or SIGTERM arrives meanwhile: their
+    handlers raise, which would stop the removal halfway (a SIGTERM at the end of an ingest left
+    its folder). They are held until the folder is gone, then delivered."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this system
+        previous = None
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except BaseException:  # a signal that came before the mask took effect
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    finally:
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def make_staging(parent: str | None) -> Path:
     """A fresh staging folder under `parent`, named after this process; orphans removed first."""
     remove_orphans(parent)
