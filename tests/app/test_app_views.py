@@ -62,6 +62,42 @@ def test_raw_mode_nests_host_ops_in_sub_rows(nested_db: Path) -> None:
     assert any("stream 7" in label for label in lanes)
 
 
+def test_bars_carry_as_much_of_their_name_as_fits(nested_db: Path) -> None:
+    """Zoomed in, every bar is named up to its width: whole where it fits, cut with "…" where
+    part fits, and unnamed only when not even four characters fit (plotly measures each label
+    it is given, the cost that held single-event zooms above a second)."""
+    from tracelab.figures.timeline import (
+        CHAR_PX,
+        LABEL_PAD_PX,
+        MARGIN_L_PX,
+        MARGIN_R_PX,
+        timeline_figure,
+    )
+
+    with open_store(nested_db) as con:
+        ctx = run_context(con, run_id(con, "nested"))
+        data = tl.timeline(con, ctx, tl.TimelineRequest(t0_ms=0, t1_ms=50, width_px=1200))
+    fig = timeline_figure(data)
+    px_per_ms = (1200 - MARGIN_L_PX - MARGIN_R_PX) / 50
+    labels: dict[str, str] = {}
+    for trace in fig["data"]:
+        if trace.get("type") != "bar" or trace["name"].startswith("time:"):
+            continue
+        for text, width_ms, hover in zip(
+            trace["text"], trace["x"], trace["hovertext"], strict=True
+        ):
+            name = hover.split("</b>")[0].removeprefix("<b>")
+            labels[name] = text
+            fits = int((width_ms * px_per_ms - LABEL_PAD_PX) / CHAR_PX)
+            assert len(text) <= max(fits, 0), (name, text, fits)
+    # 18.6 px per ms: "outer" (10 ms) and "later" (5 ms) fit whole, "ProfilerStep#1" (50 ms)
+    # too; "inner_a" (2 ms, 37 px) gets 5 characters, the launches (µs) none.
+    assert labels["outer"] == "outer" and labels["later"] == "later"
+    assert labels["ProfilerStep#1"] == "ProfilerStep#1"
+    assert labels["inner_a"] == "inne…"
+    assert all(text == "" for name, text in labels.items() if "Launch" in name), labels
+
+
 def test_aggregate_busy_share_is_the_union_of_intervals(
     nested_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

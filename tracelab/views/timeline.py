@@ -167,6 +167,8 @@ class TimelineData:
     steps: tuple[tuple[int, float, float], ...] = ()
     offset_source: str = "none"
     parts: Parts = field(default_factory=Parts)
+    #: The plot width asked for (TimelineRequest.width_px): what a bar's pixel width follows.
+    width_px: int = 1200
 
 
 def lanes(con: duckdb.DuckDBPyConnection, ctx: RunContext, req: TimelineRequest) -> list[Lane]:
@@ -285,6 +287,7 @@ def timeline(
             steps=steps,
             offset_source=ctx.offset_source,
             parts=time_parts(con, ctx, params, req.width_px, binned=False),
+            width_px=req.width_px,
         )
     index = {lane.key: lane.index for lane in lane_list}
     links: tuple[Link, ...] = ()
@@ -310,6 +313,7 @@ def timeline(
         steps=steps,
         offset_source=ctx.offset_source,
         parts=time_parts(con, ctx, params, req.width_px, binned=raw is None),
+        width_px=req.width_px,
     )
 
 
