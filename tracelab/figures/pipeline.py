@@ -176,34 +176,43 @@ def schedule_figure(v: PipelineView) -> Figure:
     }
 
 
-def _denominator(s: dict[str, Any]) -> float:
-    """The stage's window, or the sum of its parts when they exceed it (bubble and stall are
-    measured over the step, which can be longer than the pipeline's window)."""
-    parts = sum(float(s.get(k) or 0) for k in ("busy_ns", "bubble_ns", "stall_ns"))
-    return max(float(s.get("window_ns") or 0), parts)
+#: The step's lost-time parts (step_parts, averaged over the steady steps by the pipeline
+#: analyzer's stage rows) in stacking order: they tile the step, so each bar reaches 100%.
+STEP_PARTS = (
+    ("compute_ns", "compute", "compute"),
+    ("transfer_ns", "transfer", "communication (exposed)"),
+    ("memcpy_ns", "memcpy", "memcpy (exposed)"),
+    ("wait_ns", "wait", "waiting for other ranks"),
+    ("bubble_ns", "bubble", "bubble (the schedule needs it)"),
+    ("stall_ns", "stall", "stall (waiting beyond the schedule)"),
+    ("host_ns", "host", "host (Python, data, launches)"),
+    ("sync_idle_ns", "idle", "device idle (sync)"),
+)
 
 
 def bubble_figure(v: PipelineView) -> Figure:
-    """Per rank (steady steps): compute, the bubble the schedule needs, the stall beyond it, as
-    shares of the pipeline window, with the schedule's textbook bubble as a line."""
+    """Per rank (steady steps): the step split into the lost-time parts (the Overview's), the
+    bubble the schedule needs apart from the stall beyond it, with the schedule's textbook
+    bubble as a line."""
     if not v.available or not v.stages:
         return empty_figure(v.note or "No pipeline stages.")
     labels = [f"rank {s['rank']}" for s in v.stages]
     traces: list[dict[str, Any]] = []
-    for key, name, color in (
-        ("busy_ns", "compute", KIND_COLORS["F"]),
-        ("bubble_ns", "bubble (the schedule needs it)", PART_COLORS["bubble"]),
-        ("stall_ns", "stall (beyond the schedule)", PART_COLORS["stall"]),
-    ):
-        ys = [float(s.get(key) or 0) / d if (d := _denominator(s)) else None for s in v.stages]
+    for key, part, name in STEP_PARTS:
+        ns = [float(s.get(key) or 0) for s in v.stages]
+        if not any(ns):
+            continue
+        steps = [float(s.get("step_ns") or 0) for s in v.stages]
         traces.append(
             {
                 "type": "bar",
                 "name": name,
                 "x": labels,
-                "y": ys,
-                "marker": {"color": color},
-                "hovertemplate": f"%{{x}}: {name} %{{y:.1%}} of the window<extra></extra>",
+                "y": [n / d if d else None for n, d in zip(ns, steps, strict=True)],
+                "customdata": [n / 1e6 for n in ns],
+                "marker": {"color": PART_COLORS[part]},
+                "hovertemplate": f"%{{x}}: {esc(name)} %{{customdata:.3g}} ms, %{{y:.1%}} of the "
+                "step<extra></extra>",
             }
         )
     textbook = v.metrics.get("textbook_bubble_share")
@@ -233,14 +242,14 @@ def bubble_figure(v: PipelineView) -> Figure:
     return {
         "data": traces,
         "layout": base_layout(
-            title="Per rank: the pipeline window split into compute, bubble and stall "
-            "(steady steps)",
+            title="Per rank: the step split into its parts (steady steps); the pipeline idle is "
+            "the bubble the schedule needs and the stall beyond it",
             height=360,
             barmode="stack",
             shapes=shapes,
             yaxis={
                 "tickformat": ".0%",
-                "title": {"text": "share of the window"},
+                "title": {"text": "share of the step"},
                 "range": [0, 1.02],
             },
             legend={"orientation": "h", "y": -0.25},
