@@ -3,6 +3,7 @@ and verdicts of `tracelab report`), most significant first, and the step time di
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import dash
@@ -10,11 +11,13 @@ from dash import Input, Output, callback, dcc, html
 
 from tracelab.app import db, ids, pending
 from tracelab.app.components import graph, page, table
-from tracelab.app.guard import safe_layout
+from tracelab.app.guard import describe, safe_layout
 from tracelab.app.state import href, text
 from tracelab.figures.compare import step_distributions
 from tracelab.views.compare import comparison_rows, finding_changes, report, step_comparison
 from tracelab.views.runs import run_names
+
+log = logging.getLogger(__name__)
 
 PICK_A = "compare-pick-a"
 PICK_B = "compare-pick-b"
@@ -80,36 +83,63 @@ def layout(**kwargs: Any) -> html.Div:
         b_id, b = db.resolve(cur, b_arg)
         an_a, an_b = db.analysis(cur, a_id), db.analysis(cur, b_id)
         steps = step_comparison(cur, a_id, b_id)
-        rep = db.memo(
-            cur,
-            a_id,
-            "report",
-            (b_id, db.run_key(cur, b_id)),
-            lambda: report(cur, a_id, b_id, (an_a, an_b)),
-        )
-    rows = comparison_rows(rep)
-    counts = {
-        k: sum(1 for r in rows if r["verdict_key"] == k) for k in ("regression", "improved", "warn")
-    }
+        try:
+            rep = db.memo(
+                cur,
+                a_id,
+                "report",
+                (b_id, db.run_key(cur, b_id)),
+                lambda: report(cur, a_id, b_id, (an_a, an_b)),
+            )
+        except Exception as exc:  # noqa: BLE001 - the step distributions do not need it
+            log.exception("the report of %s against %s failed", b, a)
+            rep, failure = None, describe(exc)
     changes = finding_changes(an_a, an_b)
     cols = tuple((k, f"A: {a}" if k == "a" else f"B: {b}" if k == "b" else h) for k, h in COLUMNS)
+    if rep is None:
+        title, message, _ = failure
+        metrics: list[Any] = [
+            html.Div(
+                f"The report could not be built ({title}: {message}), so its metrics are not "
+                "judged here; `tracelab report` says the same. The step times below come from "
+                "the runs' steps alone.",
+                id=ids.CMP_SUMMARY,
+                className="warning-box",
+            )
+        ]
+    else:
+        rows = comparison_rows(rep)
+        counts = {
+            k: sum(1 for r in rows if r["verdict_key"] == k)
+            for k in ("regression", "improved", "warn")
+        }
+        failed = "; ".join(f"{what}: {why}" for what, why in rep.errors.items())
+        metrics = [
+            html.Div(
+                f"Verdict: {rep.verdict}. {counts['regression']} regression(s), "
+                f"{counts['improved']} improvement(s), {counts['warn']} metric(s) that cannot be "
+                f"judged, against the report's default thresholds ({len(rows)} metrics). "
+                f"Findings: {len(changes['new'])} new in B, {len(changes['resolved'])} gone, "
+                f"{len(changes['persisting'])} in both."
+                + (
+                    f" Analyzers that failed (their metrics are missing, and `tracelab report` "
+                    f"exits 3): {failed}."
+                    if failed
+                    else ""
+                ),
+                id=ids.CMP_SUMMARY,
+                className="warning-box" if failed else "status",
+            ),
+            html.H2("Metrics, most significant first"),
+            table(cols, rows[:MAX_ROWS], id=ids.CMP_METRICS),
+            html.P(f"{len(rows) - MAX_ROWS} more rows not shown." if len(rows) > MAX_ROWS else ""),
+        ]
     return page(
         a,
         "/compare",
         f"Compare {a} (A) with {b} (B)",
         pickers(names, a, b),
-        html.Div(
-            f"Verdict: {rep.verdict}. {counts['regression']} regression(s), "
-            f"{counts['improved']} improvement(s), {counts['warn']} metric(s) that cannot be "
-            f"judged, against the report's default thresholds ({len(rows)} metrics). "
-            f"Findings: {len(changes['new'])} new in B, {len(changes['resolved'])} gone, "
-            f"{len(changes['persisting'])} in both.",
-            id=ids.CMP_SUMMARY,
-            className="status",
-        ),
-        html.H2("Metrics, most significant first"),
-        table(cols, rows[:MAX_ROWS], id=ids.CMP_METRICS),
-        html.P(f"{len(rows) - MAX_ROWS} more rows not shown." if len(rows) > MAX_ROWS else ""),
+        *metrics,
         graph(ids.CMP_STEPS, step_distributions(steps, a, b)),
         html.H2("Findings"),
         html.Div(

@@ -313,3 +313,62 @@ def test_empty_and_missing_store(tmp_path: Path) -> None:
         db.configure(old)
     with pytest.raises(StoreError), open_store(tmp_path / "missing.duckdb"):
         pass
+
+
+def _uncached(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracelab.app import db
+
+    memo = db.memo
+    monkeypatch.setattr(
+        db,
+        "memo",
+        lambda cur, rid, kind, key, fn: fn() if kind == "report" else memo(cur, rid, kind, key, fn),
+    )
+
+
+def test_compare_names_the_analyzers_that_failed(
+    analyzed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An analyzer that failed on a run makes `tracelab report` exit 3; the Compare page says
+    which one and why, instead of a verdict that reads as complete."""
+    from tracelab.app.pages import compare
+
+    real = compare.report
+
+    def with_failure(*a: Any, **k: Any) -> Any:
+        rep = real(*a, **k)
+        rep.candidate.errors["pipeline"] = "RuntimeError: boom <b>"
+        return rep
+
+    _uncached(monkeypatch)
+    monkeypatch.setattr(compare, "report", with_failure)
+    tree = compare.layout(a="stragglers", b="pipeline")
+    assert find_text(tree, "Analyzers that failed")
+    assert find_text(tree, "candidate: pipeline: RuntimeError: boom <b>")
+    assert find_text(tree, "Metrics, most significant first")
+
+
+def test_compare_keeps_the_step_times_when_the_report_fails(
+    analyzed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracelab.app import ids
+    from tracelab.app.pages import compare
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise ValueError("no report today")
+
+    _uncached(monkeypatch)
+    monkeypatch.setattr(compare, "report", broken)
+    tree = compare.layout(a="stragglers", b="pipeline")
+    assert find_text(tree, "The report could not be built")
+    assert find_text(tree, "ValueError")
+    graphs = [n for n in _walk(tree) if getattr(n, "id", None) == ids.CMP_STEPS]
+    assert graphs and graphs[0].figure["data"], "the step time distributions are drawn"
+
+
+def _walk(node: Any) -> Any:
+    yield node
+    kids = getattr(node, "children", None)
+    for kid in kids if isinstance(kids, list | tuple) else [kids] if kids is not None else []:
+        if hasattr(kid, "children") or hasattr(kid, "figure"):
+            yield from _walk(kid)
