@@ -221,6 +221,8 @@ def test_internal_fault_never_reaches_the_loop(
     assert "rank 0 finished: total=10 error=None" in proc.stdout, output
     assert 'rank 1 finished: total=10 error="IsADirectoryError' in proc.stdout, output
     assert proc.stderr.count("tracelab: internal error on rank 1") == 1, output
+    for rank in (0, 1):
+        assert f"rank {rank} process groups after the profile: 1" in proc.stdout, output
     # The failed rank still answers the clock exchanges: rank 0 never waits out the timeout.
     assert "clock exchange failed" not in proc.stderr, output
     cap = capture_reader(out)

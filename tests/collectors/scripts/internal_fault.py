@@ -30,6 +30,10 @@ def main() -> None:
             total += t
             prof.step()
     print(f"rank {rank} finished: total={int(total.item())} error={prof.error!r}", flush=True)
+    # tracelab's own gloo group is gone once the profile exits (left to the interpreter's exit,
+    # it aborted a rank now and then): only the job's default group is left.
+    groups = len(dist.distributed_c10d._world.pg_map)
+    print(f"rank {rank} process groups after the profile: {groups}", flush=True)
     dist.destroy_process_group()
 
 
