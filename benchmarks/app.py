@@ -152,21 +152,13 @@ def make_driver(profile: str) -> Any:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    from tracelab.testing.chromium import CHROMEDRIVER, CHROMIUM, headless_flags
+
     opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        "--window-size=1400,1000",
-    ):
+    opts.binary_location = str(CHROMIUM)
+    for flag in (*headless_flags(profile), "--window-size=1400,1000"):
         opts.add_argument(flag)
-    drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    drv = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
     drv.set_page_load_timeout(TIMEOUT_S)
     drv.execute_cdp_cmd("Network.enable", {})
     drv.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})

@@ -23,6 +23,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from tracelab.testing.chromium import CHROMEDRIVER, CHROMIUM, headless_flags
+
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = Path(os.environ.get("TRACELAB_SCREENSHOTS", REPO / "artifacts" / "screenshots"))
 #: Also kept with the test run's own files (pytest's temporary folder).
@@ -32,8 +34,6 @@ PROBE = "<img src=x onerror=alert(1)>"  # as written into the "xss" run by conft
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
     pytest.skip(
         "needs Debian chromium and chromium-driver (/usr/bin/chromium, "
@@ -62,17 +62,7 @@ def driver() -> Iterator[webdriver.Chrome]:
     profile = tempfile.mkdtemp(prefix="tracelab-chromium-")
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        f"--window-size={WIDTH},{HEIGHT}",
-    ):
+    for flag in (*headless_flags(profile), f"--window-size={WIDTH},{HEIGHT}"):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)

@@ -11,6 +11,7 @@ import pytest
 
 from tracelab.report.compare import MetricValue, RunMetrics, RunSummary
 from tracelab.results import Evidence, Finding, Severity
+from tracelab.testing.chromium import CHROMIUM, headless_flags
 from tracelab.testing.synth import MS, RankTrace, write_capture
 
 
@@ -155,27 +156,17 @@ def training_run() -> Callable[..., Path]:
     return write_training_run
 
 
-CHROMIUM = "/usr/bin/chromium"
-
-
 def chromium_dump(page: Path, tmp: Path) -> tuple[str, list[str]]:
     """Open `page` in headless Chromium; return the DOM after scripts ran and every console
     message (uncaught exceptions show up there as 'Uncaught ...')."""
-    if not Path(CHROMIUM).exists():
+    if not CHROMIUM.exists():
         pytest.skip("needs Debian's chromium (apt-get install chromium)")
     profile = tmp / "chromium-profile"
     profile.mkdir(exist_ok=True)
     out = subprocess.run(
         [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
+            str(CHROMIUM),
+            *headless_flags(profile),
             "--enable-logging=stderr",
             "--v=0",
             "--virtual-time-budget=5000",
