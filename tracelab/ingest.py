@@ -555,6 +555,7 @@ def _write(
         ignored=[str(p) for p in found.ignored],
     )
     from tracelab.derived import ComponentFailed
+    from tracelab.derived import errors as derived_errors
 
     # A derived component that fails inside DuckDB aborts the transaction: the whole write is
     # tried again without it (its failure recorded in derived_errors), so the run still lands.
@@ -578,11 +579,7 @@ def _write(
                 rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
                 _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
                 _load(con, rid, staging, by_rank, capture, skip)
-                report.derived_errors = dict(
-                    con.execute(
-                        "SELECT component, message FROM derived_errors WHERE run_id = ?", [rid]
-                    ).fetchall()
-                )
+                report.derived_errors = derived_errors(con, rid)
                 con.execute("COMMIT")
                 break
             except ComponentFailed as exc:
