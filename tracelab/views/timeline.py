@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import duckdb
@@ -274,21 +275,20 @@ def timeline(
     }
     visible = int(query(con, sql.COUNT, params)[0][0])
     shown_steps = tuple(s for s in spans if s[2] > t0 and s[1] < t1)
-    lanes_t = tuple(lane_list)
     steps = shown_steps if len(shown_steps) <= MAX_STEP_MARKS else ()
+    data = partial(
+        TimelineData,
+        lanes=tuple(lane_list),
+        t0_ms=t0,
+        t1_ms=t1,
+        span_ms=ctx.span_ms,
+        visible_events=visible,
+        steps=steps,
+        offset_source=ctx.offset_source,
+        width_px=req.width_px,
+    )
     if visible == 0 or not lane_list:
-        return TimelineData(
-            mode="empty",
-            lanes=lanes_t,
-            t0_ms=t0,
-            t1_ms=t1,
-            span_ms=ctx.span_ms,
-            visible_events=visible,
-            steps=steps,
-            offset_source=ctx.offset_source,
-            parts=time_parts(con, ctx, params, req.width_px, binned=False),
-            width_px=req.width_px,
-        )
+        return data(mode="empty", parts=time_parts(con, ctx, params, req.width_px, binned=False))
     index = {lane.key: lane.index for lane in lane_list}
     links: tuple[Link, ...] = ()
     cut = visible > LINKS_EVENT_LIMIT
@@ -299,21 +299,13 @@ def timeline(
         raw = _raw(con, ctx, params, index)
     else:
         agg = _aggregate(con, ctx, params, lane_list, req.width_px)
-    return TimelineData(
+    return data(
         mode="raw" if raw is not None else "aggregate",
         raw=raw,
         aggregate=agg,
         links=links,
         links_cut=cut,
-        lanes=lanes_t,
-        t0_ms=t0,
-        t1_ms=t1,
-        span_ms=ctx.span_ms,
-        visible_events=visible,
-        steps=steps,
-        offset_source=ctx.offset_source,
         parts=time_parts(con, ctx, params, req.width_px, binned=raw is None),
-        width_px=req.width_px,
     )
 
 
