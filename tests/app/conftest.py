@@ -175,9 +175,9 @@ def start_app_server():  # type: ignore[no-untyped-def]
     return start_server
 
 
-def dash_route(url: str, path: str, search: str = "") -> tuple[int, str]:
-    """The page router callback over real HTTP, as the browser calls it."""
-    body = json.dumps(
+def router_request(path: str, search: str = "") -> bytes:
+    """The body of the page router callback's request, as the browser sends it for a URL."""
+    return json.dumps(
         {
             "output": ".._pages_content.children..._pages_store.data..",
             "outputs": [
@@ -192,8 +192,14 @@ def dash_route(url: str, path: str, search: str = "") -> tuple[int, str]:
             "state": [],
         }
     ).encode()
+
+
+def dash_route(url: str, path: str, search: str = "") -> tuple[int, str]:
+    """The page router callback over real HTTP, as the browser calls it."""
     req = urllib.request.Request(
-        url + "/_dash-update-component", data=body, headers={"Content-Type": "application/json"}
+        url + "/_dash-update-component",
+        data=router_request(path, search),
+        headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=120) as r:
         return r.status, r.read().decode()
@@ -203,3 +209,9 @@ def dash_route(url: str, path: str, search: str = "") -> tuple[int, str]:
 def route():  # type: ignore[no-untyped-def]
     """dash_route: the page router callback over real HTTP, for tests that run a server."""
     return dash_route
+
+
+@pytest.fixture(scope="session")
+def page_request():  # type: ignore[no-untyped-def]
+    """router_request: the page router callback's request body, for a test client."""
+    return router_request

@@ -41,27 +41,6 @@ def find_text(node: Any, needle: str) -> bool:
     return any(needle in t for t in texts(node))
 
 
-def route(client: Any, path: str, search: str = "") -> tuple[int, str]:
-    """POST the page router callback as the browser does; (status, response text)."""
-    body = {
-        "output": ".._pages_content.children..._pages_store.data..",
-        "outputs": [
-            {"id": "_pages_content", "property": "children"},
-            {"id": "_pages_store", "property": "data"},
-        ],
-        "inputs": [
-            {"id": "_pages_location", "property": "pathname", "value": path},
-            {"id": "_pages_location", "property": "search", "value": search},
-        ],
-        "changedPropIds": ["_pages_location.pathname"],
-        "state": [],
-    }
-    r = client.post(
-        "/_dash-update-component", data=json.dumps(body), content_type="application/json"
-    )
-    return r.status_code, r.get_data(as_text=True)
-
-
 @pytest.fixture()
 def analyzed(app_module: Any) -> Any:
     """Every run of the test store analyzed (cached), as after the server's first visits."""
@@ -278,7 +257,7 @@ def test_xss_probe_is_escaped_in_figures(app_module: Any) -> None:
     assert any("&lt;img" in t for t in names)  # slice names are escaped too
 
 
-def test_http_routing_never_shows_a_traceback(analyzed: Any) -> None:
+def test_http_routing_never_shows_a_traceback(analyzed: Any, page_request: Any) -> None:
     client = analyzed.server.test_client()
     assert client.get("/").status_code == 200
     for path, search, expect in [
@@ -288,7 +267,12 @@ def test_http_routing_never_shows_a_traceback(analyzed: Any) -> None:
         ("/no/such/page", "", "No such page"),
         ("/memory", "?run=stragglers&run=pipeline", "Memory of pipeline"),
     ]:
-        status, body = route(client, path, search)
+        r = client.post(
+            "/_dash-update-component",
+            data=page_request(path, search),
+            content_type="application/json",
+        )
+        status, body = r.status_code, r.get_data(as_text=True)
         assert status == 200, body[:500]
         assert expect in body and "Traceback" not in body
 
