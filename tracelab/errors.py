@@ -6,6 +6,8 @@ these classes to exit codes: usage errors exit 2, input errors exit 3.
 
 from __future__ import annotations
 
+import traceback
+
 
 class TracelabError(Exception):
     """Base class of every error tracelab raises on purpose."""
@@ -61,3 +63,12 @@ class InternalError(TracelabError):
     def __init__(self, message: str, path: str | None = None) -> None:
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line for a component that failed (an analyzer, a derived table): the exception, its
+    first message line and where it was raised, at most 500 characters."""
+    last = traceback.extract_tb(exc.__traceback__)[-1:]
+    where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}{where}"[:500]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import time
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,7 +27,7 @@ import duckdb
 from tracelab.analyzers._budget import Budget, allocate, budget, ordered
 from tracelab.analyzers._common import RunContext, run_context
 from tracelab.defaults import WARMUP_STEPS
-from tracelab.errors import UsageError
+from tracelab.errors import UsageError, failure_reason
 from tracelab.results import Finding, Result
 
 AnalyzeFn = Callable[[duckdb.DuckDBPyConnection, RunContext, Mapping[str, Any]], Result]
@@ -107,13 +106,6 @@ class Analysis:
         return result.metrics.get(name) if result else None
 
 
-def _reason(exc: BaseException) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1:]
-    where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}{where}"[:500]
-
-
 def run(
     con: duckdb.DuckDBPyConnection,
     run_id: int,
@@ -148,7 +140,7 @@ def run(
         except Exception as exc:  # noqa: BLE001 - the failure policy: isolate, name, go on
             if on_error == "raise":
                 raise
-            errors[name] = _reason(exc)
+            errors[name] = failure_reason(exc)
         finally:
             cur.close()
     bud = budget(con, ctx)

@@ -17,11 +17,12 @@ back and derives again with that component in `skip` (tracelab.ingest does).
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
+
+from tracelab.errors import failure_reason
 
 #: Derived tables per component, in the order derive() fills them.
 COMPONENT_TABLES: dict[str, tuple[str, ...]] = {
@@ -105,13 +106,6 @@ _STEPS: tuple[
 )
 
 
-def _reason(exc: BaseException) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1:]
-    where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}{where}"[:500]
-
-
 def derive(
     con: duckdb.DuckDBPyConnection, run_id: int, skip: dict[str, str] | None = None
 ) -> DeriveReport:
@@ -132,11 +126,11 @@ def derive(
         except ComponentFailed:
             raise
         except duckdb.Error as exc:
-            raise ComponentFailed(name, _reason(exc)) from exc
+            raise ComponentFailed(name, failure_reason(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - the failure policy: isolate, name, go on
             for table in COMPONENT_TABLES[name]:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
-            errors[name] = str(exc) if isinstance(exc, _Skipped) else _reason(exc)
+            errors[name] = str(exc) if isinstance(exc, _Skipped) else failure_reason(exc)
             if name == "clocks":
                 _clocks_fallback(con, run_id)
     if errors:
