@@ -143,15 +143,7 @@ class RankTrace:
         args: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A record_function span (user_annotation) on a host thread."""
-        return self.x(
-            "user_annotation",
-            name,
-            start_ns,
-            end_ns,
-            pid=self.pid,
-            tid=self.main_tid if tid is None else tid,
-            args={"External id": self._next_ext(), **(args or {})},
-        )
+        return self._host_span("user_annotation", name, start_ns, end_ns, tid, args)
 
     def cpu_op(
         self,
@@ -163,8 +155,19 @@ class RankTrace:
         args: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """An aten/c10d operator on a host thread."""
+        return self._host_span("cpu_op", name, start_ns, end_ns, tid, args)
+
+    def _host_span(
+        self,
+        cat: str,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        tid: int | None,
+        args: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         return self.x(
-            "cpu_op",
+            cat,
             name,
             start_ns,
             end_ns,
