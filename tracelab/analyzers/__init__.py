@@ -17,6 +17,7 @@ analyze`), the reports and the app all call it, so they show the same numbers.
 from __future__ import annotations
 
 import importlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -56,21 +57,30 @@ MODULES = (
     "tracelab.analyzers.memory",
 )
 
-_REGISTRY: dict[str, Analyzer] = {}
+#: Published whole, once every module is imported: the app analyzes runs on several threads,
+#: and a registry filled in place let a second thread see only the analyzers imported so far
+#: (a run analyzed by `steps` alone showed no other finding, and no error, until restarted).
+_REGISTRY: dict[str, Analyzer] | None = None
+_REGISTRY_LOCK = threading.Lock()
 
 
 def registry() -> dict[str, Analyzer]:
     """name -> Analyzer, in run order (modules are imported on first use)."""
-    if not _REGISTRY:
-        for modname in MODULES:
-            mod = importlib.import_module(modname)
-            _REGISTRY[mod.NAME] = Analyzer(
-                name=mod.NAME,
-                title=mod.TITLE,
-                view=mod.VIEW,
-                defaults=dict(mod.DEFAULTS),
-                analyze=mod.analyze,
-            )
+    global _REGISTRY
+    if _REGISTRY is None:
+        with _REGISTRY_LOCK:
+            if _REGISTRY is None:
+                built: dict[str, Analyzer] = {}
+                for modname in MODULES:
+                    mod = importlib.import_module(modname)
+                    built[mod.NAME] = Analyzer(
+                        name=mod.NAME,
+                        title=mod.TITLE,
+                        view=mod.VIEW,
+                        defaults=dict(mod.DEFAULTS),
+                        analyze=mod.analyze,
+                    )
+                _REGISTRY = built
     return _REGISTRY
 
 
