@@ -1,6 +1,6 @@
 """Build hook for the one C extension; all metadata lives in pyproject.toml.
 
-`tracelab._kineto` is the fast path of tracelab.decode. It is optional: where no C compiler is
+`tracelab.ingest._kineto` is the fast path of tracelab.ingest.decode. It is optional: where no C compiler is
 available the install still succeeds and the reference decoder (msgspec) does all the work.
 """
 
@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "tracelab._kineto",
-            ["tracelab/_kineto.c"],
+            "tracelab.ingest._kineto",
+            ["tracelab/ingest/_kineto.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,
         )

@@ -61,7 +61,7 @@ def create_app(db: str, *, warm: bool = True) -> Any:
         "pandas",
         "plotly.io.json",
         "tracelab.analyzers",
-        "tracelab.export",
+        "tracelab.store.export",
         "tracelab.report.compare",
         "tracelab.report.metrics",
     ):
@@ -93,7 +93,7 @@ def _routes(app: Any) -> None:
 
     @app.server.route("/export/perfetto")
     def perfetto() -> Any:  # one clock-aligned Chrome trace of the run, gzip
-        from tracelab.export import export_perfetto
+        from tracelab.store.export import export_perfetto
 
         name = request.args.get("run") or None
         if name is not None and len(name) > 300:

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from tracelab import __version__
 from tracelab.errors import InternalError, TracelabError
-from tracelab.validate import run_name, strip_control
+from tracelab.ingest.validate import run_name, strip_control
 
 #: Subcommand modules, in the order `tracelab --help` lists them.
 COMMANDS = (

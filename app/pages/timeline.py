@@ -16,10 +16,10 @@ from tracelab.app import db, ids
 from tracelab.app.components import graph, page, url_sync
 from tracelab.app.guard import describe, safe_layout
 from tracelab.app.state import BadParam, href, int_list, number, str_list, text
-from tracelab.classify import Category
 from tracelab.figures import empty_figure
 from tracelab.figures.ranksummary import rank_summary_figure
 from tracelab.figures.timeline import timeline_figure, timeline_status
+from tracelab.ingest.classify import Category
 from tracelab.views.ranksummary import MANY_RANKS, rank_summary
 from tracelab.views.timeline import TimelineRequest, event_detail, lanes, timeline
 

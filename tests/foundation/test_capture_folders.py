@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tracelab.cli import main
-from tracelab.discover import capture_runs
 from tracelab.errors import InputError
 from tracelab.ingest import ingest
+from tracelab.ingest.discover import capture_runs
 from tracelab.store import list_runs, open_store
 from tracelab.testing.synth import build_run
 

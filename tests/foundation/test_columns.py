@@ -1,4 +1,4 @@
-"""tracelab.columns: the derived columns of a converted trace, on small hand-built inputs."""
+"""tracelab.ingest.columns: the derived columns of a converted trace, on small hand-built inputs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tracelab import columns
+from tracelab.ingest import columns
 
 
 @pytest.mark.parametrize("bound", [7, 50_000, 10**12])  # table lookup, and np.unique past 1M

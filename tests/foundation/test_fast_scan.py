@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab import decode as dec
 from tracelab.errors import TraceFormatError
+from tracelab.ingest import decode as dec
 
 pytestmark = pytest.mark.skipif(
     dec._kineto is None and shutil.which("cc") is None,
@@ -268,7 +268,7 @@ def test_conversion_without_the_extension_is_identical(
     """Where no C compiler was available the reference decoder does everything: same files."""
     import pyarrow.parquet as pq
 
-    from tracelab.convert import convert_trace
+    from tracelab.ingest.convert import convert_trace
 
     (trace,) = (hta_traces / "nccl_parser_config").glob("*.json.gz")
     fast_info = convert_trace(trace, tmp_path / "fast")
@@ -288,7 +288,7 @@ def test_conversion_without_the_extension_is_identical(
 #: mmap, and the UTF-8 check's 64-byte loop read the byte after the last.
 _GUARD_CHILD = r"""
 import ctypes, mmap, sys
-from tracelab import _kineto
+from tracelab.ingest import _kineto
 
 PAGE = mmap.PAGESIZE
 docs = [bytes.fromhex(h) for h in sys.stdin.read().split()]

@@ -1,4 +1,4 @@
-"""tracelab.gunzip against the standard library's gzip, with ISA-L and with plain zlib."""
+"""tracelab.ingest.gunzip against the standard library's gzip, with ISA-L and with plain zlib."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from tracelab import gunzip
+from tracelab.ingest import gunzip
 
 TEXT = b'{"traceEvents": [' + b",".join(b'{"ph": "X", "ts": %d}' % i for i in range(20_000)) + b"]}"
 

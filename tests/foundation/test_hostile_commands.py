@@ -234,17 +234,17 @@ def test_skip_bad_skips_any_per_file_failure(
 ) -> None:
     """Item 7: a failure that is not an input error (a bug met on one file) is skipped and
     recorded with --skip-bad, and without it is one line naming the file (exit 70)."""
-    import tracelab.ingest
+    import tracelab.ingest.pool
 
     folder = run_set(tmp_path / "three", ranks=3)
-    real = tracelab.ingest._convert_one
+    real = tracelab.ingest.pool._convert_one
 
     def flaky(path: str, out: str) -> object:
         if path.endswith("rank-1.json"):
             raise KeyError("sentinel")
         return real(path, out)
 
-    monkeypatch.setattr(tracelab.ingest, "_convert_one", flaky)
+    monkeypatch.setattr(tracelab.ingest.pool, "_convert_one", flaky)
     before = snapshot(store)
     res = cli("ingest", str(folder), "--db", str(store), "--workers", "1")
     assert res.code == 70 and "rank-1.json" in res.err and "KeyError" in res.err

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tracelab import validate
-from tracelab.decode import _kineto
+from tracelab.ingest import validate
+from tracelab.ingest.decode import _kineto
 
 from .hostile import cli, snapshot, still_works, store  # noqa: F401 (fixture)
 from .kineto import trace
@@ -223,7 +223,7 @@ def test_stale_or_forged_converted_folder_is_converted_again(
 ) -> None:
     """Item 12: a `.tracelab` folder beside a trace is registered only when it is exactly what
     convert_trace writes; otherwise the trace itself is converted (and validated) again."""
-    from tracelab.convert import convert_trace, converted_dir
+    from tracelab.ingest.convert import convert_trace, converted_dir
 
     from .kineto import write
 

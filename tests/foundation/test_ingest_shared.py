@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.classify import classify
 from tracelab.ingest import ingest
+from tracelab.ingest.classify import classify
 from tracelab.store import open_store
 
 TRACES = [

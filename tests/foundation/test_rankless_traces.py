@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tracelab.cli import main
-from tracelab.discover import tensorboard_name
 from tracelab.errors import RankConflictError
 from tracelab.ingest import ingest
+from tracelab.ingest.discover import tensorboard_name
 from tracelab.store import open_store
 
 from .kineto import trace, write

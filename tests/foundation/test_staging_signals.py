@@ -18,7 +18,7 @@ _CHILD = textwrap.dedent(
     """
     import os, shutil, signal, sys
     from pathlib import Path
-    from tracelab import workers
+    from tracelab.ingest import workers
 
     class Terminated(BaseException):
         pass

@@ -146,8 +146,8 @@ def test_preconverted_ranks_are_registered_not_parsed(
 ) -> None:
     """A trace converted on its rank (collector or `tracelab convert`) is not parsed again,
     and gives the same rows as a fresh parse; a changed trace is parsed afresh."""
-    from tracelab import convert
-    from tracelab import ingest as ingest_mod
+    from tracelab.ingest import convert
+    from tracelab.ingest import pool as ingest_mod
 
     folder = run_set(tmp_path / "t", ranks=2)
     fresh = tmp_path / "fresh.duckdb"
@@ -180,7 +180,7 @@ def test_preconverted_folder_of_an_older_format_is_converted_again(tmp_path: Pat
     """A columnar folder left by an older tracelab (another `format`) is never registered as is."""
     import json
 
-    from tracelab import convert
+    from tracelab.ingest import convert
 
     path = run_set(tmp_path / "t", ranks=1) / "rank-0.json"
     folder = convert.converted_dir(path)
@@ -204,8 +204,8 @@ def test_conversion_workers_never_import_pandas(tmp_path: Path) -> None:
 
     path = run_set(tmp_path / "t", ranks=1) / "rank-0.json"
     code = (
-        "import sys; from tracelab.ingest import _worker_init; _worker_init(); "
-        "from tracelab.convert import convert_trace; "
+        "import sys; from tracelab.ingest.pool import _worker_init; _worker_init(); "
+        "from tracelab.ingest.convert import convert_trace; "
         f"convert_trace({str(path)!r}, {str(tmp_path / 'out')!r}); "
         "print('pandas' in sys.modules)"
     )

@@ -17,15 +17,16 @@ from pathlib import Path
 
 import pytest
 
-import tracelab.ingest as ingest_mod
+import tracelab.ingest.pool as pool_mod
 from tracelab.errors import InternalError
+from tracelab.ingest import ingest
 from tracelab.store import open_store
 
 from .kineto import run_set
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
 
-_REAL_CONVERT = ingest_mod._convert_one
+_REAL_CONVERT = pool_mod._convert_one
 #: The file whose conversion kills its process.
 DEADLY = "rank-2.json"
 
@@ -41,7 +42,7 @@ def _crashing_convert(path: str, out_dir: str):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def crashing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_mod, "_convert_one", _crashing_convert)
+    monkeypatch.setattr(pool_mod, "_convert_one", _crashing_convert)
 
 
 def test_the_crash_is_blamed_on_its_file_and_nothing_is_written(
@@ -50,7 +51,7 @@ def test_the_crash_is_blamed_on_its_file_and_nothing_is_written(
     data = run_set(tmp_path / "set", ranks=4)
     db = tmp_path / "s.duckdb"
     with pytest.raises(InternalError) as err:
-        ingest_mod.ingest([data], db=db, run="r", workers=2, progress=False)
+        ingest([data], db=db, run="r", workers=2, progress=False)
     assert err.value.path == str(data / DEADLY), str(err.value)
     assert "died abruptly" in str(err.value)
     assert "more files" not in str(err.value), "only the deadly file is reported"
@@ -60,7 +61,7 @@ def test_the_crash_is_blamed_on_its_file_and_nothing_is_written(
 def test_skip_bad_ingests_every_other_rank(crashing: None, tmp_path: Path) -> None:
     data = run_set(tmp_path / "set", ranks=4)
     db = tmp_path / "s.duckdb"
-    report = ingest_mod.ingest([data], db=db, run="r", workers=2, skip_bad=True, progress=False)
+    report = ingest([data], db=db, run="r", workers=2, skip_bad=True, progress=False)
     assert report.ranks == [0, 1, 3]
     assert [s["file"] for s in report.skipped] == [str(data / DEADLY)]
     assert _runs(db) == ["r"]

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab import classify as cl
-from tracelab import columns, decode
-from tracelab.decode import ABSENT
+from tracelab.ingest import classify as cl
+from tracelab.ingest import columns, decode
+from tracelab.ingest.decode import ABSENT
 
 from ._golden import US, ingest_ranks, step_parts_us
 

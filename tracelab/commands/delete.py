@@ -8,8 +8,8 @@ from tracelab.commands._common import add_db_option
 
 
 def run(args: argparse.Namespace) -> int:
+    from tracelab.ingest.validate import run_name
     from tracelab.store import delete_run, open_store, run_id
-    from tracelab.validate import run_name
 
     name = run_name(args.name, option="RUN")
     with open_store(args.db, read_only=False) as con:

@@ -8,8 +8,8 @@ import argparse
 
 
 def run(args: argparse.Namespace) -> int:
-    from tracelab.export import export_run
     from tracelab.store import open_store
+    from tracelab.store.export import export_run
 
     if getattr(args, "format", "parquet") == "perfetto":
         return _perfetto(args)
@@ -23,8 +23,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _perfetto(args: argparse.Namespace) -> int:
-    from tracelab.export import export_perfetto
     from tracelab.store import open_store
+    from tracelab.store.export import export_perfetto
 
     with open_store(args.db, read_only=True) as con:
         n = export_perfetto(con, args.run, args.out, overwrite=args.overwrite)

@@ -45,8 +45,8 @@ def _print_report(report: IngestReport, db: str) -> None:
 def ingest_paths(args: argparse.Namespace) -> list[IngestReport]:
     """Ingest the command line's paths: one run, or one run per capture when the paths are
     folders of capture folders (`tracelab ingest sample_traces`), each named after its folder."""
-    from tracelab.discover import capture_runs
     from tracelab.ingest import ingest
+    from tracelab.ingest.discover import capture_runs
 
     options = {
         "db": args.db,

@@ -1,6 +1,6 @@
 """The derived layer: one definition for every number, computed once per run, stored, read by all.
 
-`derive(con, run_id)` fills the derived tables of tracelab/schema/derived.sql (step spans, clock
+`derive(con, run_id)` fills the derived tables of tracelab/store/schema/derived.sql (step spans, clock
 offsets, matched collectives, p2p ops, pipeline actions, the lost-time parts and the
 attribution of exposed communication) from the base tables, inside the ingest's transaction;
 `tracelab rederive` runs it again on stored runs. Every analyzer, the reports and the app read

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import duckdb
 
-from tracelab.load_sql import DTYPE_BYTES
+from tracelab.ingest.load import DTYPE_BYTES
 
 #: Sources in order of preference on a tie.
 SOURCES = ("collector", "kernel", "host", "flight_recorder")
@@ -31,7 +31,7 @@ NCCL_TESTS_BYTES_SQL = """CASE op
     ELSE coalesce(in_bytes, out_bytes) END"""
 #: Bytes per element of the `Input type` names host ops write (PyTorch's C++ type names, as
 #: the TensorBoard plugin reads them: 'float', 'long int', 'c10::Half', ...), lower-cased with
-#: any `c10::` prefix removed; on top of tracelab.load_sql.DTYPE_BYTES.
+#: any `c10::` prefix removed; on top of tracelab.ingest.load.DTYPE_BYTES.
 HOST_DTYPE_BYTES = {
     **DTYPE_BYTES,
     "long int": 8,

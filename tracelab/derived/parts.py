@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, union
-from tracelab.load_sql import op_sql
+from tracelab.ingest.load import op_sql
 
 #: Interval classes of the sweep, one bit each.
 C, T, Y, W, P, U, PW, S, PT = range(9)

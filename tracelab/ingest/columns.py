@@ -1,13 +1,13 @@
 """Derived per-event columns, computed once per rank with vectorized numpy/arrow.
 
-Used by tracelab.convert: the category of each event (classifying each distinct (cat, name) pair
-once), correlation/stream ids (read from args by tracelab.decode), and the
+Used by tracelab.ingest.convert: the category of each event (classifying each distinct (cat, name) pair
+once), correlation/stream ids (read from args by tracelab.ingest.decode), and the
 profiler step of every event (host events by time, device events through their launch's
 correlation, falling back to time).
 
 Trace-compatibility rules applied here, as the peers read the same traces:
 
-- categories are compared through tracelab.classify.canonical_cat (any case, PyTorch 1.8 names);
+- categories are compared through tracelab.ingest.classify.canonical_cat (any case, PyTorch 1.8 names);
 - a pid/tid written as a string of digits (`"tid": "23800"`, PyTorch 1.8 and the TensorBoard
   plugin's fixtures) is that integer, and a GPU lane written `"stream 7"` is stream 7, so
   threads and streams stay apart; any other string stays NULL with its text in lane_label;
@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracelab.classify import DEVICE_CATS, RUNTIME_CATS, canonical_cat, classify
-from tracelab.classify import on_device as runs_on_device
-from tracelab.decode import ABSENT
-from tracelab.validate import INT32_MAX
+from tracelab.ingest.classify import DEVICE_CATS, RUNTIME_CATS, canonical_cat, classify
+from tracelab.ingest.classify import on_device as runs_on_device
+from tracelab.ingest.decode import ABSENT
+from tracelab.ingest.validate import INT32_MAX
 
 #: Kineto categories (canonical names) whose events carry correlation/stream ids worth extracting.
 ID_CATS = tuple(DEVICE_CATS) + RUNTIME_CATS + ("cpu_op",)
@@ -136,8 +136,8 @@ def id_columns(
     ids: dict[str, np.ndarray], cats: pa.Array, on_device: pa.Array, tids: pa.Array
 ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """stream (device events only), correlation and External id, from the integer args the
-    decoder read (tracelab.decode.ID_KEYS), for the categories that carry them (any spelling of
-    the category, see tracelab.classify.canonical_cat)."""
+    decoder read (tracelab.ingest.decode.ID_KEYS), for the categories that carry them (any spelling of
+    the category, see tracelab.ingest.classify.canonical_cat)."""
     dc = pc.dictionary_encode(cats.fill_null(""))
     canon = [canonical_cat(c) for c in dc.dictionary.to_pylist()]
     want_cat = np.array([c in ID_CATS for c in canon] + [False], dtype=bool)

@@ -11,9 +11,9 @@ job never funnels through one parser. Output, in `out_dir`:
 - `lanes.parquet`: process/thread names and sort indices from `M` events
 - `trace.json`: the file's metadata (rank info, base time, counts) as `TraceInfo`
 
-Decoding (tracelab.decode) yields one column per field, with `args` kept as raw JSON text, so no
+Decoding (tracelab.ingest.decode) yields one column per field, with `args` kept as raw JSON text, so no
 Python object is built per event; derived columns are computed with numpy/arrow in
-tracelab.columns. All of it runs in the worker that parses the file, so the store's load is a
+tracelab.ingest.columns. All of it runs in the worker that parses the file, so the store's load is a
 plain columnar copy.
 """
 
@@ -35,8 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracelab import columns, gunzip, validate
-from tracelab.decode import (
+from tracelab.errors import InputError, TraceFormatError
+from tracelab.ingest import columns, gunzip, validate
+from tracelab.ingest.decode import (
     ABSENT,
     DecodedTrace,
     base_time_ns,
@@ -44,7 +45,6 @@ from tracelab.decode import (
     decode_member,
     time_error,
 )
-from tracelab.errors import InputError, TraceFormatError
 
 #: Version of the converted form (the Parquet files' columns). A folder of another version,
 #: e.g. left by an older collector, is converted again rather than registered.
@@ -192,7 +192,7 @@ LANES_SCHEMA = pa.schema(
 
 def _valid_converted(folder: Path, info: TraceInfo) -> bool:
     """Whether a converted folder is what convert_trace writes: its metadata typed and in
-    range (tracelab.validate), each Parquet file readable with the expected columns, as many
+    range (tracelab.ingest.validate), each Parquet file readable with the expected columns, as many
     events as the metadata says, and every time within the limits. A folder that is not (stale,
     damaged or forged) is ignored and the trace converted again."""
     lim = validate.TIME_LIMIT_NS
@@ -277,7 +277,7 @@ def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-#: distributedInfo fields tracelab reads, and what each must be (tracelab.validate).
+#: distributedInfo fields tracelab reads, and what each must be (tracelab.ingest.validate).
 _DIST_FIELDS = {
     "rank": validate.RANK_ID,
     "world_size": ("int", 1, validate.INT32_MAX),

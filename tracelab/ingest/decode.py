@@ -25,16 +25,16 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from tracelab import validate
 from tracelab.errors import TraceFormatError
+from tracelab.ingest import validate
 
 try:
-    from tracelab import _kineto
+    from tracelab.ingest import _kineto
 except ImportError:  # built without a C compiler: the reference decoder does everything
     _kineto = None
 
 #: Integer args read for every event: correlation/stream ids and the [memory] fields, and
-#: PyTorch 1.8's lower-case `external id` of device events (tracelab.columns prefers
+#: PyTorch 1.8's lower-case `external id` of device events (tracelab.ingest.columns prefers
 #: `External id`). The order is the C scanner's (tracelab/_kineto.c ID_KEYS).
 ID_KEYS = (
     "correlation",

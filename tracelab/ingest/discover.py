@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracelab import validate as v
 from tracelab.errors import InputError
+from tracelab.ingest import validate as v
 
-#: Suffix of a trace's pre-converted columnar folder (see tracelab.convert.converted_dir).
+#: Suffix of a trace's pre-converted columnar folder (see tracelab.ingest.convert.converted_dir).
 CONVERTED_SUFFIX = ".tracelab"
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -25,7 +25,7 @@ MANIFEST = "manifest.json"
 CAPTURE_FORMAT = "tracelab.capture"
 CAPTURE_FORMAT_VERSION = 1
 
-#: What each field of the capture's JSON may hold (docs/capture-format.md; tracelab.validate).
+#: What each field of the capture's JSON may hold (docs/capture-format.md; tracelab.ingest.validate).
 MANIFEST_FIELDS = {
     "run_name": v.TEXT,
     "world_size": ("int", 1, v.INT32_MAX),

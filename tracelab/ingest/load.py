@@ -1,7 +1,7 @@
 """The SQL that loads converted ranks (Parquet) into the store, inside the ingest transaction.
 
 Everything derived is computed here, once, in DuckDB: the category of each event (from
-tracelab.classify's rules), correlation/stream ids from the args JSON, the profiler step of each
+tracelab.ingest.classify's rules), correlation/stream ids from the args JSON, the profiler step of each
 event (host events by time, device events through their launch's correlation), the steps table,
 and the collectives read from NCCL kernels, `record_param_comms` and gloo annotations.
 """

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracelab import validate as v
-from tracelab.discover import Capture, capture_path
 from tracelab.errors import InputError
+from tracelab.ingest import validate as v
+from tracelab.ingest.discover import Capture, capture_path
 
 if TYPE_CHECKING:
     import duckdb
@@ -35,7 +35,7 @@ _COLLECTIVE_FIELDS = (
     "step",
 )
 _SOURCES = ("collector", "flight_recorder")
-#: What each field of a collective record may hold (tracelab.validate).
+#: What each field of a collective record may hold (tracelab.ingest.validate).
 RECORD_FIELDS = {
     "op": v.TEXT,
     "source": v.TEXT,

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import duckdb
 
+from tracelab.defaults import DEFAULT_DB
 from tracelab.errors import InputError, UsageError
 from tracelab.render import renderer
 from tracelab.report.compare import Report, compare
 from tracelab.report.metrics import extract
 from tracelab.report.thresholds import ReportSettings
-from tracelab.store import DEFAULT_DB, open_store
+from tracelab.store import open_store
 
 #: Inputs below this size are converted in-process (no worker pool start-up).
 SMALL_INPUT_BYTES = 64 << 20

@@ -100,7 +100,7 @@ CREATE TABLE IF NOT EXISTS events (
     ts_ns BIGINT NOT NULL,
     -- Duration.
     dur_ns BIGINT NOT NULL,
-    -- tracelab's classification, applied once at ingest (see tracelab/classify.py):
+    -- tracelab's classification, applied once at ingest (see tracelab/ingest/classify.py):
     -- compute, communication, memcpy, memset, sync, runtime, cpu_op, annotation, python, other.
     category VARCHAR NOT NULL,
     -- True for events that run on the device (kernels, GPU memcpy/memset, GPU annotations).

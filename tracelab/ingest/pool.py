@@ -1,0 +1,185 @@
+"""Converting an ingest's files: in-process for small inputs, else a process pool of one trace
+per worker (memory bounded by one trace); a worker that dies costs only the file that kills it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracelab.errors import (
+    InternalError,
+    TracelabError,
+)
+from tracelab.ingest import workers as lifecycle
+from tracelab.ingest.convert import (
+    TraceInfo,
+    convert_trace,
+    converted_dir,
+    load_converted,
+)
+from tracelab.ingest.discover import TraceFile
+
+if TYPE_CHECKING:
+    pass
+
+
+def _convert_one(path: str, out_dir: str) -> TraceInfo:
+    return convert_trace(path, out_dir)
+
+
+class _NoPandas:
+    """A meta-path entry that makes `import pandas` fail (see _worker_init)."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ImportError("conversion workers do not use pandas")
+
+
+def _worker_init(parent_pid: int | None = None) -> None:
+    """Conversion workers die with their parent (tracelab.ingest.workers). They never use pandas, but
+    pyarrow imports it (a third of a second per worker) the first time it checks whether an
+    argument is a pandas object. Let that check run once while pandas cannot be imported, so
+    pyarrow records it as absent in this process."""
+    if parent_pid is not None:
+        lifecycle.init_worker(parent_pid)
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    sys.meta_path.insert(0, _NoPandas)
+    try:
+        pa.scalar(0)
+    finally:
+        sys.meta_path.remove(_NoPandas)
+
+
+def _file_error(exc: BaseException, path: Path) -> TracelabError:
+    """A per-file failure: input errors as they are, anything else an InternalError naming the
+    file (--skip-bad skips either)."""
+    if isinstance(exc, TracelabError):
+        return exc
+    err = InternalError(f"{type(exc).__name__}: {exc}", str(path))
+    err.__cause__ = exc
+    return err
+
+
+def _share_groups(info: TraceInfo, seen: dict[str, list[dict[str, Any]]]) -> TraceInfo:
+    """One shared copy of each distinct process-group config: every rank's trace repeats the
+    groups with all their member ranks, so keeping a copy per rank made the ingest's memory
+    grow with ranks squared (2,048 ranks: 158 MB of pg_config lists)."""
+    key = json.dumps(info.process_groups, sort_keys=True)
+    shared = seen.setdefault(key, info.process_groups)
+    return info if shared is info.process_groups else replace(info, process_groups=shared)
+
+
+def convert_all(
+    files: list[TraceFile],
+    staging: Path,
+    workers: int,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[dict[int, tuple[TraceInfo, Path]], dict[int, TracelabError]]:
+    """Convert every file, in this process (workers == 0) or in a pool of worker processes;
+    returns per-file-index results and errors (never raises for input)."""
+    done: dict[int, tuple[TraceInfo, Path]] = {}
+    errors: dict[int, TracelabError] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    out_dirs = [staging / f"f{i}" for i in range(len(files))]
+    for i, tf in enumerate(files):
+        # Converted on its rank already (collector): register it, parse nothing.
+        try:
+            pre = load_converted(tf.path)
+        except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+            errors[i] = _file_error(exc, tf.path)
+            continue
+        if pre is not None:
+            done[i] = (
+                _share_groups(replace(pre, file=str(tf.path)), groups),
+                converted_dir(tf.path),
+            )
+    todo = [i for i in range(len(files)) if i not in done and i not in errors]
+    if workers == 0 or not todo:
+        for n, i in enumerate(todo, 1):
+            tf = files[i]
+            try:
+                done[i] = (
+                    _share_groups(_convert_one(str(tf.path), str(out_dirs[i])), groups),
+                    out_dirs[i],
+                )
+            except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+                errors[i] = _file_error(exc, tf.path)
+            if progress:
+                progress(n, len(todo))
+        return done, errors
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(todo)), initializer=_worker_init, initargs=(os.getpid(),)
+    )
+    try:
+        futures = {pool.submit(_convert_one, str(files[i].path), str(out_dirs[i])): i for i in todo}
+        # While the workers convert, load what the store's load will need (DuckDB: a fifth of
+        # a second of imports otherwise spent after the last file is converted).
+        import tracelab.store  # noqa: F401
+
+        # Not as_completed, which keeps every future (and its result) until the last: each
+        # future is dropped once read, so only the shared process groups stay (_share_groups).
+        pending, n = set(futures), 0
+        orphaned: list[int] = []
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = futures.pop(fut)
+                try:
+                    done[i] = (_share_groups(fut.result(), groups), out_dirs[i])
+                except BrokenProcessPool:
+                    orphaned.append(i)  # some worker died: which file killed it is unknown
+                    continue
+                except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+                    errors[i] = _file_error(exc, files[i].path)
+                n += 1
+                if progress:
+                    progress(n, len(todo))
+    except BaseException:
+        lifecycle.kill_pool(pool)  # Ctrl-C, SIGTERM: stop now, not after the current files
+        raise
+    pool.shutdown()
+    for i in sorted(orphaned):
+        try:
+            done[i] = (
+                _share_groups(_convert_isolated(files[i].path, out_dirs[i]), groups),
+                out_dirs[i],
+            )
+        except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+            errors[i] = _file_error(exc, files[i].path)
+        n += 1
+        if progress:
+            progress(n, len(todo))
+    return done, errors
+
+
+def _convert_isolated(path: Path, out_dir: Path) -> TraceInfo:
+    """Convert one file alone in a fresh worker process: after a worker died, each file the
+    broken pool left unconverted is retried this way, so the others still ingest and only the
+    file that kills its process is reported, by name."""
+    shutil.rmtree(out_dir, ignore_errors=True)  # what the dead worker may have half-written
+    pool = ProcessPoolExecutor(max_workers=1, initializer=_worker_init, initargs=(os.getpid(),))
+    try:
+        return pool.submit(_convert_one, str(path), str(out_dir)).result()
+    except BrokenProcessPool:
+        raise InternalError(
+            "the process converting this file died abruptly (a crash in tracelab's converter, "
+            "or the system's out-of-memory killer), and did again when retried alone",
+            str(path),
+        ) from None
+    except BaseException:
+        lifecycle.kill_pool(pool)
+        raise
+    finally:
+        pool.shutdown()

@@ -1,0 +1,248 @@
+"""The ingest's one write transaction: the run's rows, its converted Parquet files loaded into
+the store, and the derived layer, committed together or not at all."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from tracelab import __version__
+from tracelab.errors import (
+    UsageError,
+)
+from tracelab.ingest import load as load_sql
+from tracelab.ingest.convert import (
+    PARQUET_KINDS,
+)
+from tracelab.ingest.discover import Capture, Discovery
+from tracelab.ingest.ranks import ConvertedRank
+from tracelab.ingest.records import load_capture_records
+
+if TYPE_CHECKING:
+    import duckdb
+
+IfExists = Literal["refuse", "replace"]
+
+
+@dataclass(kw_only=True)
+class IngestReport:
+    """What an ingest did; printed by the CLI."""
+
+    run: str
+    run_id: int | None
+    ranks: list[int]
+    world_size: int | None
+    events: int
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    unchanged: bool = False
+    #: Derived components that failed on the run (component -> reason): its other numbers
+    #: are there, these are not.
+    derived_errors: dict[str, str] = field(default_factory=dict)
+    #: What the ingest decided for the user (e.g. a lone rank-less trace taken as rank 0 of 1).
+    notes: list[str] = field(default_factory=list)
+
+
+def staging_parent(db_path: Path) -> str | None:
+    parent = db_path.resolve().parent if str(db_path) != ":memory:" else None
+    if parent is not None and parent.is_dir() and os.access(parent, os.W_OK):
+        return str(parent)
+    return None
+
+
+def _identical(con: duckdb.DuckDBPyConnection, rid: int, by_rank: dict[int, ConvertedRank]) -> bool:
+    stored = {
+        int(r): sorted(json.loads(h))
+        for r, h in con.execute(
+            "SELECT rank, json_extract(trace_metadata, '$.tracelab_sha256') FROM ranks WHERE run_id = ?",
+            [rid],
+        ).fetchall()
+        if h is not None
+    }
+    new = {rank: sorted(i.sha256 for i in cr.infos) for rank, cr in by_rank.items()}
+    return stored == new
+
+
+def write_run(
+    db_path: Path,
+    staging: Path,
+    name: str,
+    paths: Sequence[str | os.PathLike[str]],
+    capture: Capture | None,
+    by_rank: dict[int, ConvertedRank],
+    skipped: list[dict[str, str]],
+    found: Discovery,
+    if_exists: IfExists,
+    world: int | None = None,
+) -> IngestReport:
+    from tracelab.store import delete_run, open_store
+
+    world = world or _world_size(capture, by_rank)
+    report = IngestReport(
+        run=name,
+        run_id=None,
+        ranks=sorted(by_rank),
+        world_size=world,
+        events=sum(i.event_count for cr in by_rank.values() for i in cr.infos),
+        skipped=skipped,
+        ignored=[str(p) for p in found.ignored],
+    )
+    from tracelab.derived import ComponentFailed
+    from tracelab.derived import errors as derived_errors
+
+    # A derived component that fails inside DuckDB aborts the transaction: the whole write is
+    # tried again without it (its failure recorded in derived_errors), so the run still lands.
+    skip: dict[str, str] = {}
+    with open_store(db_path, read_only=False) as con:
+        while True:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchone()
+                if row is not None:
+                    if _identical(con, int(row[0]), by_rank) and not skipped:
+                        con.execute("ROLLBACK")
+                        report.run_id, report.unchanged = int(row[0]), True
+                        return report
+                    if if_exists == "refuse":
+                        raise UsageError(
+                            f"a run named {name!r} already exists with different content. "
+                            "Use --replace to overwrite it, or --run NEW_NAME to keep both."
+                        )
+                    delete_run(con, int(row[0]))
+                rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+                _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
+                _load(con, rid, staging, by_rank, capture, skip)
+                report.derived_errors = derived_errors(con, rid)
+                con.execute("COMMIT")
+                break
+            except ComponentFailed as exc:
+                con.execute("ROLLBACK")
+                skip[exc.component] = exc.reason
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+    report.run_id = rid
+    return report
+
+
+def _world_size(capture: Capture | None, by_rank: dict[int, ConvertedRank]) -> int | None:
+    if capture is not None and isinstance(capture.manifest.get("world_size"), int):
+        return int(capture.manifest["world_size"])
+    sizes = {i.world_size for cr in by_rank.values() for i in cr.infos if i.world_size}
+    return max(sizes) if sizes else None
+
+
+def _insert_run(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    name: str,
+    paths: Sequence[str | os.PathLike[str]],
+    capture: Capture | None,
+    by_rank: dict[int, ConvertedRank],
+    skipped: list[dict[str, str]],
+    world: int | None,
+) -> None:
+    meta: dict[str, Any] = {"tracelab_version": __version__}
+    if capture is not None:
+        meta["manifest"] = capture.manifest
+        meta["pipeline"] = capture.manifest.get("pipeline")
+    con.execute(
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            rid,
+            name,
+            json.dumps([str(p) for p in paths]),
+            dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+            world,
+            len(by_rank),
+            json.dumps(meta),
+            json.dumps(skipped),
+        ],
+    )
+    rows = []
+    for rank, cr in sorted(by_rank.items()):
+        first = cr.infos[0]
+        entry = capture.ranks.get(rank, {}) if capture is not None else {}
+        clock = entry.get("clock") or {}
+        trace_meta = dict(first.metadata)
+        trace_meta["tracelab_sha256"] = [i.sha256 for i in cr.infos]
+        rows.append(
+            [
+                rid,
+                rank,
+                entry.get("host") or first.host,
+                first.world_size or world,
+                entry.get("backend") or first.backend,
+                entry.get("device")
+                or first.device
+                or ("cpu" if first.device_properties is None else None),
+                entry.get("device_memory_bytes") or first.device_memory_bytes,
+                json.dumps(entry.get("process_groups") or first.process_groups),
+                json.dumps([i.file for i in cr.infos]),
+                sum(i.file_bytes for i in cr.infos),
+                first.base_time_ns,
+                clock.get("offset_ns"),
+                clock.get("uncertainty_ns"),
+                entry.get("pp_stage"),
+                json.dumps(entry.get("coords")) if entry.get("coords") else None,
+                json.dumps(first.device_properties) if first.device_properties else None,
+                json.dumps(trace_meta),
+                sum(i.event_count for i in cr.infos),
+            ]
+        )
+    con.executemany("INSERT INTO ranks VALUES (" + ", ".join("?" for _ in range(18)) + ")", rows)
+
+
+def _parts(staging: Path, by_rank: dict[int, ConvertedRank]) -> dict[str, list[str]]:
+    """Each converted file linked as `parts/rR-oK.KIND.parquet` (load_sql.PARTS), so that the
+    load reads a file's rank and idx offset from its name: kind -> paths."""
+    out: dict[str, list[str]] = {kind: [] for kind in PARQUET_KINDS}
+    parts = staging / "parts"
+    shutil.rmtree(parts, ignore_errors=True)  # a retried write links them again
+    parts.mkdir()
+    for rank, cr in sorted(by_rank.items()):
+        offset = 0
+        for info, folder in zip(cr.infos, cr.dirs, strict=True):
+            for kind in PARQUET_KINDS:
+                link = parts / f"r{rank}-o{offset}.{kind}.parquet"
+                try:
+                    link.symlink_to((folder / f"{kind}.parquet").resolve())
+                except OSError:  # no symlinks here: copy
+                    shutil.copyfile(folder / f"{kind}.parquet", link)
+                out[kind].append(str(link))
+            offset += info.event_count
+    return out
+
+
+def _load(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    staging: Path,
+    by_rank: dict[int, ConvertedRank],
+    capture: Capture | None,
+    skip: dict[str, str],
+) -> None:
+    parts = _parts(staging, by_rank)
+    load_sql.load_events(con, rid, parts["events"], parts["steps"])
+    loaded = dict(
+        con.execute(
+            "SELECT rank, count(*) FROM events WHERE run_id = ? GROUP BY rank", [rid]
+        ).fetchall()
+    )
+    expected = {rank: sum(i.event_count for i in cr.infos) for rank, cr in by_rank.items()}
+    if loaded != expected:  # a bug, never an input error: the transaction rolls back
+        raise RuntimeError(f"events landed on the wrong ranks: {loaded} != {expected}")
+    load_sql.load_trace_memory(con, rid, parts["memory"])
+    load_sql.load_lanes(con, rid, parts["lanes"])
+    load_sql.load_trace_collectives(con, rid)
+    if capture is not None:
+        load_capture_records(con, rid, capture, set(by_rank))
+    from tracelab.derived import derive
+
+    derive(con, rid, skip)

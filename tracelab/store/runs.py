@@ -1,0 +1,73 @@
+"""Run bookkeeping in the store: finding a run by name, listing runs, deleting one."""
+
+from __future__ import annotations
+
+import duckdb
+
+from tracelab.errors import RunNotFoundError
+from tracelab.store.versions import first_row
+
+
+def run_id(con: duckdb.DuckDBPyConnection, name: str) -> int:
+    """The id of the run called `name`; a clear error listing the runs that exist otherwise."""
+    row = first_row(con.execute("SELECT run_id FROM runs WHERE name = ?", [name]))
+    if row is None:
+        names = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY run_id").fetchall()]
+        known = ", ".join(names[:20]) or "none: ingest some traces first"
+        raise RunNotFoundError(f"no run named {name!r} in the store. Runs: {known}.")
+    return int(row[0])
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, str]:
+    """(run_id, name) for `name`, or for the newest run when `name` is None."""
+    if name is not None:
+        return run_id(con, name), name
+    row = first_row(con.execute("SELECT run_id, name FROM runs ORDER BY run_id DESC LIMIT 1"))
+    if row is None:
+        raise RunNotFoundError("the store holds no runs yet. Ingest traces with `tracelab ingest`.")
+    return int(row[0]), str(row[1])
+
+
+#: Tables holding per-run rows, deleted together with the run (derived ones first).
+RUN_TABLES = (
+    "step_spans",
+    "clock_offsets",
+    "matched_collectives",
+    "p2p_ops",
+    "time_parts",
+    "step_parts",
+    "comm_attribution",
+    "pipeline_actions",
+    "pipeline_runs",
+    "pipeline_ranks",
+    "derived_errors",
+    "events",
+    "steps",
+    "lanes",
+    "collectives",
+    "memory",
+    "ranks",
+    "runs",
+)
+
+
+def delete_run(con: duckdb.DuckDBPyConnection, rid: int) -> None:
+    """Delete every row of one run. Call inside a transaction to make it atomic with more work."""
+    for table in RUN_TABLES:
+        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
+
+
+def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
+    """Runs with their rank count, world size, step count and duration, newest first."""
+    rows = con.execute(
+        """
+        SELECT r.run_id, r.name, r.created_at, r.rank_count, r.world_size,
+               (SELECT count(DISTINCT s.step) FROM steps s WHERE s.run_id = r.run_id) AS steps,
+               (SELECT (max(e.ts_ns + e.dur_ns) - min(e.ts_ns)) FROM events e
+                 WHERE e.run_id = r.run_id) AS span_ns,
+               json_array_length(r.skipped) AS skipped_files
+        FROM runs r ORDER BY r.run_id DESC
+        """
+    ).fetchall()
+    keys = ("run_id", "name", "created_at", "ranks", "world_size", "steps", "span_ns", "skipped")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
