@@ -215,9 +215,22 @@ def _step_index(
     one rank do not overlap (they tile), and segments were split at every step boundary."""
     out = np.full(len(seg_r), -1, dtype=np.int64)
     order = np.lexsort((s0, srank))
+    ranks_sorted = srank[order]
+    by_rank = np.argsort(seg_r, kind="stable")
+    seg_sorted = seg_r[by_rank]
+    # One slice of the sorted steps and one of the sorted segments per rank: linear in ranks
+    # (a scan of every row per rank made this 0.54 s at 1,024 ranks).
     for rk in np.unique(srank):
-        mine = order[srank[order] == rk]
-        seg = np.flatnonzero(seg_r == rk)
+        lo, hi = (
+            np.searchsorted(ranks_sorted, rk, side="left"),
+            np.searchsorted(ranks_sorted, rk, side="right"),
+        )
+        mine = order[lo:hi]
+        a, b = (
+            np.searchsorted(seg_sorted, rk, side="left"),
+            np.searchsorted(seg_sorted, rk, side="right"),
+        )
+        seg = by_rank[a:b]
         j = np.searchsorted(s0[mine], seg_a[seg], side="right") - 1
         ok = j >= 0
         jj = mine[np.where(ok, j, 0)]

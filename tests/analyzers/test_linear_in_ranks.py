@@ -82,3 +82,37 @@ def test_memory_grows_linearly_in_ranks():
         tracemalloc.stop()
     assert peaks[1] < 2.5 * peaks[0]
     assert peaks[1] < 8 * 50 * 1024 * 8  # a few copies of the matches x ranks gaps, no more
+
+
+def _step_index_by_scan(seg_r, seg_a, srank, s0, s1):
+    """The lost-time parts' step index as it was: every row scanned once per rank."""
+    out = np.full(len(seg_r), -1, dtype=np.int64)
+    order = np.lexsort((s0, srank))
+    for rk in np.unique(srank):
+        mine = order[srank[order] == rk]
+        seg = np.flatnonzero(seg_r == rk)
+        j = np.searchsorted(s0[mine], seg_a[seg], side="right") - 1
+        ok = j >= 0
+        jj = mine[np.where(ok, j, 0)]
+        ok &= seg_a[seg] < s1[jj]
+        out[seg[ok]] = jj[ok]
+    return out
+
+
+@pytest.mark.parametrize("ranks", [1, 3, 64])
+def test_step_index_same_as_scanning_every_rank(ranks):
+    from tracelab.derived.parts import _step_index
+
+    rng = np.random.default_rng(ranks)
+    steps = 6
+    srank = np.repeat(np.arange(ranks), steps)
+    bounds = np.cumsum(rng.integers(1, 1_000, (ranks, steps + 1)), axis=1) + 1_700_000_000 * 10**9
+    s0, s1 = bounds[:, :-1].ravel(), bounds[:, 1:].ravel()
+    perm = rng.permutation(len(srank))  # step spans come in any order
+    srank, s0, s1 = srank[perm], s0[perm], s1[perm]
+    n = 40 * ranks
+    seg_r = rng.integers(0, ranks, n)
+    seg_a = rng.integers(int(bounds.min()) - 5_000, int(bounds.max()) + 5_000, n)
+    got = _step_index(seg_r, seg_a, srank, s0, s1)
+    assert got.tolist() == _step_index_by_scan(seg_r, seg_a, srank, s0, s1).tolist()
+    assert (got >= 0).any() and (got == -1).any()
