@@ -213,29 +213,25 @@ def _step_index(
 ) -> np.ndarray:
     """For each segment (rank, start), the index of the step span holding it, or -1. Steps of
     one rank do not overlap (they tile), and segments were split at every step boundary."""
+    # One sort of steps and segments together by (rank, start), a step before a segment that
+    # starts with it; each segment then takes the last step before it, if of its own rank.
+    # (A scan of every row per rank made this 0.54 s at 1,024 ranks.)
+    n_steps = len(srank)
     out = np.full(len(seg_r), -1, dtype=np.int64)
-    order = np.lexsort((s0, srank))
-    ranks_sorted = srank[order]
-    by_rank = np.argsort(seg_r, kind="stable")
-    seg_sorted = seg_r[by_rank]
-    # One slice of the sorted steps and one of the sorted segments per rank: linear in ranks
-    # (a scan of every row per rank made this 0.54 s at 1,024 ranks).
-    for rk in np.unique(srank):
-        lo, hi = (
-            np.searchsorted(ranks_sorted, rk, side="left"),
-            np.searchsorted(ranks_sorted, rk, side="right"),
-        )
-        mine = order[lo:hi]
-        a, b = (
-            np.searchsorted(seg_sorted, rk, side="left"),
-            np.searchsorted(seg_sorted, rk, side="right"),
-        )
-        seg = by_rank[a:b]
-        j = np.searchsorted(s0[mine], seg_a[seg], side="right") - 1
-        ok = j >= 0
-        jj = mine[np.where(ok, j, 0)]
-        ok &= seg_a[seg] < s1[jj]
-        out[seg[ok]] = jj[ok]
+    if not n_steps or not len(seg_r):
+        return out
+    rank = np.concatenate([srank, seg_r])
+    start = np.concatenate([s0, seg_a])
+    is_seg = np.concatenate([np.zeros(n_steps, bool), np.ones(len(seg_r), bool)])
+    order = np.lexsort((is_seg, start, rank))
+    pos = np.where(is_seg[order], -1, np.arange(len(order)))
+    seg_at = is_seg[order]
+    cand = np.maximum.accumulate(pos)[seg_at]
+    seg = order[seg_at] - n_steps
+    has = cand >= 0
+    seg, step = seg[has], order[cand[has]]  # a step's index (steps come first in `rank`)
+    ok = (srank[step] == seg_r[seg]) & (seg_a[seg] < s1[step])
+    out[seg[ok]] = step[ok]
     return out
 
 
