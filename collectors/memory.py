@@ -247,12 +247,41 @@ def _microbatch_size(pipeline: Any) -> int | None:
     return None
 
 
+def _meta_bytes(metas: Any) -> int | None:
+    """Bytes of one microbatch of a stage's inputs or outputs, from torch's stage metadata."""
+    if not metas:
+        return None
+    total = 0
+    for meta in metas:
+        shape, dtype = getattr(meta, "shape", None), getattr(meta, "dtype", None)
+        if shape is None or dtype is None:
+            return None
+        total += int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
+    return total
+
+
+def boundary_bytes(pipeline: Any) -> dict[int, dict[str, int | None]]:
+    """Per stage index: one microbatch's input and output bytes (what its sends carry)."""
+    stages = getattr(pipeline, "_stages", None) or [getattr(pipeline, "_stage", None)]
+    out: dict[int, dict[str, int | None]] = {}
+    for stage in stages:
+        meta = getattr(stage, "_stage_meta", None)
+        if stage is None or meta is None:
+            continue
+        out[int(stage.stage_index)] = {
+            "input_bytes": _meta_bytes(getattr(meta, "inputs", None)),
+            "output_bytes": _meta_bytes(getattr(meta, "outputs", None)),
+        }
+    return out
+
+
 def count_model_states(model: Any, optimizer: Any, pipeline: Any, *, step: int) -> dict[str, Any]:
     """The rank's model states (docs/capture-format.md, `model_states`). A parameter that
     requires a gradient but holds none now (zero_grad(set_to_none=True) ran) is counted at its
     own size: the gradient it holds during backward."""
     mods = modules(model, pipeline)
     optims = optimizers(optimizer)
+    edges = boundary_bytes(pipeline) if pipeline is not None else {}
     seen: set[int] = set()
     stages = []
     param_total = 0
@@ -266,6 +295,7 @@ def count_model_states(model: Any, optimizer: Any, pipeline: Any, *, step: int) 
                 "param_bytes": nbytes,
                 "params": int(sum(_numel(p) for p in params)),
                 "layers": layer_count(module),
+                **edges.get(stage if stage is not None else -1, {}),
                 "largest_param_bytes": max(
                     (
                         int(t.numel() * t.element_size())

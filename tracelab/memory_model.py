@@ -96,14 +96,23 @@ def model_state_bytes(
 
 
 def peak_in_flight(
-    schedule: str | None, p: int, m: int, v: int, stage_bytes: Mapping[int, float]
+    schedule: str | None,
+    p: int,
+    m: int,
+    v: int,
+    stage_bytes: Mapping[int, float],
+    kept_after_backward: Mapping[int, float] | None = None,
 ) -> dict[int, tuple[float, dict[int, int]]]:
     """Per rank: (activation bytes at its peak, microbatches each of its stages then holds).
 
     `stage_bytes` is one microbatch's activation bytes per stage index (stage k runs on rank
     k % p, looped placement; V-shaped schedules use their published count). The orders of
     tracelab.derived.schedules are replayed: a forward adds its stage's bytes, the backward of
-    the same microbatch (B, or I for zero-bubble orders) frees them."""
+    the same microbatch (B, or I for zero-bubble orders) frees them, but for
+    `kept_after_backward[k]` bytes that stay until the step's end (the runtime schedules wait
+    for their sends only then, so each send's tensor, the stage's output and input gradient,
+    outlives its backward)."""
+    kept = kept_after_backward or {}
     if schedule in schedules.SCHEDULES:
         order = schedules.make_order(schedule, p, m, v)
         out: dict[int, tuple[float, dict[int, int]]] = {}
@@ -119,7 +128,9 @@ def peak_in_flight(
                         best, at_best = cur, dict(held)
                 elif kind in ("B", "I"):
                     held[stage] = held.get(stage, 0) - 1
-                    cur -= stage_bytes.get(stage, 0.0)
+                    cur -= stage_bytes.get(stage, 0.0) - kept.get(stage, 0.0)
+                    if cur > best:
+                        best, at_best = cur, dict(held)
             out[rank] = (best, at_best)
         return out
     if schedule in _PUBLISHED:
@@ -189,6 +200,7 @@ def estimate_ranks(
     rank_state_bytes: Mapping[int, float],
     rank_backward_workspace: Mapping[int, float] | None = None,
     rank_optimizer_workspace: Mapping[int, float] | None = None,
+    kept_after_backward: Mapping[int, float] | None = None,
 ) -> list[RankEstimate]:
     """Every pipeline rank's estimate from per-stage activation bytes of one microbatch and
     per-rank model-state and workspace bytes. Without a pipeline (p = 1, schedule None) the rank
@@ -196,7 +208,7 @@ def estimate_ranks(
     if p <= 1 or schedule is None:
         held = {0: (sum(stage_activation_bytes.values()), {k: 1 for k in stage_activation_bytes})}
     else:
-        held = peak_in_flight(schedule, p, m, v, stage_activation_bytes)
+        held = peak_in_flight(schedule, p, m, v, stage_activation_bytes, kept_after_backward)
     bw = rank_backward_workspace or {}
     ow = rank_optimizer_workspace or {}
     return [

@@ -12,7 +12,7 @@ from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import text
-from tracelab.figures.memory import peaks_figure, series_figure, stages_figure
+from tracelab.figures.memory import estimate_figure, peaks_figure, series_figure, stages_figure
 from tracelab.render.text import size
 from tracelab.views.findings import targets
 from tracelab.views.memory import memory_series, memory_view
@@ -25,6 +25,39 @@ RANK_COLUMNS = (
     ("capacity", "capacity"),
     ("used", "of capacity"),
 )
+ESTIMATE_COLUMNS = (
+    ("rank", "rank"),
+    ("stages", "stages"),
+    ("in_flight", "microbatches held (stage: n)"),
+    ("estimate", "estimate"),
+    ("measured", "measured"),
+    ("error", "error"),
+    ("states", "of which model states"),
+    ("activations", "activations"),
+    ("rest", "unexplained rest"),
+    ("used", "of capacity"),
+)
+
+
+def _estimate_rows(v: Any) -> list[dict[str, Any]]:
+    def pct(x: Any) -> str:
+        return "-" if x is None else f"{100 * x:+.1f}%"
+
+    return [
+        {
+            "rank": r["rank"],
+            "stages": ", ".join(str(s) for s in r["stages"]),
+            "in_flight": ", ".join(f"{k}: {n}" for k, n in sorted(r["in_flight"].items())),
+            "estimate": size(r["estimate_bytes"]),
+            "measured": size(r.get("measured_bytes")),
+            "error": pct(r.get("error")),
+            "states": size(r.get("diff_model_states_bytes")),
+            "activations": size(r.get("diff_activations_bytes")),
+            "rest": size(r.get("diff_rest_bytes")),
+            "used": "-" if r.get("headroom_used") is None else f"{100 * r['headroom_used']:.0f}%",
+        }
+        for r in v.estimate[:MAX_ROWS]
+    ]
 
 
 @safe_layout("/memory")
@@ -59,6 +92,10 @@ def layout(**kwargs: Any) -> html.Div:
         html.P(v.note, className="hint") if v.note else html.Div(),
         graph(ids.MEM_PEAKS, peaks_figure(v)),
         graph(ids.MEM_STAGES, stages_figure(v)) if v.stages else html.Div(),
+        graph(ids.MEM_ESTIMATE, estimate_figure(v))
+        if v.estimate
+        else html.P(v.estimate_note, className="hint", id=ids.MEM_ESTIMATE),
+        table(ESTIMATE_COLUMNS, _estimate_rows(v)) if v.estimate else html.Div(),
         graph(ids.MEM_SERIES, series_figure(series, v.capacity_bytes))
         if series.ranks
         else html.P(

@@ -36,7 +36,7 @@ WITH a AS (
 ),
 m AS (SELECT rank, ts_ns, allocated_bytes FROM memory
       WHERE run_id = ? AND source = 'trace' AND allocated_bytes IS NOT NULL)
-SELECT a.rank, a.stage, a.kind, a.s0, a.s1,
+SELECT a.rank, a.stage, a.kind, a.step, a.s0, a.s1,
        (SELECT arg_max(allocated_bytes, ts_ns) FROM m WHERE m.rank = a.rank AND m.ts_ns <= a.s1)
      - (SELECT arg_max(allocated_bytes, ts_ns) FROM m WHERE m.rank = a.rank AND m.ts_ns < a.s0)
        AS grown_bytes
@@ -44,7 +44,8 @@ FROM a ORDER BY a.rank, a.s0
 """
 
 _TRACE_PEAK_SQL = """
-SELECT rank, max(allocated_bytes) AS peak_bytes, arg_max(ts_ns, allocated_bytes) AS peak_ts
+SELECT rank, max(allocated_bytes) AS peak_bytes, arg_max(ts_ns, allocated_bytes) AS peak_ts,
+       arg_max(step, allocated_bytes) AS peak_step
 FROM memory
 WHERE run_id = ? AND source = 'trace' AND allocated_bytes IS NOT NULL
   AND step BETWEEN ? AND ? AND coalesce(device_type, 0) = ?
@@ -115,6 +116,7 @@ def estimate(
     by_pp = {i: states.get(r) or 0.0 for i, r in pp_rank.items()}
     bw = {i: _largest_param(entries.get(r, {})) for i, r in pp_rank.items()}
     ow = {i: _optimizer_ws(entries.get(r, {})) for i, r in pp_rank.items()}
+    kept = _kept_sends(entries, pipeline) if pipeline.get("source") == "pp" else {}
     est = mm.estimate_ranks(
         schedule=pipeline["schedule"],
         p=pipeline["ranks"],
@@ -124,6 +126,7 @@ def estimate(
         rank_state_bytes=by_pp,
         rank_backward_workspace=bw,
         rank_optimizer_workspace=ow,
+        kept_after_backward=kept,
     )
     measured = _measured(con, run_id, metadata, entries, device_peaks)
     out = []
@@ -131,7 +134,7 @@ def estimate(
         rank = pp_rank.get(e.rank)
         if rank is None:
             continue
-        peak, peak_ts = measured.get(rank, (None, None))
+        peak, peak_ts, peak_step = measured.get(rank, (None, None, None))
         row: dict[str, Any] = {
             "rank": rank,
             "stages": list(e.stages),
@@ -147,8 +150,13 @@ def estimate(
             "stage_activation_bytes": {str(k): stage_bytes[k] for k in e.stages},
         }
         if peak is not None:
-            held = _held_at(acts, rank, peak_ts) if peak_ts is not None else None
-            act_meas = sum(stage_bytes.get(k, 0.0) * n for k, n in held.items()) if held else None
+            held, done = _held_at(acts, rank, peak_ts, peak_step) if peak_ts else (None, {})
+            act_meas = (
+                sum(stage_bytes.get(k, 0.0) * n for k, n in held.items())
+                + sum(kept.get(k, 0.0) * n for k, n in done.items())
+                if held is not None
+                else None
+            )
             diff = peak - e.total_bytes
             d_states = (states.get(rank) or 0.0) - e.model_states_bytes
             d_acts = act_meas - e.activations_bytes if act_meas is not None else None
@@ -162,6 +170,25 @@ def estimate(
             )
         out.append(row)
     return out, []
+
+
+def _kept_sends(
+    entries: Mapping[int, Mapping[str, Any]], pipeline: Mapping[str, Any]
+) -> dict[int, float]:
+    """Per stage: bytes its sends keep alive until the step's end under the runtime schedules
+    (those that annotate PP: actions): its output (unless last) and its input's gradient
+    (unless first), one microbatch each, from the collector's stage metadata."""
+    last = pipeline["ranks"] * pipeline["stages_per_rank"] - 1
+    out: dict[int, float] = {}
+    for entry in entries.values():
+        for st in (entry.get("model_states") or {}).get("stages") or []:
+            k = st.get("stage")
+            if not isinstance(k, int):
+                continue
+            kept = (st.get("output_bytes") or 0) if k != last else 0
+            kept += (st.get("input_bytes") or 0) if k != 0 else 0
+            out[k] = float(kept)
+    return out
 
 
 def _largest_param(entry: Mapping[str, Any]) -> float:
@@ -183,33 +210,45 @@ def _measured(
     metadata: Mapping[str, Any],
     entries: Mapping[int, Mapping[str, Any]],
     device_peaks: Mapping[int, int],
-) -> dict[int, tuple[float, int | None]]:
-    """Per rank: (measured peak bytes, its instant on the rank's clock when known)."""
+) -> dict[int, tuple[float, int | None, int | None]]:
+    """Per rank: (measured peak bytes, its instant on the rank's clock and its step, when
+    known)."""
     window = _window0(metadata)
     lo, hi = window if window else (-(2**31), 2**31 - 1)
     device = 1 if device_peaks else 0
     trace = {r["rank"]: r for r in rows(con, _TRACE_PEAK_SQL, [run_id, lo, hi, device])}
-    out: dict[int, tuple[float, int | None]] = {}
+    out: dict[int, tuple[float, int | None, int | None]] = {}
     for rank, entry in entries.items():
         t = trace.get(rank)
         if device_peaks:
             if rank in device_peaks:
-                out[rank] = (float(device_peaks[rank]), t["peak_ts"] if t else None)
+                out[rank] = (
+                    float(device_peaks[rank]),
+                    t["peak_ts"] if t else None,
+                    t["peak_step"] if t else None,
+                )
             continue
         live = (entry.get("model_states") or {}).get("live_at_window_start_bytes")
         if t is not None and isinstance(live, int):
-            out[rank] = (float(live + t["peak_bytes"]), int(t["peak_ts"]))
+            out[rank] = (float(live + t["peak_bytes"]), int(t["peak_ts"]), t["peak_step"])
     return out
 
 
-def _held_at(acts: list[dict[str, Any]], rank: int, ts: int) -> dict[int, int]:
-    """Microbatches per stage whose forward ended and whose backward had not, at `ts`."""
+def _held_at(
+    acts: list[dict[str, Any]], rank: int, ts: int, step: int | None
+) -> tuple[dict[int, int], dict[int, int]]:
+    """At `ts`, per stage: microbatches whose forward ended and whose backward had not, and
+    (in `step`) microbatches whose backward had ended (their sends' tensors may still be kept)."""
     held: dict[int, int] = {}
+    done: dict[int, int] = {}
     for a in acts:
-        if a["rank"] != rank or a["s1"] > ts and a["kind"] == "F":
+        if a["rank"] != rank or a["s1"] > ts:
             continue
+        k = a["stage"]
         if a["kind"] == "F":
-            held[a["stage"]] = held.get(a["stage"], 0) + 1
-        elif a["kind"] in ("B", "I") and a["s1"] <= ts:
-            held[a["stage"]] = held.get(a["stage"], 0) - 1
-    return {k: max(0, n) for k, n in held.items()}
+            held[k] = held.get(k, 0) + 1
+        elif a["kind"] in ("B", "I"):
+            held[k] = held.get(k, 0) - 1
+            if a["step"] == step:
+                done[k] = done.get(k, 0) + 1
+    return {k: max(0, n) for k, n in held.items()}, done

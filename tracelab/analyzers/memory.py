@@ -162,6 +162,14 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
             }
         )
     est_tbl, missing = _estimate(con, ctx, p, source, peaks) if is_pipe else ([], [])
+    caps = {x["rank"]: x["capacity_bytes"] for x in rank_tbl}
+    for row in est_tbl:
+        cap = caps.get(row["rank"])
+        row["capacity_bytes"] = cap
+        row["headroom_used"] = (
+            row["measured_bytes"] / cap if cap and row["measured_bytes"] else None
+        )
+        row["estimate_headroom_used"] = row["estimate_bytes"] / cap if cap else None
     findings = _findings(p, metrics, stage_tbl, rank_tbl, source)
     findings += _estimate_findings(p, est_tbl)
     if est_tbl:
@@ -280,7 +288,8 @@ def _estimate(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     got = rows(
         con,
-        "SELECT schedule, ranks, stages_per_rank, microbatches FROM pipeline_runs WHERE run_id = ?",
+        "SELECT source, schedule, ranks, stages_per_rank, microbatches FROM pipeline_runs "
+        "WHERE run_id = ?",
         [ctx.run_id],
     )
     device = {x["rank"]: x["peak_bytes"] for x in peaks} if source == "step_peak" else {}

@@ -110,6 +110,13 @@ class MemoryView:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     #: Per stage (pipelines): peak_bytes, over_mean, expected_over_mean.
     stages: list[dict[str, Any]] = field(default_factory=list)
+    #: Per pipeline rank: the memory estimate beside the measured peak (the analyzer's
+    #: `estimate` table: model_states_bytes, activations_bytes, backward/optimizer workspace,
+    #: allowance_bytes, estimate_bytes, measured_bytes, error and its split, predicted_bytes when
+    #: a `tracelab estimate` config was given), raw bytes.
+    estimate: list[dict[str, Any]] = field(default_factory=list)
+    #: Why there is no estimate (the analyzer's note naming what is missing), or ''.
+    estimate_note: str = ""
 
     @property
     def source(self) -> str:
@@ -175,10 +182,15 @@ def memory_view(analysis: Analysis) -> MemoryView:
         )
     ranks = sorted((dict(r) for r in result.tables.get("ranks", [])), key=lambda r: r["rank"])
     stages = sorted((dict(r) for r in result.tables.get("stages", [])), key=lambda r: r["stage"])
+    estimate = sorted(
+        (dict(r) for r in result.tables.get("estimate", [])), key=lambda r: min(r["stages"])
+    )
     return MemoryView(
         available=bool(ranks),
         metrics=dict(result.metrics),
         ranks=ranks,
         stages=stages,
+        estimate=estimate,
+        estimate_note=next((n for n in result.notes if n.startswith("no memory estimate")), ""),
         note=" ".join(result.notes) or ("" if ranks else "No memory samples in this run."),
     )
