@@ -135,3 +135,14 @@ def test_estimate_command(tmp_path) -> None:
         text=True,
     )
     assert bad.returncode == 2 and "--hidden" in bad.stderr
+
+
+def test_run_without_collector_data_says_what_is_missing(analyzed) -> None:
+    """A pipelined capture whose collector counted no model states gets no estimate, and the
+    note names the missing input and how to capture it (never a guess)."""
+    _, results = analyzed("pipeline", schedule="1f1b", p=4, m=8, capture=True)
+    mem = results["memory"]
+    assert mem.tables["estimate"] == []
+    note = next(n for n in mem.notes if n.startswith("no memory estimate"))
+    assert "model-state bytes" in note and "optimizer=" in note
+    assert not any(f.code == "MEMORY_ESTIMATE_MISMATCH" for f in mem.findings)

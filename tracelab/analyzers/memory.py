@@ -187,7 +187,8 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         ],
     }.get(source, [])
     if missing:
-        notes.append("no memory estimate: missing " + "; ".join(missing) + ".")
+        lead = "memory estimate without" if est_tbl else "no memory estimate: missing"
+        notes.append(f"{lead} " + "; ".join(missing) + ".")
     return Result(
         analyzer=NAME,
         run=ctx.name,
@@ -300,7 +301,10 @@ def _estimate(
     except ValueError as exc:  # a schedule without an in-flight count
         return [], [str(exc)]
     if p.get("prediction") and tbl:
-        _add_prediction(tbl, str(p["prediction"]))
+        try:
+            _add_prediction(tbl, str(p["prediction"]))
+        except (OSError, ValueError, TypeError) as exc:
+            missing.append(f"a usable prediction ({p['prediction']}: {exc})")
     return tbl, missing
 
 

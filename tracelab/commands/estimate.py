@@ -3,7 +3,7 @@
 From a small config (a YAML or JSON file, or flags; flags override the file) it applies the
 memory model of tracelab.memory_model (docs/metrics.md, "Memory estimate"): model states,
 activations in flight per the schedule, the backward's and the optimizer step's workspace, and
-the allowance. The same file given to the memory analyzer (`--param memory.prediction=FILE`)
+the allowance. The same file given to the memory analyzer (`tracelab analyze --prediction FILE`)
 puts the prediction beside a run's measured peaks.
 """
 

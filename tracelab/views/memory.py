@@ -170,6 +170,12 @@ class MemoryView:
                     else ""
                 )
             )
+        err = m.get("estimate_max_abs_error")
+        if err is not None:
+            parts.append(
+                f"measured peaks within {100 * err:.0f}% of the memory estimate on every "
+                "pipeline rank"
+            )
         return "; ".join(parts) + "." if parts else ""
 
 
