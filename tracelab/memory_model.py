@@ -57,6 +57,11 @@ _PUBLISHED = {
 }
 
 
+#: Schedules replayed with another's order: the interleaved zero-bubble schedule keeps
+#: interleaved 1F1B's activation memory (ZB-H1's memory limit, per chunk).
+_REPLAYED_AS = {"zero_bubble": "interleaved_1f1b"}
+
+
 def interleave_factor(p: int, v: int) -> float:
     """Korthikanti et al. 4.2.3: the first stage of an interleaved schedule with v chunks per
     rank holds (1 + (p - 1) / (p * v)) times the activations of the non-interleaved one."""
@@ -113,6 +118,8 @@ def peak_in_flight(
     for their sends only then, so each send's tensor, the stage's output and input gradient,
     outlives its backward)."""
     kept = kept_after_backward or {}
+    if schedule in _REPLAYED_AS:
+        schedule = _REPLAYED_AS[schedule]
     if schedule in schedules.SCHEDULES:
         order = schedules.make_order(schedule, p, m, v)
         out: dict[int, tuple[float, dict[int, int]]] = {}

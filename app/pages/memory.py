@@ -39,27 +39,6 @@ ESTIMATE_COLUMNS = (
 )
 
 
-def _estimate_rows(v: Any) -> list[dict[str, Any]]:
-    def pct(x: Any) -> str:
-        return "-" if x is None else f"{100 * x:+.1f}%"
-
-    return [
-        {
-            "rank": r["rank"],
-            "stages": ", ".join(str(s) for s in r["stages"]),
-            "in_flight": ", ".join(f"{k}: {n}" for k, n in sorted(r["in_flight"].items())),
-            "estimate": size(r["estimate_bytes"]),
-            "measured": size(r.get("measured_bytes")),
-            "error": pct(r.get("error")),
-            "states": size(r.get("diff_model_states_bytes")),
-            "activations": size(r.get("diff_activations_bytes")),
-            "rest": size(r.get("diff_rest_bytes")),
-            "used": "-" if r.get("headroom_used") is None else f"{100 * r['headroom_used']:.0f}%",
-        }
-        for r in v.estimate[:MAX_ROWS]
-    ]
-
-
 @safe_layout("/memory")
 def layout(**kwargs: Any) -> html.Div:
     wait = pending.wait_for("/memory", kwargs, [text(kwargs, "run")])
@@ -95,7 +74,7 @@ def layout(**kwargs: Any) -> html.Div:
         graph(ids.MEM_ESTIMATE, estimate_figure(v))
         if v.estimate
         else html.P(v.estimate_note, className="hint", id=ids.MEM_ESTIMATE),
-        table(ESTIMATE_COLUMNS, _estimate_rows(v)) if v.estimate else html.Div(),
+        table(ESTIMATE_COLUMNS, v.estimate_rows()[:MAX_ROWS]) if v.estimate else html.Div(),
         graph(ids.MEM_SERIES, series_figure(series, v.capacity_bytes))
         if series.ranks
         else html.P(

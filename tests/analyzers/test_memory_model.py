@@ -146,3 +146,19 @@ def test_run_without_collector_data_says_what_is_missing(analyzed) -> None:
     note = next(n for n in mem.notes if n.startswith("no memory estimate"))
     assert "model-state bytes" in note and "optimizer=" in note
     assert not any(f.code == "MEMORY_ESTIMATE_MISMATCH" for f in mem.findings)
+
+
+@pytest.mark.parametrize(
+    "schedule,p,v,want",
+    [
+        ("gpipe", 4, 1, [8, 8, 8, 8]),  # every stage holds all m
+        ("zb_h1", 4, 1, [4, 3, 2, 1]),  # 1F1B's memory limit
+        ("zbv", 4, 2, [8, 8, 8, 8]),  # 2p chunks on every rank
+        ("dualpipev", 4, 2, [10, 10, 10, 10]),  # PP + 1 microbatches of a rank: 2(p + 1) chunks
+        ("looped_bfs", 4, 2, [16, 16, 16, 16]),
+    ],
+)
+def test_in_flight_counts_per_schedule(schedule: str, p: int, v: int, want: list[int]) -> None:
+    m = 8
+    held = mm.peak_in_flight(schedule, p, m, v, {k: 1.0 for k in range(p * v)})
+    assert [held[r][0] for r in range(p)] == [float(n) for n in want]

@@ -64,6 +64,9 @@ def test_1f1b_unbalanced_within_15_percent(torchrun: Any, tmp_path: Path) -> Non
     assert kib["estimate: model states"][0] == pytest.approx(by[0]["model_states_bytes"] / 2**20)
     measured = [v for k, v in kib.items() if k.startswith("measured peak")][0]
     assert measured == pytest.approx([by[r]["measured_bytes"] / 2**20 for r in range(4)])
+    text = MemoryView(available=True, estimate=rows).estimate_rows()
+    assert [t["in_flight"] for t in text] == ["0: 4", "1: 3", "2: 2", "3: 1"]
+    assert text[0]["error"] == f"{100 * by[0]['error']:+.1f}%"
 
 
 def test_interleaved_unbalanced_within_15_percent(torchrun: Any, tmp_path: Path) -> None:

@@ -35,7 +35,8 @@ WITH a AS (
     WHERE p.run_id = ?
 ),
 m AS (SELECT rank, ts_ns, allocated_bytes FROM memory
-      WHERE run_id = ? AND source = 'trace' AND allocated_bytes IS NOT NULL)
+      WHERE run_id = ? AND source = 'trace' AND allocated_bytes IS NOT NULL
+        AND coalesce(device_type, 0) = ?)
 SELECT a.rank, a.stage, a.kind, a.step, a.s0, a.s1,
        (SELECT arg_max(allocated_bytes, ts_ns) FROM m WHERE m.rank = a.rank AND m.ts_ns <= a.s1)
      - (SELECT arg_max(allocated_bytes, ts_ns) FROM m WHERE m.rank = a.rank AND m.ts_ns < a.s0)
@@ -94,7 +95,9 @@ def estimate(
         )
     if pipeline is None:
         missing.append("a pipeline (pipeline_runs is empty): the estimate is per stage")
-    acts = rows(con, _FORWARD_SQL, [run_id, run_id]) if pipeline else []
+    # The compute device's allocator: CUDA events on GPU ranks, CPU events on host-only ranks.
+    device = 1 if device_peaks else 0
+    acts = rows(con, _FORWARD_SQL, [run_id, run_id, device]) if pipeline else []
     grown: dict[int, list[float]] = {}
     for a in acts:
         if a["kind"] == "F" and a["grown_bytes"] is not None:

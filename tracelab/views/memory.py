@@ -118,6 +118,32 @@ class MemoryView:
     #: Why there is no estimate (the analyzer's note naming what is missing), or ''.
     estimate_note: str = ""
 
+    def estimate_rows(self) -> list[dict[str, Any]]:
+        """The estimate table as text, one row per pipeline rank: stages, microbatches held per
+        stage, estimate, measured, error, and the error's split (model states, activations,
+        unexplained rest), measured peak / capacity."""
+
+        def pct(x: Any) -> str:
+            return "-" if x is None else f"{100 * x:+.1f}%"
+
+        return [
+            {
+                "rank": r["rank"],
+                "stages": ", ".join(str(s) for s in r["stages"]),
+                "in_flight": ", ".join(f"{k}: {n}" for k, n in sorted(r["in_flight"].items())),
+                "estimate": size(r["estimate_bytes"]),
+                "measured": size(r.get("measured_bytes")),
+                "error": pct(r.get("error")),
+                "states": size(r.get("diff_model_states_bytes")),
+                "activations": size(r.get("diff_activations_bytes")),
+                "rest": size(r.get("diff_rest_bytes")),
+                "used": "-"
+                if r.get("headroom_used") is None
+                else f"{100 * r['headroom_used']:.0f}%",
+            }
+            for r in self.estimate
+        ]
+
     @property
     def source(self) -> str:
         return str(self.metrics.get("source") or "")
