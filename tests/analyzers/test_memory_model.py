@@ -129,6 +129,13 @@ def test_estimate_command(tmp_path) -> None:
     first = dict(zip(out[0].split(","), out[1].split(",")))
     # 175B first stage, 1F1B: 32.086 GiB of activations (p = 8 microbatches of 12 layers).
     assert first["activations_GiB"] == "32.086"
+    fits = subprocess.run(
+        [sys.executable, "-m", "tracelab.cli", "estimate", str(cfg), "--capacity-gib", "80"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "of_capacity" in fits and "(does not fit)" not in fits.splitlines()[2]
     bad = subprocess.run(
         [sys.executable, "-m", "tracelab.cli", "estimate", "--layers", "2"],
         capture_output=True,

@@ -172,7 +172,16 @@ def estimate(
                 held_at_peak={str(k): n for k, n in (held or {}).items()},
             )
         out.append(row)
-    return out, []
+    caveats = []
+    if any(
+        not (e.get("model_states") or {}).get("optimizers")
+        for e in entries.values()
+        if isinstance(e.get("model_states"), dict)
+    ):
+        caveats.append(
+            "the optimizer's states (tracelab.profile got no optimizer=, so none were counted)"
+        )
+    return out, caveats
 
 
 def _kept_sends(

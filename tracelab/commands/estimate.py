@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         }
         for e in ranks
     ]
+    if args.capacity_gib:
+        for row in rows:
+            used = row["total_GiB"] / args.capacity_gib
+            row["of_capacity"] = f"{100 * used:.0f}%" + (" (does not fit)" if used > 1 else "")
     if args.format == "json":
         print(json.dumps({"config": raw, "ranks": rows}, indent=1, default=str))
     else:
@@ -98,5 +102,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, kind in FLAGS:
         p.add_argument(f"--{name}", type=kind, default=None)
     p.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
+    p.add_argument(
+        "--capacity-gib",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="device memory per GPU: adds each rank's share of it (above 80%%, fragmentation "
+        "and spikes risk out-of-memory)",
+    )
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.set_defaults(func=run)
