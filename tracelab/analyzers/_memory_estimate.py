@@ -54,6 +54,17 @@ GROUP BY rank
 """
 
 
+def _ms(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A rank's `model_states` (docs/capture-format.md), or {} when absent or malformed."""
+    ms = entry.get("model_states")
+    return ms if isinstance(ms, dict) else {}
+
+
+def _stage_entries(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    stages = _ms(entry).get("stages")
+    return [s for s in stages if isinstance(s, dict)] if isinstance(stages, list) else []
+
+
 def _manifest_ranks(metadata: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     entries = ((metadata or {}).get("manifest") or {}).get("ranks") or []
     return {int(e["rank"]): e for e in entries if isinstance(e, dict) and "rank" in e}
@@ -173,11 +184,7 @@ def estimate(
             )
         out.append(row)
     caveats = []
-    if any(
-        not (e.get("model_states") or {}).get("optimizers")
-        for e in entries.values()
-        if isinstance(e.get("model_states"), dict)
-    ):
+    if any(not _ms(e).get("optimizers") for e in entries.values() if _ms(e)):
         caveats.append(
             "the optimizer's states (tracelab.profile got no optimizer=, so none were counted)"
         )
@@ -193,7 +200,7 @@ def _kept_sends(
     last = pipeline["ranks"] * pipeline["stages_per_rank"] - 1
     out: dict[int, float] = {}
     for entry in entries.values():
-        for st in (entry.get("model_states") or {}).get("stages") or []:
+        for st in _stage_entries(entry):
             k = st.get("stage")
             if not isinstance(k, int):
                 continue
@@ -205,12 +212,12 @@ def _kept_sends(
 
 def _largest_param(entry: Mapping[str, Any]) -> float:
     """The backward's weight-gradient temporary: the rank's largest parameter tensor."""
-    stages = (entry.get("model_states") or {}).get("stages") or []
+    stages = _stage_entries(entry)
     return float(max((s.get("largest_param_bytes") or 0 for s in stages), default=0))
 
 
 def _optimizer_ws(entry: Mapping[str, Any]) -> float:
-    ms = entry.get("model_states") or {}
+    ms = _ms(entry)
     names = [str(n).lower() for n in ms.get("optimizers") or []]
     kind = "adam" if any(n.startswith("adam") for n in names) else "sgd"
     return mm.optimizer_workspace(float(ms.get("optimizer_bytes") or 0), kind)
@@ -240,7 +247,7 @@ def _measured(
                     t["peak_step"] if t else None,
                 )
             continue
-        live = (entry.get("model_states") or {}).get("live_at_window_start_bytes")
+        live = _ms(entry).get("live_at_window_start_bytes")
         if t is not None and isinstance(live, int):
             out[rank] = (float(live + t["peak_bytes"]), int(t["peak_ts"]), t["peak_step"])
     return out

@@ -298,8 +298,8 @@ def _estimate(
         tbl, missing = _memory_estimate.estimate(
             con, ctx.run_id, ctx.metadata, got[0] if got else None, device
         )
-    except ValueError as exc:  # a schedule without an in-flight count
-        return [], [str(exc)]
+    except (ValueError, TypeError) as exc:  # a schedule without a count; a malformed entry
+        return [], [f"a usable input ({exc})"]
     if p.get("prediction") and tbl:
         try:
             _add_prediction(tbl, str(p["prediction"]))
