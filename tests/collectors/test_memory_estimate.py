@@ -37,6 +37,11 @@ def _estimate(
         result = memory.analyze(con, run_context(con, run_id), params or {})
     rows = result.tables["estimate"]
     assert sorted(r["rank"] for r in rows) == [0, 1, 2, 3], result.notes
+    # One measured peak per rank: the rank table and the estimate's agree (CPU events plus
+    # the collector's baseline, not the events' lower bound).
+    assert result.metrics["source"] == "trace_baseline"
+    peaks = {r["rank"]: r["peak_bytes"] for r in result.tables["ranks"]}
+    assert peaks == {r["rank"]: r["measured_bytes"] for r in rows}
     return rows
 
 

@@ -223,6 +223,16 @@ def _optimizer_ws(entry: Mapping[str, Any]) -> float:
     return mm.optimizer_workspace(float(ms.get("optimizer_bytes") or 0), kind)
 
 
+def measured_peaks(
+    con: duckdb.DuckDBPyConnection, run_id: int, metadata: Mapping[str, Any]
+) -> dict[int, float]:
+    """Per rank, the CPU peak with the collector's baseline: the highest `Total Allocated` of
+    the first window's allocator events plus the model-state bytes live when it opened. Empty
+    where a rank lacks either (the memory analyzer then keeps the events' lower bound)."""
+    got = _measured(con, run_id, metadata, _manifest_ranks(metadata), {})
+    return {rank: peak for rank, (peak, _, _) in got.items()}
+
+
 def _measured(
     con: duckdb.DuckDBPyConnection,
     run_id: int,

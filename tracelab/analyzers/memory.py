@@ -85,9 +85,26 @@ def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[
     return "rss", rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak'"), [run_id])
 
 
+def _cpu_only(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
+    got = scalar(
+        con.execute(
+            "SELECT max(coalesce(device_type, 0)) FROM memory WHERE run_id = ? "
+            "AND source = 'trace'",
+            [run_id],
+        )
+    )
+    return got == 0
+
+
 def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
     source, peaks = _peaks(con, ctx.run_id)
+    if source == "trace" and _cpu_only(con, ctx.run_id):
+        based = _memory_estimate.measured_peaks(con, ctx.run_id, ctx.metadata)
+        if peaks and all(x["rank"] in based for x in peaks):
+            for x in peaks:
+                x["peak_bytes"] = int(based[x["rank"]])
+            source = "trace_baseline"
     if not peaks:
         return Result(
             analyzer=NAME,
@@ -179,6 +196,11 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         "trace": [
             "peaks from the trace's [memory] events: allocations made before "
             "profiling started are missing, so these are lower bounds."
+        ],
+        "trace_baseline": [
+            "peaks from the CPU allocator's events of the first window plus the model-state "
+            "bytes the collector found live when it opened (the events miss allocations made "
+            "before profiling)."
         ],
         "rss": [
             "peaks are process RSS from the collector (no device allocator, no "

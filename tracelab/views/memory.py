@@ -29,11 +29,14 @@ SOURCES = {
     "trace": "allocator events in the trace ([memory]); a lower bound of the true peak",
     "rss": "process RSS on the CPU (the collector's sample per step; includes the "
     "interpreter and libraries, not only tensors)",
+    "trace_baseline": "CPU allocator events of the first window plus the model-state bytes "
+    "live when it opened (the collector's count)",
 }
 SHORT_SOURCES = {
     "step_peak": "allocated (device allocator)",
     "trace": "allocated (trace events)",
     "rss": "process RSS",
+    "trace_baseline": "allocated (CPU allocator events + baseline)",
 }
 
 SERIES_SQL = """
