@@ -228,7 +228,7 @@ def estimate_figure(v: MemoryView) -> Figure:
     traces.append(
         {
             "type": "bar",
-            "name": f"measured peak ({v.peak_label})",
+            "name": f"measured peak: {v.peak_label}",
             "x": labels,
             "y": [
                 None if r.get("measured_bytes") is None else r["measured_bytes"] / div for r in rows
