@@ -209,7 +209,13 @@ class Profile:
                 self._comm.exclude(self._group)
         if cfg.memory:
             snap = self.rank_dir if cfg.memory_snapshot else None
-            self._memory = MemoryTracker(device=self.device, snapshot_dir=snap)
+            self._memory = MemoryTracker(
+                device=self.device,
+                snapshot_dir=snap,
+                model=cfg.model,
+                optimizer=cfg.optimizer,
+                pipeline=cfg.pipeline,
+            )
         self._fr_on = bool(cfg.flight_recorder and distributed and fr.is_armed())
         if cfg.flight_recorder and distributed and not self._fr_on and self.rank == 0:
             log.warning(
@@ -443,6 +449,7 @@ class Profile:
             else None,
             "collective_seq": "flight_recorder" if self._fr_on else "collector",
             "memory": self._memory.peaks if self._memory is not None else [],
+            "model_states": self._memory.model_states if self._memory is not None else None,
             "memory_snapshot": (
                 f"{self.rank_dir.name}/{self._memory.snapshot_path}"
                 if self._memory is not None and self._memory.snapshot_path

@@ -38,6 +38,7 @@ COMMANDS = (
     "tracelab.commands.open",
     "tracelab.commands.report",
     "tracelab.commands.baseline",
+    "tracelab.commands.estimate",
 )
 
 
