@@ -21,6 +21,7 @@ from tracelab.analyzers._common import RunContext, merge_params, ranks_str, rows
 from tracelab.derived.pipeline import declared_pipeline, schedule_name
 from tracelab.derived.sqlrows import scalar
 from tracelab.results import Evidence, Finding, Result, Severity
+from tracelab.vocabulary import Code
 
 NAME = "memory"
 TITLE = "Memory per rank and stage"
@@ -37,7 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "prediction": None,
 }
 #: This analyzer's finding codes beyond the vocabulary's (for the integrator).
-ESTIMATE_CODE = "MEMORY_ESTIMATE_MISMATCH"
+ESTIMATE_CODE = Code.MEMORY_ESTIMATE_MISMATCH
 
 
 def expected_microbatches(schedule: str | None, p: int, m: int) -> list[int] | None:
@@ -243,7 +244,7 @@ def _findings(
         )
         out.append(
             Finding(
-                code="STAGE_MEMORY_IMBALANCE",
+                code=Code.STAGE_MEMORY_IMBALANCE,
                 severity=Severity.WARNING if beyond else Severity.INFO,
                 title=f"Stage memory imbalance: stage {heavy['stage']} peaks at "
                 f"{size_str(heavy['peak_bytes'])}, {mom:.2f}x the mean ({expl})",
@@ -279,7 +280,7 @@ def _findings(
         worst = max(hot, key=lambda x: x["headroom_used"])
         out.append(
             Finding(
-                code="MEMORY_HEADROOM",
+                code=Code.MEMORY_HEADROOM,
                 severity=Severity.WARNING,
                 title=f"{ranks_str([x['rank'] for x in hot])} use up to "
                 f"{100 * worst['headroom_used']:.0f}% of device memory"
