@@ -113,7 +113,8 @@ def choose_source(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
 
 def keyed_sql() -> str:
     """Matched group collectives on the ranks' own clocks, one row per (match, rank): the body
-    of the macro keyed_collectives(_run, _source) (tracelab.derived.sqlfiles.create_macros). Columns: rank, key, op, pg_name, step (the match's), start_ns, end_ns,
+    of the macro keyed_collectives(_run, _source) (tracelab.derived.sqlfiles.create_macros).
+    Columns: rank, key, op, pg_name, step (the match's), start_ns, end_ns,
     bytes (nccl-tests size; for kernels without record_param_comms, from the host op's
     inputs, HOST_OP_IN_BYTES_SQL), group_size (the trace's, else the ranks matched), matched
     (ranks matched), transfer_ns (shortest duration), event_idx.

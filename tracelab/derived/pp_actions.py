@@ -219,23 +219,22 @@ def actions(
     keys = ["rank", "step", "tid", "a0", "a1", "stage", "kind", "mb"]
     cols = {k: [s[k] for s in spans] for k in keys}
     rel = (
-        "(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::INTEGER[]) AS step, "
-        "unnest(?::BIGINT[]) AS tid, unnest(?::BIGINT[]) AS a0, unnest(?::BIGINT[]) AS a1, "
-        "unnest(?::INTEGER[]) AS stage, unnest(?::VARCHAR[]) AS kind, "
-        "unnest(?::INTEGER[]) AS mb)"
+        "(SELECT unnest($rank::INTEGER[]) AS rank, unnest($step::INTEGER[]) AS step, "
+        "unnest($tid::BIGINT[]) AS tid, unnest($a0::BIGINT[]) AS a0, "
+        "unnest($a1::BIGINT[]) AS a1, unnest($stage::INTEGER[]) AS stage, "
+        "unnest($kind::VARCHAR[]) AS kind, unnest($mb::INTEGER[]) AS mb)"
     )
-    rel_params = [cols[k] for k in keys]
     host_compute = iv.host_compute_sql("SELECT * FROM _hs", "rank, step, tid")
     measured = rows(
         con,
         f"""
         WITH a AS {rel},
-        _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = ? AND on_device
+        _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = $run AND on_device
                  AND category = 'compute'),
         _hs AS ({HOST_OPS_SQL} AND rank NOT IN (SELECT rank FROM _dev)),
         dk AS (SELECT a.rank, a.step, a.stage, a.kind, a.mb, k.ts_ns AS t0,
                       k.ts_ns + k.dur_ns AS t1
-               FROM a JOIN events l ON l.run_id = ? AND l.rank = a.rank AND l.tid = a.tid
+               FROM a JOIN events l ON l.run_id = $run AND l.rank = a.rank AND l.tid = a.tid
                     AND NOT l.on_device AND l.correlation IS NOT NULL
                     AND l.ts_ns >= a.a0 AND l.ts_ns < a.a1
                JOIN events k ON k.run_id = l.run_id AND k.rank = l.rank
@@ -244,17 +243,16 @@ def actions(
                       least(h.t1, a.a1) AS t1
                FROM a JOIN ({host_compute}) h ON h.rank = a.rank AND h.tid = a.tid
                     AND h.t0 < a.a1 AND h.t1 > a.a0),
-        u AS ({
-            iv.union_sql(
-                "SELECT * FROM dk UNION ALL SELECT * FROM hk", "rank, step, stage, kind, mb"
-            )
-        })
+        busy AS (SELECT {{'rank': rank, 'step': step, 'stage': stage, 'kind': kind, 'mb': mb}}
+                        AS k, t0, t1
+                 FROM (SELECT * FROM dk UNION ALL SELECT * FROM hk)),
+        u AS (SELECT unnest(k), t0, t1 FROM interval_union(busy))
         SELECT a.rank, a.step, a.stage, a.kind, a.mb, a.a0, a.a1,
                coalesce(sum(u.t1 - u.t0), 0) AS busy_ns, min(u.t0) AS c0, max(u.t1) AS c1
         FROM a LEFT JOIN u USING (rank, step, stage, kind, mb)
         GROUP BY ALL ORDER BY a.rank, a.step, c0
         """,
-        [*rel_params, run_id, run_id, run_id],
+        {**cols, "run": run_id},
     )
     for x in measured:
         # An action that computed nothing (e.g. the first stage's input-grad backward) keeps its

@@ -64,13 +64,17 @@ def schema_sql() -> str:
     return "\n".join(ddl(name) for name in DEFINITIONS)
 
 
-def create_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the shared macros, temporary, on this connection: those of _macros.sql, and
+def create_macros(con: duckdb.DuckDBPyConnection, *, store: bool = True) -> None:
+    """Create the shared macros, temporary, on this connection: those of _macros.sql and, with
+    `store` (the connection holds a store's tables), those of _store_macros.sql and
     keyed_collectives(_run, _source), the matched group collectives of
     tracelab.derived.collectives.keyed_sql (its size rules are generated from Python tables)."""
     from tracelab.derived.collectives import keyed_sql
 
     con.execute(text("_macros"))
+    if not store:
+        return
+    con.execute(text("_store_macros"))
     con.execute(
         f"CREATE OR REPLACE TEMP MACRO keyed_collectives(_run, _source) AS TABLE {keyed_sql()}"
     )

@@ -19,6 +19,7 @@ import duckdb
 from tracelab.defaults import WARMUP_STEPS
 from tracelab.derived import sqlfiles
 
+
 def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Fill step_spans for the run (after clock_offsets): tracelab/derived/sql/step_spans.sql."""
     sqlfiles.run(con, "step_spans", {"run": run_id, "warmup": WARMUP_STEPS})

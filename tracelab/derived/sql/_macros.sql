@@ -1,13 +1,10 @@
 -- Macros the derived definitions share (one definition each; tracelab.derived.sqlfiles creates
--- them, as temporary macros, on the connection that derives).
+-- them, as temporary macros, on the connection that derives). These read no table; those that
+-- read the store's tables are in _store_macros.sql.
 
 -- Event time on the reference clock: a rank's own time minus its clock_offsets.offset_ns
 -- (docs/metrics.md, "Clocks"). Every derived time on the reference clock goes through this.
 CREATE OR REPLACE TEMP MACRO ref_ns(own_ns, offset_ns) AS own_ns - offset_ns;
-
--- The clock offsets of one run, to join on rank: (rank, o).
-CREATE OR REPLACE TEMP MACRO run_offsets(run) AS TABLE
-    SELECT rank, offset_ns AS o FROM clock_offsets WHERE run_id = run;
 
 -- The union of intervals: the merged intervals of the relation named `src` (columns k, t0,
 -- t1; k any key, a STRUCT for several) per k: sort by start, running max of end, a new group
@@ -29,3 +26,12 @@ CREATE OR REPLACE TEMP MACRO interval_union(src) AS TABLE
         )
     )
     GROUP BY k, _grp;
+
+-- A communication event's op in tracelab's vocabulary: the op of the first rule whose pattern
+-- matches the name lower-cased without underscores, else 'unknown' (the rules are
+-- tracelab.ingest.load.OP_RULES, bound as the lists `patterns` and `ops`; the same rules as
+-- the ingest's op_sql).
+CREATE OR REPLACE TEMP MACRO collective_op(name, patterns, ops) AS
+    coalesce(ops[list_position(
+        list_transform(patterns, lambda p: regexp_matches(replace(lower(name), '_', ''), p)),
+        true)], 'unknown');
