@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,22 @@ def test_derived_rows(scenario: str, stores: dict[str, tuple[Path, str]]) -> Non
         f"{scenario}: derived rows of {', '.join(failures)} differ from tests/golden/derived/: "
         "review the change, then regenerate (see tests/golden/test_derived_golden.py)"
     )
+
+
+def test_every_definition_inserts_by_name_with_named_parameters() -> None:
+    """Each derived table's file holds its DDL and an INSERT INTO <table> BY NAME (never by
+    position), and no file of tracelab/derived/sql binds positionally."""
+    from tracelab.derived import sqlfiles
+
+    sql_dir = Path(sqlfiles.__file__).parent / "sql"
+    for path in sorted(sql_dir.glob("*.sql")):
+        assert "?" not in path.read_text(), f"{path.name} binds a positional parameter"
+    for name in sqlfiles.DEFINITIONS:
+        ddl = sqlfiles.ddl(name)
+        assert re.search(rf"^CREATE (TABLE IF NOT EXISTS|OR REPLACE VIEW) {name}\b", ddl, re.M), (
+            name
+        )
+        if "CREATE OR REPLACE VIEW" in ddl:
+            continue
+        statement = sqlfiles.statement(name)
+        assert statement.startswith(f"INSERT INTO {name} BY NAME\n"), name

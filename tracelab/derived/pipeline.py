@@ -57,7 +57,7 @@ def schedule_name(meta: Mapping[str, Any] | None) -> str | None:
 
 def _stage_map(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[int, int]:
     got = con.execute(
-        "SELECT rank, pp_stage FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]
+        "SELECT rank, pp_stage FROM ranks WHERE run_id = $run ORDER BY rank", {"run": run_id}
     ).fetchall()
     return {int(rk): int(st) if st is not None else i for i, (rk, st) in enumerate(got)}
 
@@ -152,7 +152,7 @@ def _inherent(
 
 def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Fill pipeline_actions, pipeline_runs and pipeline_ranks for a pipelined run."""
-    row = first(con.execute("SELECT metadata FROM runs WHERE run_id = ?", [run_id]))
+    row = first(con.execute("SELECT metadata FROM runs WHERE run_id = $run", {"run": run_id}))
     metadata = json.loads(row[0]) if row and row[0] else {}
     meta = declared_pipeline(metadata)
     declared = bool(meta) if "manifest" in metadata else None
@@ -165,20 +165,18 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     )
     if not acts:
         return
-    off = dict(
-        con.execute(
-            "SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?", [run_id]
-        ).fetchall()
-    )
+    off = dict(con.execute("SELECT rank, o FROM run_offsets($run)", {"run": run_id}).fetchall())
+    # On the reference clock (ref_ns of tracelab/derived/sql/_macros.sql: own time - offset):
+    # the schedule's recognition and the windows compare ranks.
     for a in acts:
         o = off.get(a["rank"], 0)
         a["a0"], a["a1"], a["c0"], a["c1"] = a["a0"] - o, a["a1"] - o, a["c0"] - o, a["c1"] - o
     overlap = bool(
         scalar(
             con.execute(
-                "SELECT count(*) FROM events WHERE run_id = ? AND category = 'annotation' "
-                "AND regexp_matches(name, ?)",
-                [run_id, pp_actions.OVERLAP_RE],
+                "SELECT count(*) FROM events WHERE run_id = $run AND category = 'annotation' "
+                "AND regexp_matches(name, $overlap)",
+                {"run": run_id, "overlap": pp_actions.OVERLAP_RE},
             )
         )
     )

@@ -36,18 +36,18 @@ def _annotated(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[d
         con,
         """
         SELECT rank, step, tid, ts_ns AS a0, ts_ns + dur_ns AS a1,
-               TRY_CAST(regexp_extract(name, ?, 1) AS INTEGER) AS stage,
-               coalesce(nullif(regexp_extract(name, ?, 2), ''),
+               TRY_CAST(regexp_extract(name, $pp, 1) AS INTEGER) AS stage,
+               coalesce(nullif(regexp_extract(name, $pp, 2), ''),
                         CASE WHEN name LIKE 'Forward %' THEN 'F' ELSE 'B' END) AS kind,
-               TRY_CAST(coalesce(nullif(regexp_extract(name, ?, 3), ''),
-                                 regexp_extract(name, ?, 2)) AS INTEGER) AS mb,
+               TRY_CAST(coalesce(nullif(regexp_extract(name, $pp, 3), ''),
+                                 regexp_extract(name, $gpipe, 2)) AS INTEGER) AS mb,
                name LIKE 'PP:%' AS is_pp
         FROM events
-        WHERE run_id = ? AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
-          AND (regexp_matches(name, ?) OR regexp_matches(name, ?))
+        WHERE run_id = $run AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
+          AND (regexp_matches(name, $pp) OR regexp_matches(name, $gpipe))
         ORDER BY rank, ts_ns
         """,
-        [PP_RE, PP_RE, PP_RE, GPIPE_RE, run_id, PP_RE, GPIPE_RE],
+        {"pp": PP_RE, "gpipe": GPIPE_RE, "run": run_id},
     )
     pp = [s for s in spans if s["is_pp"]] + _overlapped(con, run_id)
     if pp:
@@ -64,12 +64,12 @@ def _overlapped(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, A
         con,
         """
         SELECT rank, step, tid, ts_ns AS a0, ts_ns + dur_ns AS a1,
-               regexp_extract(name, ?, ['fs', 'fm', 'bs', 'bm']) AS g
+               regexp_extract(name, $overlap, ['fs', 'fm', 'bs', 'bm']) AS g
         FROM events
-        WHERE run_id = ? AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
-          AND regexp_matches(name, ?)
+        WHERE run_id = $run AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
+          AND regexp_matches(name, $overlap)
         """,
-        [OVERLAP_RE, run_id, OVERLAP_RE],
+        {"overlap": OVERLAP_RE, "run": run_id},
     ):
         g, mid = x["g"], (x["a0"] + x["a1"]) // 2
         base = {"rank": x["rank"], "step": x["step"], "tid": x["tid"], "is_pp": True}
@@ -124,14 +124,14 @@ def _host_op_segments(
         con,
         """
         WITH main AS (SELECT DISTINCT rank, tid FROM events
-                      WHERE run_id = ? AND NOT on_device AND name LIKE 'ProfilerStep#%'),
+                      WHERE run_id = $run AND NOT on_device AND name LIKE 'ProfilerStep#%'),
         ops AS (SELECT e.rank, e.step, e.tid, e.name, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
                        CASE WHEN e.category = 'communication' THEN 'C'
                             WHEN e.name LIKE 'autograd::engine::evaluate_function:%' THEN 'B'
                             WHEN e.name LIKE '%detach%' THEN 'N'
                             ELSE 'F' END AS kind
                 FROM events e JOIN main USING (rank, tid)
-                WHERE e.run_id = ? AND NOT e.on_device AND lower(e.cat) IN ('cpu_op', 'operator')
+                WHERE e.run_id = $run AND NOT e.on_device AND lower(e.cat) IN ('cpu_op', 'operator')
                   AND e.step IS NOT NULL),
         top AS (SELECT *, coalesce(max(t1) OVER (PARTITION BY rank, step
                          ORDER BY t0, kind = 'C' DESC, t1 DESC
@@ -154,7 +154,7 @@ def _host_op_segments(
                list(t1 - t0 ORDER BY t0) AS durs
         FROM g WHERE k <> 'C' GROUP BY rank, step, seg ORDER BY rank, step, a0
         """,
-        [run_id, run_id],
+        {"run": run_id},
     )
     out: list[dict[str, Any]] = []
     by: dict[tuple[int, int], list[dict[str, Any]]] = {}
@@ -188,9 +188,9 @@ def _host_op_segments(
 def _has_p2p(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
     row = first(
         con.execute(
-            "SELECT count(DISTINCT rank) FROM collectives WHERE run_id = ? "
+            "SELECT count(DISTINCT rank) FROM collectives WHERE run_id = $run "
             "AND op IN ('send', 'recv', 'send_recv')",
-            [run_id],
+            {"run": run_id},
         )
     )
     return bool(row and row[0] >= 2)
