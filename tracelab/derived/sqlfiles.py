@@ -7,6 +7,13 @@ definition is SQL, its `INSERT INTO <table> BY NAME SELECT ...` with named param
 the parts' sweep) the file's INSERT reads the named columns of an Arrow table the Python
 registers, never positions. `_macros.sql` holds the macros the definitions share (the
 reference clock, the interval union), created on the deriving connection by create_macros().
+
+The tables are computed once per run, inside the ingest transaction, from the base tables
+(tracelab/store/schema/tables.sql, whose conventions hold here); `tracelab rederive`
+recomputes them. Unless a column says otherwise, every time in them is on the *reference
+clock*: a rank's own time minus its clock_offsets.offset_ns (the macro ref_ns), so times of
+different ranks compare. The analyzers, the reports and the app read them and never re-derive
+what they hold (docs/metrics.md defines every number).
 """
 
 from __future__ import annotations
