@@ -13,12 +13,8 @@ from __future__ import annotations
 import duckdb
 
 from tracelab.derived import sqlfiles
-from tracelab.ingest.load import DTYPE_BYTES
+from tracelab.vocabulary import DTYPE_BYTES, SOURCES
 
-#: Sources in order of preference on a tie.
-SOURCES = ("collector", "kernel", "host", "flight_recorder")
-#: Ops that pair two ranks rather than a group.
-P2P_OPS = ("send", "recv", "send_recv")
 #: busbw / algbw per op (nccl-tests' PERFORMANCE.md); n = ranks in the group.
 BUS_FACTOR_SQL = """CASE op WHEN 'all_reduce' THEN 2.0 * (n - 1) / n
     WHEN 'all_gather' THEN (n - 1) * 1.0 / n WHEN 'reduce_scatter' THEN (n - 1) * 1.0 / n
@@ -32,7 +28,7 @@ NCCL_TESTS_BYTES_SQL = """CASE op
     ELSE coalesce(in_bytes, out_bytes) END"""
 #: Bytes per element of the `Input type` names host ops write (PyTorch's C++ type names, as
 #: the TensorBoard plugin reads them: 'float', 'long int', 'c10::Half', ...), lower-cased with
-#: any `c10::` prefix removed; on top of tracelab.ingest.load.DTYPE_BYTES.
+#: any `c10::` prefix removed; on top of tracelab.vocabulary.DTYPE_BYTES.
 HOST_DTYPE_BYTES = {
     **DTYPE_BYTES,
     "long int": 8,

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from tracelab.derived import sqlfiles
 from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, union
-from tracelab.ingest.load import OP_RULES
+from tracelab.vocabulary import OP_RULES, TIME_PARTS
 
 #: Interval classes of the sweep, one bit each.
 C, T, Y, W, P, U, PW, S, PT = range(9)
@@ -49,7 +49,7 @@ _CLASS_NAMES = (
     "p2p_transfer",
 )
 #: Part labels of segments, in time_parts.part and step_parts' columns.
-PARTS = ("compute", "transfer", "memcpy", "wait", "pipeline", "host", "idle")
+PARTS = TIME_PARTS
 #: The communication classes and the part their exposed time is attributed under.
 COMM_PART = {
     T: ("transfer",),

@@ -29,7 +29,7 @@ CREATE OR REPLACE TEMP MACRO interval_union(src) AS TABLE
 
 -- A communication event's op in tracelab's vocabulary: the op of the first rule whose pattern
 -- matches the name lower-cased without underscores, else 'unknown' (the rules are
--- tracelab.ingest.load.OP_RULES, bound as the lists `patterns` and `ops`; the same rules as
+-- tracelab.vocabulary.OP_RULES, bound as the lists `patterns` and `ops`; the same rules as
 -- the ingest's op_sql).
 CREATE OR REPLACE TEMP MACRO collective_op(name, patterns, ops) AS
     coalesce(ops[list_position(
