@@ -115,6 +115,10 @@ class Profile:
             return
         clean = exc_type is None
         self._exchanged = []
+        if not clean and self._fr_on:
+            # A collective's timeout (or any error) ends the loop: leave this rank's recorder
+            # for `tracelab hang` before anything else can fail.
+            fr.write_dumps(self.root, self.rank)
         try:
             if self._live:
                 self._stop(clean)
@@ -217,6 +221,8 @@ class Profile:
                 pipeline=cfg.pipeline,
             )
         self._fr_on = bool(cfg.flight_recorder and distributed and fr.is_armed())
+        if self._fr_on:
+            fr.dump_on_signal(self.root, self.rank)  # kill -USR1: dumps for `tracelab hang`
         if cfg.flight_recorder and distributed and not self._fr_on and self.rank == 0:
             log.warning(
                 "tracelab: the Flight Recorder is not armed, so collectives issued from "

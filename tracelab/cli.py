@@ -39,6 +39,7 @@ COMMANDS = (
     "tracelab.commands.report",
     "tracelab.commands.baseline",
     "tracelab.commands.estimate",
+    "tracelab.commands.hang",
 )
 
 
