@@ -30,8 +30,8 @@ from tracelab.analyzers._common import (
     size_str,
 )
 from tracelab.analyzers._host import host_activity, host_total
-from tracelab.derived.collectives import BUS_FACTOR_SQL
 from tracelab.derived.intervals import breakdown_sql
+from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
 
@@ -84,18 +84,12 @@ FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal
 GROUP BY rank ORDER BY rank
 """
 
+#: Per kind of call (op, group, size): the median call's bandwidths (tracelab.measures).
 _BANDWIDTH_SQL = f"""
-WITH per AS (
-    SELECT match_key, any_value(op) AS op, any_value(pg_name) AS pg_name,
-           any_value(bytes) AS bytes, any_value(group_size) AS n,
-           any_value(transfer_ns) AS transfer_ns, any_value(source) AS source
-    FROM matched_collectives WHERE run_id = $run GROUP BY match_key
-)
 SELECT op, pg_name, bytes, n AS ranks, source, count(*) AS count,
-       median(transfer_ns) AS transfer_ns,
-       median(bytes / transfer_ns) AS algbw_gbps,
-       median(bytes / transfer_ns * {BUS_FACTOR_SQL}) AS busbw_gbps
-FROM per WHERE transfer_ns > 0 AND bytes IS NOT NULL
+       median(transfer_ns) AS transfer_ns, median(algbw_gbps) AS algbw_gbps,
+       median(busbw_gbps) AS busbw_gbps
+FROM {COLLECTIVE_BANDWIDTH_SQL} WHERE transfer_ns > 0 AND bytes IS NOT NULL
 GROUP BY op, pg_name, bytes, n, source ORDER BY count(*) * median(transfer_ns) DESC
 """
 

@@ -24,6 +24,7 @@ import duckdb
 from tracelab.analyzers._common import RunContext, merge_params, ms, pct, ranks_str, rows
 from tracelab.derived import schedules
 from tracelab.derived.sqlrows import first
+from tracelab.measures import STEP_TIME_SQL
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
 
@@ -152,7 +153,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
 def _mean_step(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:
     row = first(
         con.execute(
-            "SELECT avg(step_ns) FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal",
+            f"SELECT {STEP_TIME_SQL}",
             ctx.params,
         )
     )

@@ -20,6 +20,7 @@ import duckdb
 
 from tracelab.analyzers._common import RunContext, merge_params, ms, ranks_str, rows
 from tracelab.derived.sqlrows import first
+from tracelab.measures import STEP_TIME_SQL
 from tracelab.results import Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
 
@@ -33,10 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "outlier_min_ratio": 1.2,
 }
 
-_STATS_SQL = """
+_STATS_SQL = f"""
 SELECT count(*) AS steps,
-       (SELECT avg(dur_ns) FROM step_spans
-        WHERE run_id = $run AND ordinal >= $min_ordinal) AS step_ns,
+       {STEP_TIME_SQL} AS step_ns,
        median(dur_ns) AS step_ns_median, avg(dur_ns) AS step_ns_mean,
        min(dur_ns) AS step_ns_min, max(dur_ns) AS step_ns_max,
        quantile_cont(dur_ns, 0.9) AS step_ns_p90,

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import numpy as np
 
-from tracelab.derived.collectives import BUS_FACTOR_SQL
 from tracelab.errors import InputError
+from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL
 from tracelab.report.compare import MetricValue, RunMetrics, RunSummary
 from tracelab.report.thresholds import ReportSettings
+from tracelab.vocabulary import P2P_OPS
 
 if TYPE_CHECKING:
     from tracelab.analyzers import Analysis
@@ -154,17 +155,12 @@ SELECT rank, avg(step_ns) / 1e6 AS step_time_ms, avg(compute_ns) / 1e6 AS comput
 FROM step_parts WHERE run_id = $run AND ordinal >= $warmup GROUP BY rank ORDER BY rank
 """
 
+#: Per op and steady step: the calls' bus bytes over their transfer time (tracelab.measures).
 _BANDWIDTH_SQL = f"""
-WITH m AS (
-    SELECT match_key, any_value(op) AS op, min(step) AS step, any_value(bytes) AS bytes,
-           any_value(group_size) AS n, any_value(transfer_ns) AS transfer_ns,
-           any_value(source) AS source
-    FROM matched_collectives WHERE run_id = $run GROUP BY match_key
-)
-SELECT op, step, sum(bytes * ({BUS_FACTOR_SQL})) AS bus_bytes, sum(transfer_ns) AS transfer_ns,
+SELECT op, step, sum(bus_bytes) AS bus_bytes, sum(transfer_ns) AS transfer_ns,
        bool_or(source = 'host') AS host_timed
-FROM m
-WHERE transfer_ns > 0 AND bytes >= $min_bytes AND op NOT IN ('send', 'recv', 'send_recv')
+FROM {COLLECTIVE_BANDWIDTH_SQL}
+WHERE transfer_ns > 0 AND bytes >= $min_bytes AND NOT list_contains($p2p_ops, op)
   AND step IN (SELECT step FROM step_spans WHERE run_id = $run AND ordinal >= $warmup)
 GROUP BY op, step
 """
@@ -221,7 +217,7 @@ def _step_metrics(
         )
     )
     for op, step, bus_bytes, transfer_ns, host in con.execute(
-        _BANDWIDTH_SQL, {**params, "min_bytes": MIN_BANDWIDTH_BYTES}
+        _BANDWIDTH_SQL, {**params, "min_bytes": MIN_BANDWIDTH_BYTES, "p2p_ops": list(P2P_OPS)}
     ).fetchall():
         acc[str(op)][int(step)] = (float(bus_bytes), float(transfer_ns))
         host_timed[str(op)] = host_timed.get(str(op), False) or bool(host) or gloo
