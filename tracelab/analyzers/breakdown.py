@@ -49,18 +49,18 @@ DEFAULTS: dict[str, Any] = {
 #: Below this share of communication under compute, EXPOSED_COMM advises overlap first.
 LOW_OVERLAP = 0.5
 
-#: Device events as HTA's temporal breakdown and overlap select them. Binds run_id x3.
+#: Device events as HTA's temporal breakdown and overlap select them. Binds $run.
 HTA_DEVICE_SQL = """
     SELECT e.rank, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
            CASE e.category WHEN 'compute' THEN 'compute' WHEN 'communication' THEN 'comm'
                 ELSE 'memcpy' END AS cls
     FROM events e
     JOIN (SELECT rank, correlation, min(ts_ns) AS launch_ns FROM events
-          WHERE run_id = ? AND NOT on_device AND correlation IS NOT NULL
+          WHERE run_id = $run AND NOT on_device AND correlation IS NOT NULL
           GROUP BY rank, correlation) l ON l.rank = e.rank AND l.correlation = e.correlation
-    JOIN (SELECT rank, max(start_ns) AS last_start FROM steps WHERE run_id = ? GROUP BY rank) s
+    JOIN (SELECT rank, max(start_ns) AS last_start FROM steps WHERE run_id = $run GROUP BY rank) s
       ON s.rank = e.rank AND l.launch_ns < s.last_start
-    WHERE e.run_id = ? AND e.on_device
+    WHERE e.run_id = $run AND e.on_device
       AND e.category IN ('compute', 'communication', 'memcpy', 'memset')
 """
 
@@ -108,7 +108,9 @@ GROUP BY op, pg_name, bytes ORDER BY exposed_ns_per_step DESC
 
 def _hta_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, Any]]:
     got = rows(
-        con, f"SELECT * FROM ({breakdown_sql(HTA_DEVICE_SQL, 'rank')}) ORDER BY rank", [run_id] * 6
+        con,
+        f"SELECT * FROM ({breakdown_sql(HTA_DEVICE_SQL, 'rank')}) ORDER BY rank",
+        {"run": run_id},
     )
     out = []
     for x in got:

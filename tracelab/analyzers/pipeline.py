@@ -70,7 +70,7 @@ FROM s LEFT JOIN st USING (rank) GROUP BY s.rank ORDER BY s.rank
 
 def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
-    info = rows(con, "SELECT * FROM pipeline_runs WHERE run_id = ?", [ctx.run_id])
+    info = rows(con, "SELECT * FROM pipeline_runs WHERE run_id = $run", {"run": ctx.run_id})
     if not info:
         why = ctx.derived_errors.get("pipeline")
         return Result(
@@ -93,9 +93,9 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     acts = rows(
         con,
         """SELECT rank, step, stage, kind, mb, span_start_ns, span_end_ns, start_ns,
-                               end_ns, busy_ns FROM pipeline_actions WHERE run_id = ?
+                               end_ns, busy_ns FROM pipeline_actions WHERE run_id = $run
                         ORDER BY rank, step, start_ns""",
-        [ctx.run_id],
+        {"run": ctx.run_id},
     )
     sched, np_, v, m = run["schedule"], run["ranks"], run["stages_per_rank"], run["microbatches"]
     textbook = (

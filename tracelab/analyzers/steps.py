@@ -80,7 +80,9 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         )
     stats = rows(con, _STATS_SQL, ctx.params)[0]
     source = first(
-        con.execute("SELECT any_value(source) FROM step_spans WHERE run_id = ?", [ctx.run_id])
+        con.execute(
+            "SELECT any_value(source) FROM step_spans WHERE run_id = $run", {"run": ctx.run_id}
+        )
     )
     outliers = [x for x in job if x["dur_ns"] > x["limit_ns"]]
     metrics: dict[str, Any] = {
@@ -147,8 +149,8 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         con,
         """SELECT rank, step, ordinal, steady, start_ns, end_ns, dur_ns,
                                     host_end_ns - host_start_ns AS host_ns, source
-                             FROM step_spans WHERE run_id = ? ORDER BY step, rank""",
-        [ctx.run_id],
+                             FROM step_spans WHERE run_id = $run ORDER BY step, rank""",
+        {"run": ctx.run_id},
     )
     job_tbl = [
         {

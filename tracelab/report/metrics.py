@@ -59,7 +59,7 @@ _KEPT_STEPS_SQL = """
 """
 
 
-def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> Any:
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> Any:
     rows = con.execute(sql, params).fetchall()
     return rows[0][0] if rows else None
 
@@ -85,9 +85,9 @@ def _op_times(
     """
     on_gpu = _scalar(
         con,
-        "SELECT count(*) > 0 FROM events WHERE run_id = ? AND on_device AND category IN "
-        f"({', '.join('?' for _ in DEVICE_OP_CATEGORIES)})",
-        [run_id, *DEVICE_OP_CATEGORIES],
+        "SELECT count(*) > 0 FROM events WHERE run_id = $run AND on_device "
+        "AND list_contains($cats, category)",
+        {"run": run_id, "cats": list(DEVICE_OP_CATEGORIES)},
     )
     where = (
         "e.on_device AND e.category IN ('compute', 'communication', 'memcpy', 'memset')"
@@ -132,7 +132,7 @@ def _summary(
     con: duckdb.DuckDBPyConnection, run_id: int
 ) -> tuple[str, tuple[str, ...], int, int | None]:
     row = con.execute(
-        "SELECT name, source, rank_count, world_size FROM runs WHERE run_id = ?", [run_id]
+        "SELECT name, source, rank_count, world_size FROM runs WHERE run_id = $run", {"run": run_id}
     ).fetchone()
     if row is None:
         raise InputError(f"run id {run_id} is not in the store")
@@ -205,7 +205,9 @@ def _step_metrics(
         values["comm_overlap"] = _sampled(
             "comm_overlap", "comm_overlap", "Comm/compute overlap (share of comm)", overlap
         )
-    if wait and _scalar(con, "SELECT count(*) FROM matched_collectives WHERE run_id = ?", [run_id]):
+    if wait and _scalar(
+        con, "SELECT count(*) FROM matched_collectives WHERE run_id = $run", {"run": run_id}
+    ):
         values["straggler_wait"] = _sampled(
             "straggler_wait", "straggler_wait", "Straggler wait (share of step)", wait
         )
@@ -213,7 +215,9 @@ def _step_metrics(
     host_timed: dict[str, bool] = {}
     gloo = bool(
         _scalar(
-            con, "SELECT count(*) FROM ranks WHERE run_id = ? AND lower(backend) = 'gloo'", [run_id]
+            con,
+            "SELECT count(*) FROM ranks WHERE run_id = $run AND lower(backend) = 'gloo'",
+            {"run": run_id},
         )
     )
     for op, step, bus_bytes, transfer_ns, host in con.execute(
@@ -329,13 +333,16 @@ def extract(
         analysis = run_analyzers(con, run_id, warmup_steps=settings.warmup_steps)
     min_ordinal = analysis.context.min_ordinal if analysis.context else settings.warmup_steps
     total = int(
-        _scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ?", [run_id]) or 0
+        _scalar(
+            con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = $run", {"run": run_id}
+        )
+        or 0
     )
     kept = int(
         _scalar(
             con,
-            "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ? AND ordinal >= ?",
-            [run_id, min_ordinal],
+            "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = $run AND ordinal >= $warmup",
+            {"run": run_id, "warmup": min_ordinal},
         )
         or 0
     )

@@ -97,11 +97,15 @@ def runs_page(
 
 def newest_run_ids(con: duckdb.DuckDBPyConnection, count: int) -> list[int]:
     """Ids of the `count` newest runs, newest first."""
-    rows = con.execute("SELECT run_id FROM runs ORDER BY run_id DESC LIMIT ?", [count]).fetchall()
+    rows = con.execute(
+        "SELECT run_id FROM runs ORDER BY run_id DESC LIMIT $count", {"count": count}
+    ).fetchall()
     return [int(r[0]) for r in rows]
 
 
 def run_names(con: duckdb.DuckDBPyConnection, limit: int = 500) -> list[str]:
     """Names of the newest runs (for pickers), newest first."""
-    rows = con.execute("SELECT name FROM runs ORDER BY run_id DESC LIMIT ?", [limit]).fetchall()
+    rows = con.execute(
+        "SELECT name FROM runs ORDER BY run_id DESC LIMIT $limit", {"limit": limit}
+    ).fetchall()
     return [str(r[0]) for r in rows]
