@@ -69,6 +69,9 @@ MEM_HEADLINE = "memory-headline"
 OP_OPS = "operators-ops"
 OP_KERNELS = "operators-kernels"
 OP_SUMMARY = "operators-summary"
+OP_OPS_CHART = "operators-ops-chart"
+OP_KERNELS_CHART = "operators-kernels-chart"
+OP_GROUP = "operators-group"
 
 # Compare
 CMP_METRICS = "compare-metrics"

@@ -1,6 +1,7 @@
-"""Operators & kernels: the top host operators and device kernels by time, per rank or over
-ranks, in the chosen steps (default: the steady steps), like the TensorBoard plugin's Operator
-and Kernel views. Bounded: the top TOP_ROWS of each."""
+"""Operators & kernels: the top host operators (self and total time) and device kernels by time,
+per rank or over ranks, in the chosen steps (default: the steady steps), optionally by input
+shape, like the TensorBoard plugin's Operator and Kernel views. Bounded: the top TOP_ROWS of
+each. The rows come from tracelab.views.operators, the charts from tracelab.figures.operators."""
 
 from __future__ import annotations
 
@@ -13,18 +14,21 @@ from tracelab.app import db, ids
 from tracelab.app.components import graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import BadParam, compact_ints, href, int_list, text
-from tracelab.figures import Figure, base_layout, empty_figure, esc
+from tracelab.figures.operators import top_figure
 from tracelab.render.text import duration
-from tracelab.views.operators import OperatorsView, operators_view
+from tracelab.views.operators import OperatorsView, operators_view, run_steps
 
 OP_COLUMNS = (
     ("name", "operator"),
     ("n", "calls"),
-    ("total", "total"),
-    ("mean", "mean"),
-    ("per_step", "per rank and step"),
-    ("share", "share of step"),
+    ("self", "self"),
+    ("total", "total (inclusive)"),
+    ("mean", "mean (total)"),
+    ("per_step", "self per rank and step"),
+    ("self_share", "self share of step"),
+    ("share", "total share of step"),
 )
+SHAPE_COLUMN = ("shape", "input shapes")
 KERNEL_COLUMNS = (
     ("name", "kernel"),
     ("category", "category"),
@@ -35,8 +39,12 @@ KERNEL_COLUMNS = (
     ("per_step", "per rank and step"),
     ("share", "share of step"),
 )
-#: Bars in the chart of each table.
-CHART_ROWS = 15
+#: The URL parameter `group`: operators by name (default) or by name and input shapes.
+GROUPS = ("name", "shape")
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
 
 
 def _rows(v: OperatorsView, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -44,49 +52,33 @@ def _rows(v: OperatorsView, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {
             **r,
             "name": str(r["name"])[:160],
+            "shape": str(r.get("shape") or "")[:160],
+            "self": duration(r.get("self_ns")),
             "total": duration(r["total_ns"]),
             "mean": duration(r["mean_ns"]),
-            "per_step": duration(r["total_ns"] / v.per_step),
-            "share": "-" if r["share"] is None else f"{100 * r['share']:.1f}%",
+            "per_step": duration(r.get("self_ns", r["total_ns"]) / v.per_step),
+            "share": _pct(r["share"]),
+            "self_share": _pct(r.get("self_share")),
         }
         for r in rows
     ]
 
 
-def top_figure(v: OperatorsView, rows: list[dict[str, Any]], what: str, color: str) -> Figure:
-    if not rows:
-        return empty_figure(f"No {what} in the selected steps.")
-    top = rows[:CHART_ROWS]
-    labels = [
-        esc(str(r["name"]), 70) + (f"  ← {esc(str(r['op']), 30)}" if r.get("op") else "")
-        for r in top
-    ]
-    return {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "y": labels,
-                "x": [r["total_ns"] / v.per_step / 1e6 for r in top],
-                "marker": {"color": color},
-                "text": [f"{100 * r['share']:.1f}%" if r["share"] is not None else "" for r in top],
-                "textposition": "outside",
-                "hovertemplate": "%{y}<br>%{x:.3f} ms per rank and step (%{text} of the step)"
-                "<extra></extra>",
-            }
-        ],
-        "layout": base_layout(
-            title=f"Top {what} by time per rank and step (share of the step)",
-            height=140 + 24 * len(top),
-            xaxis={"title": {"text": "ms per rank and step"}},
-            yaxis={"autorange": "reversed", "automargin": True, "type": "category"},
-        ),
-    }
+def _picker(label: str, links: list[tuple[str, str, bool]]) -> html.Div:
+    return html.Div(
+        [f"{label}: "]
+        + [dcc.Link(t, href=h, className="active" if on else "") for t, h, on in links],
+        className="steps-picker",
+    )
 
 
 @safe_layout("/operators")
 def layout(**kwargs: Any) -> html.Div:
     ranks, steps = int_list(kwargs, "ranks"), int_list(kwargs, "steps")
+    group = text(kwargs, "group") or "name"
+    if group not in GROUPS:
+        raise BadParam(f"URL parameter 'group' is {group!r}; use one of: {', '.join(GROUPS)}.")
+    by_shape = group == "shape"
     with db.cursor() as cur:
         run_id, run = db.resolve(cur, text(kwargs, "run"))
         ctx = db.context(cur, run_id)
@@ -96,12 +88,7 @@ def layout(**kwargs: Any) -> html.Div:
                 f"URL parameter 'ranks': run {run} has ranks "
                 f"{compact_ints(ctx.ranks)}; {compact_ints(missing)} not among them."
             )
-        known = [
-            int(r[0])
-            for r in cur.execute(
-                "SELECT DISTINCT step FROM step_spans WHERE run_id = ? ORDER BY step", [run_id]
-            ).fetchall()
-        ]
+        known = run_steps(cur, run_id)
         gone = [s for s in steps if s not in known]
         if gone:
             raise BadParam(
@@ -112,8 +99,8 @@ def layout(**kwargs: Any) -> html.Div:
             cur,
             run_id,
             "operators",
-            (ranks, steps),
-            lambda: operators_view(cur, run_id, ranks, steps),
+            (ranks, steps, by_shape),
+            lambda: operators_view(cur, run_id, ranks, steps, by_shape=by_shape),
         )
     which = (
         f"rank{'s' if len(ranks) != 1 else ''} {compact_ints(ranks)}"
@@ -121,54 +108,45 @@ def layout(**kwargs: Any) -> html.Div:
         else f"all {v.ranks} ranks"
     )
     st = f"steps {compact_ints(v.steps)}" + ("" if steps else " (the steady steps)")
-    rank_links = [
-        dcc.Link(
-            "all",
-            href=href("/operators", run=run, steps=steps),
-            className="active" if not ranks else "",
+    grp = "shape" if by_shape else None
+
+    def to(**over: Any) -> str:
+        return href(
+            "/operators", **{"run": run, "ranks": ranks, "steps": steps, "group": grp, **over}
         )
-    ] + [
-        dcc.Link(
-            str(r),
-            href=href("/operators", run=run, ranks=(r,), steps=steps),
-            className="active" if ranks == (r,) else "",
-        )
-        for r in ctx.ranks[:64]
+
+    rank_links = [("all", to(ranks=()), not ranks)] + [
+        (str(r), to(ranks=(r,)), ranks == (r,)) for r in ctx.ranks[:64]
     ]
-    step_links = [
-        dcc.Link(
-            "steady",
-            href=href("/operators", run=run, ranks=ranks),
-            className="active" if not steps else "",
-        )
-    ] + [
-        dcc.Link(
-            str(s),
-            href=href("/operators", run=run, ranks=ranks, steps=(s,)),
-            className="active" if steps == (s,) else "",
-        )
-        for s in known[:100]
+    step_links = [("steady", to(steps=()), not steps)] + [
+        (str(s), to(steps=(s,)), steps == (s,)) for s in known[:100]
+    ]
+    group_links = [
+        ("name", to(group=None), not by_shape),
+        ("name + input shapes", to(group="shape"), by_shape),
     ]
     return page(
         run,
         "/operators",
         f"Operators & kernels of {run}",
         html.P(
-            f"{which}, {st}: {duration(v.step_ns / v.per_step)} per rank and step. Times are "
-            "inclusive (an operator counts the operators it calls).",
+            f"{which}, {st}: {duration(v.step_ns / v.per_step)} per rank and step. An "
+            "operator's self time leaves out the operators and runtime calls it makes; its total "
+            "time includes them (totals of nested operators overlap, self times add up).",
             className="status",
             id=ids.OP_SUMMARY,
         ),
-        html.Div(["Rank: ", *rank_links], className="steps-picker"),
-        html.Div(["Step: ", *step_links], className="steps-picker"),
-        graph("operators-ops-chart", top_figure(v, v.operators, "host operators", "#72B7B2")),
+        _picker("Rank", rank_links),
+        _picker("Step", step_links),
+        html.Div(_picker("Group operators by", group_links), id=ids.OP_GROUP),
+        graph(ids.OP_OPS_CHART, top_figure(v, v.operators, "host operators")),
         table(
-            OP_COLUMNS,
+            (OP_COLUMNS[0], SHAPE_COLUMN, *OP_COLUMNS[1:]) if by_shape else OP_COLUMNS,
             _rows(v, v.operators),
             id=ids.OP_OPS,
             empty="No host operators in the selected steps.",
         ),
-        graph("operators-kernels-chart", top_figure(v, v.kernels, "device kernels", "#4C78A8")),
+        graph(ids.OP_KERNELS_CHART, top_figure(v, v.kernels, "device kernels")),
         table(
             KERNEL_COLUMNS,
             _rows(v, v.kernels),

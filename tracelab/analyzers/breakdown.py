@@ -30,8 +30,8 @@ from tracelab.analyzers._common import (
     size_str,
 )
 from tracelab.analyzers._host import host_activity, host_total
-from tracelab.derived.collectives import BUS_FACTOR_SQL
 from tracelab.derived.intervals import breakdown_sql
+from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
 
@@ -49,18 +49,18 @@ DEFAULTS: dict[str, Any] = {
 #: Below this share of communication under compute, EXPOSED_COMM advises overlap first.
 LOW_OVERLAP = 0.5
 
-#: Device events as HTA's temporal breakdown and overlap select them. Binds run_id x3.
+#: Device events as HTA's temporal breakdown and overlap select them. Binds $run.
 HTA_DEVICE_SQL = """
     SELECT e.rank, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
            CASE e.category WHEN 'compute' THEN 'compute' WHEN 'communication' THEN 'comm'
                 ELSE 'memcpy' END AS cls
     FROM events e
     JOIN (SELECT rank, correlation, min(ts_ns) AS launch_ns FROM events
-          WHERE run_id = ? AND NOT on_device AND correlation IS NOT NULL
+          WHERE run_id = $run AND NOT on_device AND correlation IS NOT NULL
           GROUP BY rank, correlation) l ON l.rank = e.rank AND l.correlation = e.correlation
-    JOIN (SELECT rank, max(start_ns) AS last_start FROM steps WHERE run_id = ? GROUP BY rank) s
+    JOIN (SELECT rank, max(start_ns) AS last_start FROM steps WHERE run_id = $run GROUP BY rank) s
       ON s.rank = e.rank AND l.launch_ns < s.last_start
-    WHERE e.run_id = ? AND e.on_device
+    WHERE e.run_id = $run AND e.on_device
       AND e.category IN ('compute', 'communication', 'memcpy', 'memset')
 """
 
@@ -84,18 +84,12 @@ FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal
 GROUP BY rank ORDER BY rank
 """
 
+#: Per kind of call (op, group, size): the median call's bandwidths (tracelab.measures).
 _BANDWIDTH_SQL = f"""
-WITH per AS (
-    SELECT match_key, any_value(op) AS op, any_value(pg_name) AS pg_name,
-           any_value(bytes) AS bytes, any_value(group_size) AS n,
-           any_value(transfer_ns) AS transfer_ns, any_value(source) AS source
-    FROM matched_collectives WHERE run_id = $run GROUP BY match_key
-)
 SELECT op, pg_name, bytes, n AS ranks, source, count(*) AS count,
-       median(transfer_ns) AS transfer_ns,
-       median(bytes / transfer_ns) AS algbw_gbps,
-       median(bytes / transfer_ns * {BUS_FACTOR_SQL}) AS busbw_gbps
-FROM per WHERE transfer_ns > 0 AND bytes IS NOT NULL
+       median(transfer_ns) AS transfer_ns, median(algbw_gbps) AS algbw_gbps,
+       median(busbw_gbps) AS busbw_gbps
+FROM {COLLECTIVE_BANDWIDTH_SQL} WHERE transfer_ns > 0 AND bytes IS NOT NULL
 GROUP BY op, pg_name, bytes, n, source ORDER BY count(*) * median(transfer_ns) DESC
 """
 
@@ -114,7 +108,9 @@ GROUP BY op, pg_name, bytes ORDER BY exposed_ns_per_step DESC
 
 def _hta_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, Any]]:
     got = rows(
-        con, f"SELECT * FROM ({breakdown_sql(HTA_DEVICE_SQL, 'rank')}) ORDER BY rank", [run_id] * 6
+        con,
+        f"SELECT * FROM ({breakdown_sql(HTA_DEVICE_SQL, 'rank')}) ORDER BY rank",
+        {"run": run_id},
     )
     out = []
     for x in got:

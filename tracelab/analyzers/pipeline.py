@@ -24,6 +24,7 @@ import duckdb
 from tracelab.analyzers._common import RunContext, merge_params, ms, pct, ranks_str, rows
 from tracelab.derived import schedules
 from tracelab.derived.sqlrows import first
+from tracelab.measures import STEP_TIME_SQL
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
 
@@ -69,7 +70,7 @@ FROM s LEFT JOIN st USING (rank) GROUP BY s.rank ORDER BY s.rank
 
 def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
-    info = rows(con, "SELECT * FROM pipeline_runs WHERE run_id = ?", [ctx.run_id])
+    info = rows(con, "SELECT * FROM pipeline_runs WHERE run_id = $run", {"run": ctx.run_id})
     if not info:
         why = ctx.derived_errors.get("pipeline")
         return Result(
@@ -92,9 +93,9 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     acts = rows(
         con,
         """SELECT rank, step, stage, kind, mb, span_start_ns, span_end_ns, start_ns,
-                               end_ns, busy_ns FROM pipeline_actions WHERE run_id = ?
+                               end_ns, busy_ns FROM pipeline_actions WHERE run_id = $run
                         ORDER BY rank, step, start_ns""",
-        [ctx.run_id],
+        {"run": ctx.run_id},
     )
     sched, np_, v, m = run["schedule"], run["ranks"], run["stages_per_rank"], run["microbatches"]
     textbook = (
@@ -152,7 +153,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
 def _mean_step(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:
     row = first(
         con.execute(
-            "SELECT avg(step_ns) FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal",
+            f"SELECT {STEP_TIME_SQL}",
             ctx.params,
         )
     )

@@ -20,6 +20,7 @@ import duckdb
 
 from tracelab.analyzers._common import RunContext, merge_params, ms, ranks_str, rows
 from tracelab.derived.sqlrows import first
+from tracelab.measures import STEP_TIME_SQL
 from tracelab.results import Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
 
@@ -33,10 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "outlier_min_ratio": 1.2,
 }
 
-_STATS_SQL = """
+_STATS_SQL = f"""
 SELECT count(*) AS steps,
-       (SELECT avg(dur_ns) FROM step_spans
-        WHERE run_id = $run AND ordinal >= $min_ordinal) AS step_ns,
+       {STEP_TIME_SQL} AS step_ns,
        median(dur_ns) AS step_ns_median, avg(dur_ns) AS step_ns_mean,
        min(dur_ns) AS step_ns_min, max(dur_ns) AS step_ns_max,
        quantile_cont(dur_ns, 0.9) AS step_ns_p90,
@@ -80,7 +80,9 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         )
     stats = rows(con, _STATS_SQL, ctx.params)[0]
     source = first(
-        con.execute("SELECT any_value(source) FROM step_spans WHERE run_id = ?", [ctx.run_id])
+        con.execute(
+            "SELECT any_value(source) FROM step_spans WHERE run_id = $run", {"run": ctx.run_id}
+        )
     )
     outliers = [x for x in job if x["dur_ns"] > x["limit_ns"]]
     metrics: dict[str, Any] = {
@@ -147,8 +149,8 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         con,
         """SELECT rank, step, ordinal, steady, start_ns, end_ns, dur_ns,
                                     host_end_ns - host_start_ns AS host_ns, source
-                             FROM step_spans WHERE run_id = ? ORDER BY step, rank""",
-        [ctx.run_id],
+                             FROM step_spans WHERE run_id = $run ORDER BY step, rank""",
+        {"run": ctx.run_id},
     )
     job_tbl = [
         {

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import numpy as np
 
-from tracelab.derived.collectives import BUS_FACTOR_SQL
 from tracelab.errors import InputError
+from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL
 from tracelab.report.compare import MetricValue, RunMetrics, RunSummary
 from tracelab.report.thresholds import ReportSettings
+from tracelab.vocabulary import P2P_OPS
 
 if TYPE_CHECKING:
     from tracelab.analyzers import Analysis
@@ -58,7 +59,7 @@ _KEPT_STEPS_SQL = """
 """
 
 
-def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> Any:
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> Any:
     rows = con.execute(sql, params).fetchall()
     return rows[0][0] if rows else None
 
@@ -84,9 +85,9 @@ def _op_times(
     """
     on_gpu = _scalar(
         con,
-        "SELECT count(*) > 0 FROM events WHERE run_id = ? AND on_device AND category IN "
-        f"({', '.join('?' for _ in DEVICE_OP_CATEGORIES)})",
-        [run_id, *DEVICE_OP_CATEGORIES],
+        "SELECT count(*) > 0 FROM events WHERE run_id = $run AND on_device "
+        "AND list_contains($cats, category)",
+        {"run": run_id, "cats": list(DEVICE_OP_CATEGORIES)},
     )
     where = (
         "e.on_device AND e.category IN ('compute', 'communication', 'memcpy', 'memset')"
@@ -131,7 +132,7 @@ def _summary(
     con: duckdb.DuckDBPyConnection, run_id: int
 ) -> tuple[str, tuple[str, ...], int, int | None]:
     row = con.execute(
-        "SELECT name, source, rank_count, world_size FROM runs WHERE run_id = ?", [run_id]
+        "SELECT name, source, rank_count, world_size FROM runs WHERE run_id = $run", {"run": run_id}
     ).fetchone()
     if row is None:
         raise InputError(f"run id {run_id} is not in the store")
@@ -154,17 +155,12 @@ SELECT rank, avg(step_ns) / 1e6 AS step_time_ms, avg(compute_ns) / 1e6 AS comput
 FROM step_parts WHERE run_id = $run AND ordinal >= $warmup GROUP BY rank ORDER BY rank
 """
 
+#: Per op and steady step: the calls' bus bytes over their transfer time (tracelab.measures).
 _BANDWIDTH_SQL = f"""
-WITH m AS (
-    SELECT match_key, any_value(op) AS op, min(step) AS step, any_value(bytes) AS bytes,
-           any_value(group_size) AS n, any_value(transfer_ns) AS transfer_ns,
-           any_value(source) AS source
-    FROM matched_collectives WHERE run_id = $run GROUP BY match_key
-)
-SELECT op, step, sum(bytes * ({BUS_FACTOR_SQL})) AS bus_bytes, sum(transfer_ns) AS transfer_ns,
+SELECT op, step, sum(bus_bytes) AS bus_bytes, sum(transfer_ns) AS transfer_ns,
        bool_or(source = 'host') AS host_timed
-FROM m
-WHERE transfer_ns > 0 AND bytes >= $min_bytes AND op NOT IN ('send', 'recv', 'send_recv')
+FROM {COLLECTIVE_BANDWIDTH_SQL}
+WHERE transfer_ns > 0 AND bytes >= $min_bytes AND NOT list_contains($p2p_ops, op)
   AND step IN (SELECT step FROM step_spans WHERE run_id = $run AND ordinal >= $warmup)
 GROUP BY op, step
 """
@@ -209,7 +205,9 @@ def _step_metrics(
         values["comm_overlap"] = _sampled(
             "comm_overlap", "comm_overlap", "Comm/compute overlap (share of comm)", overlap
         )
-    if wait and _scalar(con, "SELECT count(*) FROM matched_collectives WHERE run_id = ?", [run_id]):
+    if wait and _scalar(
+        con, "SELECT count(*) FROM matched_collectives WHERE run_id = $run", {"run": run_id}
+    ):
         values["straggler_wait"] = _sampled(
             "straggler_wait", "straggler_wait", "Straggler wait (share of step)", wait
         )
@@ -217,11 +215,13 @@ def _step_metrics(
     host_timed: dict[str, bool] = {}
     gloo = bool(
         _scalar(
-            con, "SELECT count(*) FROM ranks WHERE run_id = ? AND lower(backend) = 'gloo'", [run_id]
+            con,
+            "SELECT count(*) FROM ranks WHERE run_id = $run AND lower(backend) = 'gloo'",
+            {"run": run_id},
         )
     )
     for op, step, bus_bytes, transfer_ns, host in con.execute(
-        _BANDWIDTH_SQL, {**params, "min_bytes": MIN_BANDWIDTH_BYTES}
+        _BANDWIDTH_SQL, {**params, "min_bytes": MIN_BANDWIDTH_BYTES, "p2p_ops": list(P2P_OPS)}
     ).fetchall():
         acc[str(op)][int(step)] = (float(bus_bytes), float(transfer_ns))
         host_timed[str(op)] = host_timed.get(str(op), False) or bool(host) or gloo
@@ -333,13 +333,16 @@ def extract(
         analysis = run_analyzers(con, run_id, warmup_steps=settings.warmup_steps)
     min_ordinal = analysis.context.min_ordinal if analysis.context else settings.warmup_steps
     total = int(
-        _scalar(con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ?", [run_id]) or 0
+        _scalar(
+            con, "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = $run", {"run": run_id}
+        )
+        or 0
     )
     kept = int(
         _scalar(
             con,
-            "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = ? AND ordinal >= ?",
-            [run_id, min_ordinal],
+            "SELECT count(DISTINCT step) FROM step_spans WHERE run_id = $run AND ordinal >= $warmup",
+            {"run": run_id, "warmup": min_ordinal},
         )
         or 0
     )

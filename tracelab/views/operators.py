@@ -2,11 +2,16 @@
 ranks, in the chosen steps (default: the steady steps), as the TensorBoard plugin's Operator
 and Kernel views show them.
 
-Times are the events' own durations (an operator's total includes the operators it calls, as
-the plugin's "total duration"); "share of step" divides by the summed step time of the same
-(rank, step) pairs (step_spans). A kernel's launching operator is the operator whose External
-id it carries, else the innermost operator around its runtime launch (matched by correlation id
-and an as-of join on the launching thread). At most `limit` rows each, whatever the trace size.
+An operator has two times (docs/metrics.md, "Operators"): its **total** (inclusive) time, the
+events' own durations, which include the operators it calls; and its **self** time, its duration
+minus its direct children's on the same thread (operators, communication ops and runtime calls
+nested in it), so that a backward function and the autograd wrapper around it do not both count
+the same time. Operators are ranked by self time; `by_shape` splits each name by its input shapes
+(`Input Dims`), as the plugin's "group by input shape". "Share of step" divides by the summed
+step time of the same (rank, step) pairs (step_spans). A kernel's launching operator is the
+operator whose External id it carries, else the innermost operator around its runtime launch
+(matched by correlation id and an as-of join on the launching thread). At most `limit` rows
+each, whatever the trace size.
 """
 
 from __future__ import annotations
@@ -35,12 +40,68 @@ SELECT count(DISTINCT rank), count(DISTINCT step), coalesce(sum(dur_ns), 0),
        list(DISTINCT step ORDER BY step) FROM sel
 """
 
+#: Host events whose nesting makes up the operator tree (the plugin's: operators and the
+#: runtime calls they make); a direct child's time is not its parent's self time.
+TREE_CATEGORIES = ("cpu_op", "communication", "runtime", "sync")
+
+#: Self time by nesting depth, with window functions only (no range join): a running count of
+#: open events over each thread's starts and ends (an end before a start at the same time; a
+#: parent starts before and ends after a child with the same times) gives each event its depth
+#: and the positions of its start and end; its direct children are the events one level deeper
+#: that start between the two, so their summed time is the difference of that level's running
+#: sum of durations at its end and at its start. Zero-length events have no children.
 OPS_SQL = f"""
-WITH {_SEL}
-SELECT e.name, count(*) AS n, sum(e.dur_ns) AS total_ns, count(DISTINCT e.rank) AS ranks
-FROM events e JOIN sel USING (rank, step)
-WHERE e.run_id = $run AND e.category = 'cpu_op'
-GROUP BY e.name ORDER BY total_ns DESC, e.name LIMIT $limit
+WITH {_SEL},
+h AS (
+    SELECT e.rank, e.pid, e.tid, e.idx, e.name, e.category, e.dur_ns,
+           e.ts_ns, e.ts_ns + e.dur_ns AS end_ns,
+           CASE WHEN $by_shape
+                THEN coalesce(json_extract_string(e.args, '$."Input Dims"'), '') END AS shape
+    FROM events e JOIN sel USING (rank, step)
+    WHERE e.run_id = $run AND NOT e.on_device AND list_contains($tree_cats, e.category)
+),
+pts AS (
+    SELECT rank, pid, tid, idx, dur_ns, ts_ns AS t, 1 AS kind, -end_ns AS k2, idx AS k3, 1 AS d
+    FROM h WHERE dur_ns > 0
+    UNION ALL
+    SELECT rank, pid, tid, idx, dur_ns, end_ns, 0, -ts_ns, -idx, -1 FROM h WHERE dur_ns > 0
+),
+ranked AS (
+    SELECT rank, pid, tid, idx, dur_ns, kind, sum(d) OVER w AS depth, row_number() OVER w AS pos
+    FROM pts
+    WINDOW w AS (PARTITION BY rank, pid, tid ORDER BY t, kind, k2, k3
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+),
+node AS (
+    SELECT s.rank, s.pid, s.tid, s.idx, s.dur_ns, s.depth, s.pos AS start_pos, e.pos AS end_pos
+    FROM ranked s JOIN ranked e
+      ON e.rank = s.rank AND e.pid = s.pid AND e.tid = s.tid AND e.idx = s.idx AND e.kind = 0
+    WHERE s.kind = 1
+),
+marks AS (
+    SELECT rank, pid, tid, depth AS lvl, start_pos AS pos, dur_ns AS v, NULL AS owner, 0 AS m
+    FROM node
+    UNION ALL
+    SELECT rank, pid, tid, depth + 1, start_pos, 0, idx, -1 FROM node
+    UNION ALL
+    SELECT rank, pid, tid, depth + 1, end_pos, 0, idx, 1 FROM node
+),
+child AS (
+    SELECT rank, owner AS idx, sum(m * run) AS child_ns
+    FROM (
+        SELECT rank, owner, m,
+               sum(v) OVER (PARTITION BY rank, pid, tid, lvl ORDER BY pos
+                            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run
+        FROM marks
+    )
+    WHERE m <> 0 GROUP BY rank, owner
+)
+SELECT h.name, h.shape, count(*) AS n, sum(h.dur_ns) AS total_ns,
+       sum(greatest(h.dur_ns - coalesce(child.child_ns, 0), 0)) AS self_ns,
+       count(DISTINCT h.rank) AS ranks
+FROM h LEFT JOIN child ON child.rank = h.rank AND child.idx = h.idx
+WHERE h.category = 'cpu_op'
+GROUP BY h.name, h.shape ORDER BY self_ns DESC, total_ns DESC, h.name, h.shape LIMIT $limit
 """
 
 KERNELS_SQL = f"""
@@ -75,14 +136,25 @@ GROUP BY ALL ORDER BY total_ns DESC, k.name LIMIT $limit
 """
 
 
+STEPS_SQL = "SELECT DISTINCT step FROM step_spans WHERE run_id = $run ORDER BY step"
+
+
+def run_steps(con: duckdb.DuckDBPyConnection, run_id: int) -> list[int]:
+    """The run's profiler steps, in order (the page's step picker)."""
+    return [int(r[0]) for r in query(con, STEPS_SQL, {"run": run_id})]
+
+
 @dataclass(frozen=True, kw_only=True)
 class OperatorsView:
-    """The top operators and kernels of the selection, raw ns. `step_ns` is the summed step
-    time of the selected (rank, step) pairs: a row's total over it is its share of the step."""
+    """The top operators (by self time) and kernels (by time) of the selection, raw ns. An
+    operator row has `total_ns` (inclusive) and `self_ns`, and `shape` (its input shapes) when
+    `by_shape`. `step_ns` is the summed step time of the selected (rank, step) pairs: a row's
+    time over it is its share of the step (`share`: total, `self_share`: self)."""
 
     ranks: int
     steps: list[int]
     step_ns: int
+    by_shape: bool = False
     operators: list[dict[str, Any]] = field(default_factory=list)
     kernels: list[dict[str, Any]] = field(default_factory=list)
 
@@ -98,13 +170,18 @@ def operators_view(
     ranks: tuple[int, ...] = (),
     steps: tuple[int, ...] = (),
     limit: int = TOP_ROWS,
+    by_shape: bool = False,
 ) -> OperatorsView:
+    """The selection's top operators and kernels: `ranks` (default all) and `steps` (default
+    the steady steps), operators split by input shape when `by_shape`."""
     p: dict[str, Any] = {
         "run": run_id,
         "ranks": list(ranks),
         "steps": list(steps),
         "limit": int(limit),
         "dev_cats": list(DEVICE_CATEGORIES),
+        "tree_cats": list(TREE_CATEGORIES),
+        "by_shape": bool(by_shape),
     }
     n_ranks, _n_steps, step_ns, step_list = query(con, SELECTION_SQL, p)[0]
     step_ns = int(step_ns or 0)
@@ -116,6 +193,9 @@ def operators_view(
             d["total_ns"] = int(d["total_ns"] or 0)
             d["mean_ns"] = d["total_ns"] / max(int(d["n"]), 1)
             d["share"] = d["total_ns"] / step_ns if step_ns else None
+            if "self_ns" in d:
+                d["self_ns"] = int(d["self_ns"] or 0)
+                d["self_share"] = d["self_ns"] / step_ns if step_ns else None
             out.append(d)
         return out
 
@@ -123,6 +203,7 @@ def operators_view(
         ranks=int(n_ranks or 0),
         steps=[int(s) for s in (step_list or [])],
         step_ns=step_ns,
-        operators=rows(OPS_SQL, ("name", "n", "total_ns", "ranks")),
+        by_shape=bool(by_shape),
+        operators=rows(OPS_SQL, ("name", "shape", "n", "total_ns", "self_ns", "ranks")),
         kernels=rows(KERNELS_SQL, ("name", "category", "op", "n", "total_ns", "ranks")),
     )

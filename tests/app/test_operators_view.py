@@ -1,0 +1,184 @@
+"""The Operators view: self and total (inclusive) time, as the TensorBoard plugin's Operator view
+defines them, grouping by input shape; the view called directly and the page's layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracelab.ingest import ingest
+from tracelab.store import open_store, resolve_run
+from tracelab.views.operators import TREE_CATEGORIES, operators_view
+
+US = 1000  # ns per µs
+FIXTURES = Path(__file__).resolve().parents[1] / "golden" / "fixtures" / "tb_plugin"
+
+
+def _ingest(tmp: Path, name: str, events: list[dict[str, Any]]) -> Path:
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": events,
+        "distributedInfo": {"rank": 0, "world_size": 1},
+    }
+    (tmp / name).mkdir()
+    path = tmp / name / "worker0.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    db = tmp / f"{name}.duckdb"
+    ingest([path], db=db, run=name, workers=1, progress=False)
+    return db
+
+
+def _op(name: str, ts: int, dur: int, cat: str = "cpu_op", tid: int = 1, **args: Any) -> dict:
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
+
+
+def _view(db: Path, name: str, **kw: Any) -> dict[Any, dict[str, Any]]:
+    with open_store(db, read_only=True) as con:
+        rid, _ = resolve_run(con, name)
+        v = operators_view(con, rid, **kw)
+    return {(r["name"], r["shape"]) if kw.get("by_shape") else r["name"]: r for r in v.operators}
+
+
+def test_self_time_tb_plugin_all_categories(tmp_path: Path) -> None:
+    """The plugin's test_all_categories trace: aten::nll_loss_backward runs 70 µs and calls
+    cudaMemcpyAsync (20), cudaMemsetAsync (10) and cudaLaunchKernel (5): self 35 µs, as the
+    plugin's self host duration (duration minus its children in the operator tree). aten::to
+    (60 µs, inside the DataLoader annotation, no children) is all self."""
+    events = json.loads((FIXTURES / "all_categories.rank0.json").read_text())
+    db = _ingest(tmp_path, "all_categories", events)
+    ops = _view(db, "all_categories")
+    assert ops["aten::nll_loss_backward"]["total_ns"] == 70 * US
+    assert ops["aten::nll_loss_backward"]["self_ns"] == 35 * US
+    assert ops["aten::to"]["total_ns"] == ops["aten::to"]["self_ns"] == 60 * US
+    # Ranked by self time: aten::to first though its total is smaller.
+    assert list(ops) == ["aten::to", "aten::nll_loss_backward"]
+    shaped = _view(db, "all_categories", by_shape=True)
+    assert set(shaped) == {
+        ("aten::to", "[[2,8,5],[],[],[],[],[],[],[]]"),
+        ("aten::nll_loss_backward", "[[],[32,1000],[32],[],[],[],[]]"),
+    }
+
+
+def test_backward_and_its_wrapper_are_not_additive(tmp_path: Path) -> None:
+    """autograd's wrapper (500 µs) around MmBackward0 (480) around two aten::mm (280 and 180,
+    back to back: the first ends as the second starts) with a launch each (20, 10), and a
+    zero-length op: totals nest, self times tile the wrapper's 500 µs."""
+    wrapper = "autograd::engine::evaluate_function: MmBackward0"
+    events = [
+        _op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        _op(wrapper, 100, 500),
+        _op("MmBackward0", 110, 480),
+        _op("aten::mm", 120, 280, **{"Input Dims": [[4, 8], [8, 16]]}),
+        _op("cudaLaunchKernel", 130, 20, cat="cuda_runtime"),
+        _op("aten::mm", 400, 180, **{"Input Dims": [[8, 8], [8, 8]]}),
+        _op("cudaLaunchKernel", 410, 10, cat="cuda_runtime"),
+        _op("aten::empty", 590, 0),
+        _op("aten::add", 700, 50, tid=2),  # another thread: nothing to do with the wrapper
+    ]
+    db = _ingest(tmp_path, "nested", events)
+    ops = _view(db, "nested")
+    assert ops[wrapper]["total_ns"] == 500 * US and ops[wrapper]["self_ns"] == 20 * US
+    assert ops["MmBackward0"]["total_ns"] == 480 * US
+    assert ops["MmBackward0"]["self_ns"] == (480 - 280 - 180) * US
+    assert ops["aten::mm"]["n"] == 2 and ops["aten::mm"]["total_ns"] == 460 * US
+    assert ops["aten::mm"]["self_ns"] == (460 - 30) * US
+    assert ops["aten::empty"]["self_ns"] == ops["aten::empty"]["total_ns"] == 0
+    assert ops["aten::add"]["self_ns"] == 50 * US
+    # The self times of the wrapper's tree add up to its duration (the runtime calls' 30 µs are
+    # theirs); the totals do not.
+    tree = (wrapper, "MmBackward0", "aten::mm", "aten::empty")
+    assert sum(ops[n]["self_ns"] for n in tree) + 30 * US == 500 * US
+    assert sum(ops[n]["total_ns"] for n in tree) > 500 * US
+    assert ops["aten::mm"]["self_share"] == pytest.approx(430 / 1000)
+    shaped = _view(db, "nested", by_shape=True)
+    assert shaped[("aten::mm", "[[4,8],[8,16]]")]["self_ns"] == 260 * US
+    assert shaped[("aten::mm", "[[8,8],[8,8]]")]["self_ns"] == 170 * US
+
+
+def _stack_self(con: Any, rid: int) -> dict[str, list[int]]:
+    """Operator name -> [total, self] ns in the steady steps, by a stack walk over each thread's
+    tree events in start order (an independent reading of the definition in docs/metrics.md)."""
+    rows = con.execute(
+        """SELECT e.rank, e.pid, e.tid, e.idx, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
+                  e.name, e.category
+           FROM events e JOIN step_spans s USING (run_id, rank, step)
+           WHERE e.run_id = ? AND s.steady AND NOT e.on_device AND list_contains(?, e.category)
+           ORDER BY e.rank, e.pid, e.tid, e.ts_ns, end_ns DESC, e.idx""",
+        [rid, list(TREE_CATEGORIES)],
+    ).fetchall()
+    own: dict[tuple[int, int], int] = {}
+    stack: list[tuple[Any, ...]] = []
+    thread = None
+    for r in rows:
+        if r[:3] != thread:
+            stack, thread = [], r[:3]
+        while stack and stack[-1][5] <= r[4]:
+            stack.pop()
+        own.setdefault((r[0], r[3]), r[6])
+        if stack and r[6] > 0:
+            parent = (stack[-1][0], stack[-1][3])
+            own[parent] -= r[6]
+        if r[6] > 0:
+            stack.append(r)
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        if r[8] == "cpu_op":
+            tot = out.setdefault(r[7], [0, 0])
+            tot[0] += r[6]
+            tot[1] += max(own[(r[0], r[3])], 0)
+    return out
+
+
+def test_self_time_on_a_real_trace(app_store: Path, real_run: str) -> None:
+    """Every operator of the shared real GPU trace: the view's total and self time equal a stack
+    walk's, and self times of nested autograd wrappers are far below their totals."""
+    with open_store(app_store, read_only=True) as con:
+        rid, _ = resolve_run(con, real_run)
+        v = operators_view(con, rid, limit=100_000)
+        want = _stack_self(con, rid)
+    got = {r["name"]: [r["total_ns"], r["self_ns"]] for r in v.operators}
+    assert len(got) > 20 and got == want
+    wrappers = [r for r in v.operators if r["name"].startswith("autograd::engine")]
+    assert wrappers and sum(r["self_ns"] for r in wrappers) < 0.5 * sum(
+        r["total_ns"] for r in wrappers
+    )
+
+
+def test_operators_layout_self_total_and_group(app_module: Any, real_run: str) -> None:
+    """The page's layout, called as Dash calls it: self and total columns; group=shape adds the
+    input shapes; an unknown group is a clear error."""
+    from tracelab.app import ids
+    from tracelab.app.pages import operators
+
+    def find(node: Any, id_: str) -> Any:
+        if getattr(node, "id", None) == id_:
+            return node
+        kids = getattr(node, "children", None)
+        for k in kids if isinstance(kids, (list, tuple)) else [kids]:
+            if k is not None and not isinstance(k, str) and (hit := find(k, id_)) is not None:
+                return hit
+        return None
+
+    tree = operators.layout(run=real_run)
+    heads = [th.children for th in find(tree, ids.OP_OPS).children.children[0].children.children]
+    assert "self" in heads and "total (inclusive)" in heads and "input shapes" not in heads
+    fig = find(tree, ids.OP_OPS_CHART).figure
+    assert [t["name"] for t in fig["data"]] == ["total (inclusive)", "self"]
+    assert all(s <= t for s, t in zip(fig["data"][1]["x"], fig["data"][0]["x"]))
+    shaped = operators.layout(run=real_run, group="shape")
+    heads = [th.children for th in find(shaped, ids.OP_OPS).children.children[0].children.children]
+    assert "input shapes" in heads
+    bad = operators.layout(run="stragglers", group="bogus")
+    assert "use one of: name, shape" in json.dumps(bad.to_plotly_json(), default=str)

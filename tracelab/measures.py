@@ -1,0 +1,41 @@
+"""Run-level numbers that several surfaces show, each written once as SQL over the derived layer.
+
+The analyzers, the views (the Runs page) and the report read these fragments; none writes its own
+average. Each binds named parameters only (`$run`, `$min_ordinal`); docs/metrics.md defines the
+numbers.
+"""
+
+from __future__ import annotations
+
+from tracelab.derived.collectives import BUS_FACTOR_SQL
+
+
+def step_time_sql(run: str = "$run", min_ordinal: str = "$min_ordinal") -> str:
+    """The run's **step time**: the mean over its steady steps (ordinal >= min_ordinal) of the
+    job's step time, job_steps.dur_ns (the mean over ranks of their tiled steps); docs/metrics.md,
+    "Steps". A scalar subquery, NULL when the run has no steady step. `run` and `min_ordinal` are
+    SQL expressions: bind parameters (the default) or a query's columns, never values."""
+    return f"(SELECT avg(dur_ns) FROM job_steps WHERE run_id = {run} AND ordinal >= {min_ordinal})"
+
+
+#: The step time of run $run with steps from ordinal $min_ordinal steady.
+STEP_TIME_SQL = step_time_sql()
+
+#: One row per matched collective call (matched_collectives, one row per match_key) with its
+#: bandwidth by the nccl-tests convention (PERFORMANCE.md; docs/metrics.md, "Matched
+#: collectives"): algbw = bytes / transfer time, busbw = algbw x the op's bus factor
+#: (derived.collectives.BUS_FACTOR_SQL; n = ranks in the group). bytes per ns is GB/s. A
+#: relation binding $run; calls without a transfer time or size have NULL bandwidths.
+COLLECTIVE_BANDWIDTH_SQL = f"""(
+    SELECT match_key, op, pg_name, step, bytes, n, transfer_ns, source,
+           bytes * ({BUS_FACTOR_SQL}) AS bus_bytes,
+           CASE WHEN transfer_ns > 0 THEN bytes / transfer_ns END AS algbw_gbps,
+           CASE WHEN transfer_ns > 0 THEN bytes / transfer_ns * ({BUS_FACTOR_SQL}) END
+               AS busbw_gbps
+    FROM (
+        SELECT match_key, any_value(op) AS op, any_value(pg_name) AS pg_name,
+               min(step) AS step, any_value(bytes) AS bytes, any_value(group_size) AS n,
+               any_value(transfer_ns) AS transfer_ns, any_value(source) AS source
+        FROM matched_collectives WHERE run_id = $run GROUP BY match_key
+    )
+)"""
