@@ -61,6 +61,7 @@ ST_HEADLINE = "stragglers-headline"
 MEM_PEAKS = "memory-peaks"
 MEM_STAGES = "memory-stages"
 MEM_SERIES = "memory-series"
+MEM_ESTIMATE = "memory-estimate"
 MEM_SUMMARY = "memory-summary"
 MEM_HEADLINE = "memory-headline"
 

@@ -42,6 +42,8 @@ def profile(
     coords: Mapping[str, int] | None = None,
     pipeline: Any = None,
     pp_stage: int | None = None,
+    model: Any = None,
+    optimizer: Any = None,
     device: Any = None,
     comm_timing: bool = True,
     flight_recorder: bool = True,
@@ -63,7 +65,9 @@ def profile(
     Topology, recorded in the manifest: `mesh` (a DeviceMesh with named dims: dp, tp, pp, cp,
     ep, dp_replicate, dp_shard), or `parallelism={"dp": 2, "pp": 2}` with this rank's `coords`;
     `pipeline` (a torch.distributed.pipelining schedule, or a dict with schedule, stages,
-    microbatches) and `pp_stage`.
+    microbatches) and `pp_stage`. `model` and `optimizer` (a module/optimizer or a list of
+    them; a pipeline's stages stand in for `model`) let the collector count the rank's
+    parameter, gradient and optimizer-state bytes for the memory estimate.
 
     What is captured: `comm_timing` (every c10d collective and p2p op while a window is
     active), `flight_recorder` (its entries, when armed), `memory` (per-step peaks),
@@ -96,6 +100,8 @@ def profile(
         flight_recorder=flight_recorder,
         memory=memory,
         memory_snapshot=memory_snapshot,
+        model=model,
+        optimizer=optimizer,
         clock_sync=clock_sync,
         record_shapes=record_shapes,
         profile_memory=profile_memory,

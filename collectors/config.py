@@ -46,6 +46,8 @@ class ProfileConfig:
     coords: Mapping[str, int] | None = None
     pipeline: Any = None
     pp_stage: int | None = None
+    model: Any = None
+    optimizer: Any = None
     device: Any = None
     comm_timing: bool = True
     flight_recorder: bool = True

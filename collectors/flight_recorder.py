@@ -21,6 +21,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -288,3 +289,56 @@ def _sized(sizes: Any, dtypes: Any) -> tuple[int | None, str | None]:
         first = first or name
         total += math.prod(int(d) for d in shape) * width
     return total, first
+
+
+#: Where a capture keeps the ranks' dumps for `tracelab hang` (one file per rank and form).
+DUMP_DIR = "flight-recorder"
+
+
+def write_dumps(root: Path, rank: int) -> list[Path]:
+    """Write this rank's recorder into `root/flight-recorder/`: the pickle form (with Python
+    stacks) and the JSON form, named as `tracelab hang` and PyTorch's fr_trace read them
+    (`rank_<N>.pkl`, `rank_<N>.json`). Returns what was written; never raises."""
+    c10d = torch._C._distributed_c10d
+    folder = root / DUMP_DIR
+    written: list[Path] = []
+    forms = (
+        ("_dump_fr_trace", (True, True, False), "pkl"),
+        ("_dump_nccl_trace", (True, True, False), "pkl"),
+        ("_dump_fr_trace_json", (True, False), "json"),
+        ("_dump_nccl_trace_json", (True, False), "json"),
+    )
+    done: set[str] = set()
+    for name, args, ext in forms:
+        fn = getattr(c10d, name, None)
+        if fn is None or ext in done:
+            continue
+        try:
+            data = fn(*args)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"rank_{rank}.{ext}"
+            path.write_bytes(data if isinstance(data, bytes) else str(data).encode())
+        except Exception as exc:  # the job comes first: a failed dump is logged, not raised
+            log.warning("tracelab: could not write the Flight Recorder dump (%s): %s", name, exc)
+            continue
+        written.append(path)
+        done.add(ext)
+    return written
+
+
+def dump_on_signal(root: Path, rank: int, signum: int | None = None) -> bool:
+    """Write the dumps whenever the process gets `signum` (SIGUSR1 by default): `kill -USR1`
+    every rank of a job that seems hung, then run `tracelab hang CAPTURE/flight-recorder`.
+    The job carries on. Returns False where no handler can be installed (not the main
+    thread, or no such signal)."""
+    import signal
+    import threading
+
+    sig = signum if signum is not None else getattr(signal, "SIGUSR1", None)
+    if sig is None or threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        signal.signal(sig, lambda _s, _f: write_dumps(root, rank))
+    except (ValueError, OSError):
+        return False
+    return True

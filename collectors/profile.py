@@ -115,6 +115,10 @@ class Profile:
             return
         clean = exc_type is None
         self._exchanged = []
+        if not clean and self._fr_on:
+            # A collective's timeout (or any error) ends the loop: leave this rank's recorder
+            # for `tracelab hang` before anything else can fail.
+            fr.write_dumps(self.root, self.rank)
         try:
             if self._live:
                 self._stop(clean)
@@ -209,8 +213,16 @@ class Profile:
                 self._comm.exclude(self._group)
         if cfg.memory:
             snap = self.rank_dir if cfg.memory_snapshot else None
-            self._memory = MemoryTracker(device=self.device, snapshot_dir=snap)
+            self._memory = MemoryTracker(
+                device=self.device,
+                snapshot_dir=snap,
+                model=cfg.model,
+                optimizer=cfg.optimizer,
+                pipeline=cfg.pipeline,
+            )
         self._fr_on = bool(cfg.flight_recorder and distributed and fr.is_armed())
+        if self._fr_on:
+            fr.dump_on_signal(self.root, self.rank)  # kill -USR1: dumps for `tracelab hang`
         if cfg.flight_recorder and distributed and not self._fr_on and self.rank == 0:
             log.warning(
                 "tracelab: the Flight Recorder is not armed, so collectives issued from "
@@ -443,6 +455,7 @@ class Profile:
             else None,
             "collective_seq": "flight_recorder" if self._fr_on else "collector",
             "memory": self._memory.peaks if self._memory is not None else [],
+            "model_states": self._memory.model_states if self._memory is not None else None,
             "memory_snapshot": (
                 f"{self.rank_dir.name}/{self._memory.snapshot_path}"
                 if self._memory is not None and self._memory.snapshot_path

@@ -38,6 +38,8 @@ COMMANDS = (
     "tracelab.commands.open",
     "tracelab.commands.report",
     "tracelab.commands.baseline",
+    "tracelab.commands.estimate",
+    "tracelab.commands.hang",
 )
 
 

@@ -12,7 +12,7 @@ from tracelab.app import db, ids, pending
 from tracelab.app.components import findings_list, graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import text
-from tracelab.figures.memory import peaks_figure, series_figure, stages_figure
+from tracelab.figures.memory import estimate_figure, peaks_figure, series_figure, stages_figure
 from tracelab.render.text import size
 from tracelab.views.findings import targets
 from tracelab.views.memory import memory_series, memory_view
@@ -23,6 +23,18 @@ RANK_COLUMNS = (
     ("stage", "stage"),
     ("peak", "peak"),
     ("capacity", "capacity"),
+    ("used", "of capacity"),
+)
+ESTIMATE_COLUMNS = (
+    ("rank", "rank"),
+    ("stages", "stages"),
+    ("in_flight", "microbatches held (stage: n)"),
+    ("estimate", "estimate"),
+    ("measured", "measured"),
+    ("error", "error"),
+    ("states", "of which model states"),
+    ("activations", "activations"),
+    ("rest", "unexplained rest"),
     ("used", "of capacity"),
 )
 
@@ -59,6 +71,10 @@ def layout(**kwargs: Any) -> html.Div:
         html.P(v.note, className="hint") if v.note else html.Div(),
         graph(ids.MEM_PEAKS, peaks_figure(v)),
         graph(ids.MEM_STAGES, stages_figure(v)) if v.stages else html.Div(),
+        graph(ids.MEM_ESTIMATE, estimate_figure(v))
+        if v.estimate
+        else html.P(v.estimate_note, className="hint", id=ids.MEM_ESTIMATE),
+        table(ESTIMATE_COLUMNS, v.estimate_rows()[:MAX_ROWS]) if v.estimate else html.Div(),
         graph(ids.MEM_SERIES, series_figure(series, v.capacity_bytes))
         if series.ranks
         else html.P(

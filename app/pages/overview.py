@@ -101,7 +101,7 @@ def parts_table(split: TimeSplit | None, links: dict[str, str]) -> Any:
 
 
 def _color(part: str) -> str:
-    from tracelab.figures.timeline import PART_COLORS
+    from tracelab.vocabulary import PART_COLORS
 
     return PART_COLORS.get(part, "#999")
 

@@ -16,8 +16,8 @@ from tracelab.app.components import fmt, page, pager, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, integer
 from tracelab.render.text import duration
-from tracelab.views.overview import PART_LABELS
 from tracelab.views.runs import RunsPage, run_names, runs_page
+from tracelab.vocabulary import PART_LABELS
 
 COLUMNS = (
     ("name", "run"),

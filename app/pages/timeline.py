@@ -19,9 +19,9 @@ from tracelab.app.state import BadParam, href, int_list, number, str_list, text
 from tracelab.figures import empty_figure
 from tracelab.figures.ranksummary import rank_summary_figure
 from tracelab.figures.timeline import timeline_figure, timeline_status
-from tracelab.ingest.classify import Category
 from tracelab.views.ranksummary import MANY_RANKS, rank_summary
 from tracelab.views.timeline import TimelineRequest, event_detail, lanes, timeline
+from tracelab.vocabulary import Category
 
 CATEGORIES = tuple(c.value for c in Category)
 

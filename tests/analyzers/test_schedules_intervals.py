@@ -10,6 +10,7 @@ import pytest
 
 from tracelab.derived import intervals as iv
 from tracelab.derived import schedules as sch
+from tracelab.derived import sqlfiles
 
 
 def dur(tf: float, tb: float):
@@ -103,8 +104,9 @@ def test_sweep_matches_a_reference_model(seed):
         got["compute_ns"] + got["exposed_comm_ns"] + got["exposed_memcpy_ns"] + got["idle_ns"]
         == window
     )
+    sqlfiles.create_macros(con, store=False)
     merged = con.execute(
-        f"SELECT t0, t1 FROM ({iv.union_sql('SELECT g, t0, t1 FROM t', 'g')}) ORDER BY t0"
+        "WITH s AS (SELECT g AS k, t0, t1 FROM t) SELECT t0, t1 FROM interval_union(s) ORDER BY t0"
     ).fetchall()
     # Empty intervals cover nothing: the union drops them.
     assert [tuple(x) for x in merged] == _py_union([(a, b) for _, a, b, _ in rows if b > a])
@@ -112,7 +114,8 @@ def test_sweep_matches_a_reference_model(seed):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_numpy_union_equals_the_sql_union(seed):
-    """intervals.union (the numpy sweep the parts use on whole runs) against union_sql and the
+    """intervals.union (the numpy sweep the parts use on whole runs) against the SQL macro
+    interval_union (tracelab/derived/sql/_macros.sql) and the
     reference model, per key, touching and nested intervals included."""
     rng = random.Random(seed)
     rows = [
@@ -131,10 +134,11 @@ def test_numpy_union_equals_the_sql_union(seed):
     con = duckdb.connect()
     con.execute("CREATE TABLE t (g INTEGER, t0 BIGINT, t1 BIGINT)")
     con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    sqlfiles.create_macros(con, store=False)
     sql = sorted(
         tuple(x)
         for x in con.execute(
-            f"SELECT g, t0, t1 FROM ({iv.union_sql('SELECT g, t0, t1 FROM t', 'g')})"
+            "WITH s AS (SELECT g AS k, t0, t1 FROM t) SELECT k, t0, t1 FROM interval_union(s)"
         ).fetchall()
     )
     assert sql == ref

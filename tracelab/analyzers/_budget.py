@@ -19,19 +19,8 @@ import duckdb
 from tracelab.analyzers._common import PARTS, RunContext
 from tracelab.derived.sqlrows import first
 from tracelab.results import Finding, Severity
+from tracelab.vocabulary import ROOT_CAUSE
 
-#: Finding codes in root-cause order: a cause before the symptoms it produces.
-ROOT_CAUSE = (
-    "STRAGGLER_COMPUTE",
-    "STRAGGLER_HOST",
-    "STRAGGLER_COMM",
-    "PIPELINE_STAGE_IMBALANCE",
-    "PIPELINE_BUBBLE",
-    "PIPELINE_STALL",
-    "HOST_BOUND",
-    "SYNC_WAIT",
-    "EXPOSED_COMM",
-)
 #: Severity of a time-costing finding by the share of the step it was given.
 CRITICAL_SHARE = 0.20
 WARNING_SHARE = 0.05

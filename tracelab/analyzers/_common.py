@@ -12,10 +12,11 @@ import duckdb
 from tracelab.defaults import WARMUP_STEPS
 from tracelab.derived.sqlrows import first
 from tracelab.errors import RunNotFoundError, UsageError
+from tracelab.vocabulary import STEP_PARTS
 
 NS_PER_MS = 1_000_000
 #: The parts of the lost-time model, as step_parts names them (docs/metrics.md).
-PARTS = ("compute", "transfer", "memcpy", "wait", "bubble", "stall", "host", "idle")
+PARTS = STEP_PARTS
 
 
 @dataclass(frozen=True, kw_only=True)

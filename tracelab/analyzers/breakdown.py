@@ -33,6 +33,7 @@ from tracelab.analyzers._host import host_activity, host_total
 from tracelab.derived.collectives import BUS_FACTOR_SQL
 from tracelab.derived.intervals import breakdown_sql
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
+from tracelab.vocabulary import Code
 
 NAME = "breakdown"
 TITLE = "Where the step goes: lost-time parts and comm/compute overlap"
@@ -283,7 +284,7 @@ def _exposed_comm(
             "sharded parameters, larger buckets)."
         )
     return Finding(
-        code="EXPOSED_COMM",
+        code=Code.EXPOSED_COMM,
         severity=Severity.WARNING,
         title=f"Communication transfer not hidden by compute costs {{impact_pct}} of the step "
         f"({what})",
@@ -309,7 +310,7 @@ def _host_bound(
     worst = sorted(shares, key=lambda r: -shares[r])
     device = any(x.get("mode") == "device" for x in ranks_tbl)
     return Finding(
-        code="HOST_BOUND",
+        code=Code.HOST_BOUND,
         severity=Severity.WARNING,
         title=f"The {'device' if device else 'training loop'} waits on the host "
         "{impact_pct} of the step"

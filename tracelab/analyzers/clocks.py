@@ -17,6 +17,7 @@ import duckdb
 from tracelab.analyzers._common import RunContext, merge_params, ms, ranks_str, rows
 from tracelab.derived.sqlrows import first
 from tracelab.results import Evidence, Finding, Result, Severity
+from tracelab.vocabulary import Code
 
 NAME = "clocks"
 TITLE = "Clock alignment"
@@ -115,7 +116,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         worst = max((x["uncertainty_ns"] or 0 for x in uncertain), default=0)
         findings.append(
             Finding(
-                code="CLOCK_UNCERTAIN",
+                code=Code.CLOCK_UNCERTAIN,
                 severity=Severity.WARNING,
                 title=(
                     f"Clocks of {ranks_str([x['rank'] for x in uncertain])} on other hosts are "
@@ -148,7 +149,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         worst_row = max(skewed, key=lambda x: abs(x["offset_ns"]))
         findings.append(
             Finding(
-                code="CLOCK_SKEW",
+                code=Code.CLOCK_SKEW,
                 severity=Severity.INFO,
                 title=f"Rank clocks disagree by up to {ms(worst_row['offset_ns'])} (rank "
                 f"{worst_row['rank']}); corrected before ranks are compared",

@@ -16,10 +16,12 @@ from typing import Any
 
 import duckdb
 
+from tracelab.analyzers import _memory_estimate
 from tracelab.analyzers._common import RunContext, merge_params, ranks_str, rows, size_str
 from tracelab.derived.pipeline import declared_pipeline, schedule_name
 from tracelab.derived.sqlrows import scalar
 from tracelab.results import Evidence, Finding, Result, Severity
+from tracelab.vocabulary import Code
 
 NAME = "memory"
 TITLE = "Memory per rank and stage"
@@ -29,7 +31,14 @@ DEFAULTS: dict[str, Any] = {
     "imbalance_threshold": 1.2,
     # Report MEMORY_HEADROOM above this peak / capacity.
     "headroom_threshold": 0.8,
+    # Report MEMORY_ESTIMATE_MISMATCH when a rank's measured peak departs from its estimate
+    # by more than this share of the estimate (docs/metrics.md, "Memory estimate").
+    "estimate_threshold": 0.15,
+    # A `tracelab estimate` config (YAML or JSON path) to compare the run with, or None.
+    "prediction": None,
 }
+#: This analyzer's finding codes beyond the vocabulary's (for the integrator).
+ESTIMATE_CODE = Code.MEMORY_ESTIMATE_MISMATCH
 
 
 def expected_microbatches(schedule: str | None, p: int, m: int) -> list[int] | None:
@@ -77,9 +86,26 @@ def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[
     return "rss", rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak'"), [run_id])
 
 
+def _cpu_only(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
+    got = scalar(
+        con.execute(
+            "SELECT max(coalesce(device_type, 0)) FROM memory WHERE run_id = ? "
+            "AND source = 'trace'",
+            [run_id],
+        )
+    )
+    return got == 0
+
+
 def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str, Any]) -> Result:
     p = merge_params(NAME, DEFAULTS, params)
     source, peaks = _peaks(con, ctx.run_id)
+    if source == "trace" and _cpu_only(con, ctx.run_id):
+        based = _memory_estimate.measured_peaks(con, ctx.run_id, ctx.metadata)
+        if peaks and all(x["rank"] in based for x in peaks):
+            for x in peaks:
+                x["peak_bytes"] = int(based[x["rank"]])
+            source = "trace_baseline"
     if not peaks:
         return Result(
             analyzer=NAME,
@@ -153,11 +179,29 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
                 "expected_max_over_mean": max(exp) / exp_mean if exp else None,
             }
         )
+    est_tbl, missing = _estimate(con, ctx, p, source, peaks) if is_pipe else ([], [])
+    caps = {x["rank"]: x["capacity_bytes"] for x in rank_tbl}
+    for row in est_tbl:
+        cap = caps.get(row["rank"])
+        row["capacity_bytes"] = cap
+        row["headroom_used"] = (
+            row["measured_bytes"] / cap if cap and row["measured_bytes"] else None
+        )
+        row["estimate_headroom_used"] = row["estimate_bytes"] / cap if cap else None
     findings = _findings(p, metrics, stage_tbl, rank_tbl, source)
+    findings += _estimate_findings(p, est_tbl)
+    if est_tbl:
+        errs = [abs(x["error"]) for x in est_tbl if x.get("error") is not None]
+        metrics["estimate_max_abs_error"] = max(errs) if errs else None
     notes = {
         "trace": [
             "peaks from the trace's [memory] events: allocations made before "
             "profiling started are missing, so these are lower bounds."
+        ],
+        "trace_baseline": [
+            "peaks from the CPU allocator's events of the first window plus the model-state "
+            "bytes the collector found live when it opened (the events miss allocations made "
+            "before profiling)."
         ],
         "rss": [
             "peaks are process RSS from the collector (no device allocator, no "
@@ -165,12 +209,15 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
             "dilutes imbalance ratios."
         ],
     }.get(source, [])
+    if missing:
+        lead = "memory estimate without" if est_tbl else "no memory estimate: missing"
+        notes.append(f"{lead} " + "; ".join(missing) + ".")
     return Result(
         analyzer=NAME,
         run=ctx.name,
         params=p,
         metrics=metrics,
-        tables={"ranks": rank_tbl, "stages": stage_tbl},
+        tables={"ranks": rank_tbl, "stages": stage_tbl, "estimate": est_tbl},
         findings=tuple(findings),
         notes=tuple(notes),
     )
@@ -197,7 +244,7 @@ def _findings(
         )
         out.append(
             Finding(
-                code="STAGE_MEMORY_IMBALANCE",
+                code=Code.STAGE_MEMORY_IMBALANCE,
                 severity=Severity.WARNING if beyond else Severity.INFO,
                 title=f"Stage memory imbalance: stage {heavy['stage']} peaks at "
                 f"{size_str(heavy['peak_bytes'])}, {mom:.2f}x the mean ({expl})",
@@ -233,7 +280,7 @@ def _findings(
         worst = max(hot, key=lambda x: x["headroom_used"])
         out.append(
             Finding(
-                code="MEMORY_HEADROOM",
+                code=Code.MEMORY_HEADROOM,
                 severity=Severity.WARNING,
                 title=f"{ranks_str([x['rank'] for x in hot])} use up to "
                 f"{100 * worst['headroom_used']:.0f}% of device memory"
@@ -254,3 +301,88 @@ def _findings(
             )
         )
     return out
+
+
+def _estimate(
+    con: duckdb.DuckDBPyConnection,
+    ctx: RunContext,
+    p: Mapping[str, Any],
+    source: str,
+    peaks: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    got = rows(
+        con,
+        "SELECT source, schedule, ranks, stages_per_rank, microbatches FROM pipeline_runs "
+        "WHERE run_id = ?",
+        [ctx.run_id],
+    )
+    device = {x["rank"]: x["peak_bytes"] for x in peaks} if source == "step_peak" else {}
+    try:
+        tbl, missing = _memory_estimate.estimate(
+            con, ctx.run_id, ctx.metadata, got[0] if got else None, device
+        )
+    except (ValueError, TypeError) as exc:  # a schedule without a count; a malformed entry
+        return [], [f"a usable input ({exc})"]
+    if p.get("prediction") and tbl:
+        try:
+            _add_prediction(tbl, str(p["prediction"]))
+        except (OSError, ValueError, TypeError) as exc:
+            missing.append(f"a usable prediction ({p['prediction']}: {exc})")
+    return tbl, missing
+
+
+def _add_prediction(tbl: list[dict[str, Any]], path: str) -> None:
+    """Each pipeline rank's predicted peak from a `tracelab estimate` config, beside the run's."""
+    from tracelab.memory_model import load_config, predict
+
+    pred = {e.rank: e.total_bytes for e in predict(load_config(path))}
+    for i, row in enumerate(sorted(tbl, key=lambda r: min(r["stages"]))):
+        row["predicted_bytes"] = pred.get(i)
+
+
+def _estimate_findings(p: Mapping[str, Any], tbl: list[dict[str, Any]]) -> list[Finding]:
+    off = [
+        x
+        for x in tbl
+        if x.get("error") is not None and abs(x["error"]) > float(p["estimate_threshold"])
+    ]
+    if not off:
+        return []
+    worst = max(off, key=lambda x: abs(x["error"]))
+    over = worst["error"] > 0
+    return [
+        Finding(
+            code=ESTIMATE_CODE,
+            severity=Severity.WARNING if over else Severity.INFO,
+            title=f"{ranks_str([x['rank'] for x in off])}: measured peak "
+            f"{'above' if over else 'below'} the estimate by up to "
+            f"{100 * abs(worst['error']):.0f}% (rank {worst['rank']}: "
+            f"{size_str(worst['measured_bytes'])} measured, "
+            f"{size_str(worst['estimate_bytes'])} estimated)",
+            evidence=Evidence(
+                ranks=tuple(x["rank"] for x in off),
+                numbers={
+                    "rank": worst["rank"],
+                    "measured_bytes": worst["measured_bytes"],
+                    "estimate_bytes": worst["estimate_bytes"],
+                    "error": worst["error"],
+                    "diff_model_states_bytes": worst.get("diff_model_states_bytes"),
+                    "diff_activations_bytes": worst.get("diff_activations_bytes"),
+                    "diff_rest_bytes": worst.get("diff_rest_bytes"),
+                },
+            ),
+            suggestion=(
+                "The unexplained rest is memory outside model states and the schedule's "
+                "activations: communication buffers, allocator fragmentation (try "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), or tensors kept alive across "
+                "microbatches (losses, logits); an activation part means more microbatches "
+                "in flight than the schedule needs."
+                if over
+                else "The rank holds less than the model predicts: activation recomputation or "
+                "offloading is on, or fewer microbatches are in flight than the schedule's "
+                "count; the estimate overstates this rank's needs."
+            ),
+            analyzer=NAME,
+            view="memory",
+        )
+    ]

@@ -25,6 +25,7 @@ from tracelab.analyzers._common import RunContext, merge_params, ms, pct, ranks_
 from tracelab.derived import schedules
 from tracelab.derived.sqlrows import first
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
+from tracelab.vocabulary import Code
 
 NAME = "pipeline"
 TITLE = "Pipeline bubbles"
@@ -205,7 +206,7 @@ def _findings(
         gain = max(0.0, metrics["inherent_makespan_ns"] - metrics["balanced_makespan_ns"])
         out.append(
             Finding(
-                code="PIPELINE_STAGE_IMBALANCE",
+                code=Code.PIPELINE_STAGE_IMBALANCE,
                 severity=Severity.WARNING,
                 title=f"Unbalanced pipeline: {ranks_str(slow)} compute {busy[worst] / mean_busy:.2f}x "
                 "the mean stage, costing {impact_ms} per step ({impact_pct})",
@@ -242,7 +243,7 @@ def _findings(
         )
         out.append(
             Finding(
-                code="PIPELINE_BUBBLE",
+                code=Code.PIPELINE_BUBBLE,
                 severity=Severity.WARNING,
                 title="Pipeline bubble: the schedule leaves stages idle {impact_pct} of the step "
                 f"({desc})",
@@ -273,7 +274,7 @@ def _findings(
         worst_rows = sorted(stage_rows, key=lambda s: -(s["stall_ns"] or 0))
         out.append(
             Finding(
-                code="PIPELINE_STALL",
+                code=Code.PIPELINE_STALL,
                 severity=Severity.WARNING,
                 title="Pipeline stalls: stages wait {impact_ms} per step beyond what the schedule "
                 "needs ({impact_pct})",

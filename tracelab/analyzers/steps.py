@@ -21,6 +21,7 @@ import duckdb
 from tracelab.analyzers._common import RunContext, merge_params, ms, ranks_str, rows
 from tracelab.derived.sqlrows import first
 from tracelab.results import Evidence, Finding, Result, Severity
+from tracelab.vocabulary import Code
 
 NAME = "steps"
 TITLE = "Step times"
@@ -111,7 +112,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         culprits = sorted({x["slowest_rank"] for x in outliers})
         findings.append(
             Finding(
-                code="STEP_TIME_OUTLIER",
+                code=Code.STEP_TIME_OUTLIER,
                 severity=Severity.INFO if warmup_only else Severity.WARNING,
                 title=f"{len(outliers)} of {len(job)} steps are outliers (up to "
                 f"{worst['dur_ns'] / med:.2f}x the median {ms(med)})"

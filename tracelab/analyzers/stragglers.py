@@ -38,6 +38,7 @@ from tracelab.analyzers._replay import columns as replay_columns
 from tracelab.analyzers._replay import whatif
 from tracelab.derived.sqlrows import first
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
+from tracelab.vocabulary import Code
 
 NAME = "stragglers"
 TITLE = "Stragglers at collectives"
@@ -53,9 +54,9 @@ DEFAULTS: dict[str, Any] = {
 }
 #: Kind of straggler by the part of its step that exceeds its peers' the most.
 KINDS = {
-    "compute": ("STRAGGLER_COMPUTE", ("compute",)),
-    "host": ("STRAGGLER_HOST", ("host",)),
-    "communication": ("STRAGGLER_COMM", ("transfer", "memcpy")),
+    "compute": (Code.STRAGGLER_COMPUTE, ("compute",)),
+    "host": (Code.STRAGGLER_HOST, ("host",)),
+    "communication": (Code.STRAGGLER_COMM, ("transfer", "memcpy")),
 }
 
 _GAPS_SQL = """
@@ -386,7 +387,7 @@ def _sync_wait(
     n = sum(lasts.values()) or 1
     top = sorted(lasts.items(), key=lambda kv: -kv[1])[:3]
     return Finding(
-        code="SYNC_WAIT",
+        code=Code.SYNC_WAIT,
         severity=Severity.WARNING,
         title="Ranks wait {impact_pct} of the step at collectives for whichever rank arrives "
         "last (no single straggler)",

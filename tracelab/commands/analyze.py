@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
         ranks = con.execute(
             "SELECT rank_count, world_size FROM runs WHERE run_id = ?", [rid]
         ).fetchall()[0]
-        analysis = run_analyzers(con, rid, only=only)
+        params = {"memory": {"prediction": args.prediction}} if args.prediction else None
+        analysis = run_analyzers(con, rid, only=only, params=params)
     run_info = {
         "name": name,
         "run_id": rid,
@@ -52,5 +53,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAMES",
         help="comma-separated analyzers to run (default: all): steps, breakdown, "
         "clocks, stragglers, pipeline, memory",
+    )
+    p.add_argument(
+        "--prediction",
+        metavar="CONFIG",
+        help="a `tracelab estimate` config (YAML or JSON): the memory analyzer puts its "
+        "per-stage prediction beside the run's estimate and measured peak",
     )
     p.set_defaults(func=run)

@@ -10,6 +10,7 @@ from tracelab.errors import UsageError
 
 if TYPE_CHECKING:
     from tracelab.ingest import IngestReport
+    from tracelab.ingest.pool import Engine
 
 
 def _rank_map(items: list[str]) -> dict[str, int]:
@@ -42,6 +43,16 @@ def _print_report(report: IngestReport, db: str) -> None:
         print(f"ignored {len(report.ignored)} files that are not traces: {shown}")
 
 
+def _engine(args: argparse.Namespace) -> Engine | None:
+    from tracelab.ingest.pool import Engine
+
+    engine = getattr(args, "engine", "local")
+    address = getattr(args, "address", None)
+    if address and engine != "ray":
+        raise UsageError("--address names a Ray cluster: add --engine ray.")
+    return Engine(name="ray", address=address) if engine == "ray" else None
+
+
 def ingest_paths(args: argparse.Namespace) -> list[IngestReport]:
     """Ingest the command line's paths: one run, or one run per capture when the paths are
     folders of capture folders (`tracelab ingest sample_traces`), each named after its folder."""
@@ -54,6 +65,7 @@ def ingest_paths(args: argparse.Namespace) -> list[IngestReport]:
         "if_exists": "replace" if args.replace else "refuse",
         "skip_bad": args.skip_bad,
         "workers": args.workers,
+        "engine": _engine(args),
     }
     captures = capture_runs(args.paths)
     if captures is None:
@@ -107,6 +119,20 @@ def add_ingest_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="parallel parser processes (default: all cores)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="where files are converted: this machine's process pool (default), or Ray tasks "
+        "that write each trace's Parquet files beside it (needs tracelab[ray] and a path every "
+        "node sees; docs/scale-out.md)",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --engine ray: the cluster to join (host:port of `ray start --head`); "
+        "default: a local Ray instance for this ingest",
     )
 
 

@@ -1,11 +1,12 @@
 """The derived layer: one definition for every number, computed once per run, stored, read by all.
 
-`derive(con, run_id)` fills the derived tables of tracelab/store/schema/derived.sql (step spans, clock
-offsets, matched collectives, p2p ops, pipeline actions, the lost-time parts and the
+`derive(con, run_id)` fills the derived tables (step spans, clock offsets, matched collectives, p2p ops, pipeline actions, the lost-time parts and the
 attribution of exposed communication) from the base tables, inside the ingest's transaction;
 `tracelab rederive` runs it again on stored runs. Every analyzer, the reports and the app read
 these tables (through `tracelab sql` too) and never recompute what they hold. docs/metrics.md
-defines each number.
+defines each number; tracelab/derived/sql/ holds one file per table or view, its documented DDL
+(which the store's schema takes from schema_sql()) and, where the definition is SQL, its
+`INSERT ... BY NAME` (tracelab.derived.sqlfiles).
 
 Components run in dependency order, each isolated: one that fails on a run is recorded in
 `derived_errors` (component and reason), its tables stay empty for that run, and the rest is
@@ -21,7 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
 
+from tracelab.derived import sqlfiles
 from tracelab.errors import failure_reason
 
 #: Derived tables per component, in the order derive() fills them.
@@ -61,12 +64,7 @@ def _clocks(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
 
 def _clocks_fallback(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Offsets of 0 for every rank (method 'none'), so that the rest can still be derived."""
-    con.execute(
-        """INSERT INTO clock_offsets
-                   SELECT run_id, rank, 0, NULL, 'none', min(rank) OVER (), host, 0, 0
-                   FROM ranks WHERE run_id = ?""",
-        [run_id],
-    )
+    sqlfiles.run(con, "clock_offsets_none", {"run": run_id})
 
 
 def _steps(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -113,6 +111,7 @@ def derive(
     was derived for it before. Call inside the caller's transaction. Components in `skip`
     (name -> reason) are recorded as failed without running."""
     clear(con, run_id)
+    sqlfiles.create_macros(con)
     errors: dict[str, str] = {}
     for name, fn, needs in _STEPS:
         missing = [n for n in needs if n in errors and n != "clocks"]
@@ -129,15 +128,18 @@ def derive(
             raise ComponentFailed(name, failure_reason(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - the failure policy: isolate, name, go on
             for table in COMPONENT_TABLES[name]:
-                con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+                con.execute(f"DELETE FROM {table} WHERE run_id = $run", {"run": run_id})
             errors[name] = str(exc) if isinstance(exc, _Skipped) else failure_reason(exc)
             if name == "clocks":
                 _clocks_fallback(con, run_id)
     if errors:
-        con.executemany(
-            "INSERT INTO derived_errors VALUES (?, ?, ?)",
-            [[run_id, k, v] for k, v in errors.items()],
+        table = pa.table(
+            {
+                "component": pa.array(list(errors), pa.string()),
+                "message": pa.array(list(errors.values()), pa.string()),
+            }
         )
+        sqlfiles.run(con, "derived_errors", {"run": run_id}, {"_tl_errors": table})
     return DeriveReport(errors=errors)
 
 
@@ -145,17 +147,22 @@ class _Skipped(Exception):
     """A component the caller asked to skip (it failed in an earlier attempt)."""
 
 
+def schema_sql() -> str:
+    """The derived layer's DDL (tracelab/derived/sql/), for the store's schema."""
+    return sqlfiles.schema_sql()
+
+
 def clear(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Delete every derived row of one run."""
     for table in TABLES:
-        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        con.execute(f"DELETE FROM {table} WHERE run_id = $run", {"run": run_id})
 
 
 def errors(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, str]:
     """The derived components that failed on the run: component -> reason."""
     return dict(
         con.execute(
-            "SELECT component, message FROM derived_errors WHERE run_id = ?", [run_id]
+            "SELECT component, message FROM derived_errors WHERE run_id = $run", {"run": run_id}
         ).fetchall()
     )
 

@@ -22,8 +22,9 @@ import re
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
 
-from tracelab.derived.collectives import keyed_sql
+from tracelab.derived import sqlfiles
 
 #: Resolution of Kineto timestamps (µs with three decimals, from a µs-resolution clock).
 CLOCK_RESOLUTION_NS = 1_000
@@ -54,8 +55,8 @@ def _hosts(
     """(rank, host, collector offset, collector uncertainty) per rank, in rank order."""
     rows = con.execute(
         """SELECT rank, host, clock_offset_ns, clock_uncertainty_ns,
-                  json_extract_string(files, '$[0]') FROM ranks WHERE run_id = ? ORDER BY rank""",
-        [run_id],
+                  json_extract_string(files, '$[0]') FROM ranks WHERE run_id = $run ORDER BY rank""",
+        {"run": run_id},
     ).fetchall()
     return [
         (int(r), h or (host_from_file_name(f) if f else None), off, unc)
@@ -78,16 +79,22 @@ def _bounds(
     bound, median end difference, MAD of the end differences, matches) against `ref`."""
     groups = [[r, f"host:{h}" if h is not None else f"rank:{r}"] for r, h, _, _ in ranks]
     rows = con.execute(
-        f"""
-        WITH mt AS ({keyed_sql()}),
-        g AS (SELECT unnest(?::INTEGER[]) AS rank, unnest(?::VARCHAR[]) AS grp),
+        """
+        WITH mt AS (FROM keyed_collectives($run, $source)),
+        g AS (SELECT unnest($ranks::INTEGER[]) AS rank, unnest($groups::VARCHAR[]) AS grp),
         d AS (SELECT g.grp, x.start_ns - r.end_ns AS lo, x.end_ns - r.start_ns AS hi,
                      x.end_ns - r.end_ns AS diff
-              FROM mt x JOIN mt r ON r.key = x.key AND r.rank = ? AND x.rank <> ?
+              FROM mt x JOIN mt r ON r.key = x.key AND r.rank = $ref AND x.rank <> $ref
               JOIN g ON g.rank = x.rank)
         SELECT grp, max(lo), min(hi), median(diff), mad(diff), count(*) FROM d GROUP BY grp
         """,
-        [run_id, source, [g[0] for g in groups], [g[1] for g in groups], ref, ref],
+        {
+            "run": run_id,
+            "source": source,
+            "ranks": [g[0] for g in groups],
+            "groups": [g[1] for g in groups],
+            "ref": ref,
+        },
     ).fetchall()
     return {
         str(g): (int(lo), int(hi), float(med), float(mad), int(n))
@@ -164,15 +171,19 @@ def _from_bounds(
 
 
 def derive(con: duckdb.DuckDBPyConnection, run_id: int, source: str | None) -> None:
-    """Fill clock_offsets for the run."""
+    """Fill clock_offsets for the run (tracelab/derived/sql/clock_offsets.sql)."""
     clocks = estimate(con, run_id, source)
     if not clocks:
         return
-    ref = clocks[0].rank
-    con.executemany(
-        "INSERT INTO clock_offsets VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
-        [
-            [run_id, c.rank, c.offset_ns, c.uncertainty_ns, c.method, ref, c.host, c.matches]
-            for c in clocks
-        ],
+    table = pa.table(
+        {
+            "rank": pa.array([c.rank for c in clocks], pa.int32()),
+            "offset_ns": pa.array([c.offset_ns for c in clocks], pa.int64()),
+            "uncertainty_ns": pa.array([c.uncertainty_ns for c in clocks], pa.int64()),
+            "method": pa.array([c.method for c in clocks], pa.string()),
+            "reference_rank": pa.array([clocks[0].rank] * len(clocks), pa.int32()),
+            "host": pa.array([c.host for c in clocks], pa.string()),
+            "matches": pa.array([c.matches for c in clocks], pa.int32()),
+        }
     )
+    sqlfiles.run(con, "clock_offsets", {"run": run_id}, {"_tl_clocks": table})

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import duckdb
 
-from tracelab.ingest.load import DTYPE_BYTES
+from tracelab.derived import sqlfiles
+from tracelab.vocabulary import DTYPE_BYTES, SOURCES
 
-#: Sources in order of preference on a tie.
-SOURCES = ("collector", "kernel", "host", "flight_recorder")
-#: Ops that pair two ranks rather than a group.
-P2P_OPS = ("send", "recv", "send_recv")
 #: busbw / algbw per op (nccl-tests' PERFORMANCE.md); n = ranks in the group.
 BUS_FACTOR_SQL = """CASE op WHEN 'all_reduce' THEN 2.0 * (n - 1) / n
     WHEN 'all_gather' THEN (n - 1) * 1.0 / n WHEN 'reduce_scatter' THEN (n - 1) * 1.0 / n
@@ -31,7 +28,7 @@ NCCL_TESTS_BYTES_SQL = """CASE op
     ELSE coalesce(in_bytes, out_bytes) END"""
 #: Bytes per element of the `Input type` names host ops write (PyTorch's C++ type names, as
 #: the TensorBoard plugin reads them: 'float', 'long int', 'c10::Half', ...), lower-cased with
-#: any `c10::` prefix removed; on top of tracelab.ingest.load.DTYPE_BYTES.
+#: any `c10::` prefix removed; on top of tracelab.vocabulary.DTYPE_BYTES.
 HOST_DTYPE_BYTES = {
     **DTYPE_BYTES,
     "long int": 8,
@@ -98,11 +95,11 @@ def choose_source(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
     rows = con.execute(
         """
         SELECT source, count(DISTINCT rank) AS ranks, count(*) AS n FROM collectives
-        WHERE run_id = ? AND start_ns IS NOT NULL AND end_ns IS NOT NULL
+        WHERE run_id = $run AND start_ns IS NOT NULL AND end_ns IS NOT NULL
           AND op NOT IN ('send', 'recv', 'send_recv')
         GROUP BY source
         """,
-        [run_id],
+        {"run": run_id},
     ).fetchall()
     if not rows:
         return None
@@ -111,8 +108,9 @@ def choose_source(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
 
 
 def keyed_sql() -> str:
-    """Matched group collectives on the ranks' own clocks, one row per (match, rank). Binds:
-    run_id, source. Columns: rank, key, op, pg_name, step (the match's), start_ns, end_ns,
+    """Matched group collectives on the ranks' own clocks, one row per (match, rank): the body
+    of the macro keyed_collectives(_run, _source) (tracelab.derived.sqlfiles.create_macros).
+    Columns: rank, key, op, pg_name, step (the match's), start_ns, end_ns,
     bytes (nccl-tests size; for kernels without record_param_comms, from the host op's
     inputs, HOST_OP_IN_BYTES_SQL), group_size (the trace's, else the ranks matched), matched
     (ranks matched), transfer_ns (shortest duration), event_idx.
@@ -121,7 +119,7 @@ def keyed_sql() -> str:
     return f"""
     WITH c0 AS (
         SELECT * FROM collectives
-        WHERE run_id = ? AND source = ? AND start_ns IS NOT NULL AND end_ns IS NOT NULL
+        WHERE run_id = _run AND source = _source AND start_ns IS NOT NULL AND end_ns IS NOT NULL
           AND op NOT IN ('send', 'recv', 'send_recv')
     ),
     hb AS ({HOST_OP_IN_BYTES_SQL}),
@@ -170,72 +168,22 @@ def keyed_sql() -> str:
 
 
 def derive_matched(con: duckdb.DuckDBPyConnection, run_id: int, source: str | None) -> None:
-    """Fill matched_collectives for the run (aligned with clock_offsets)."""
+    """Fill matched_collectives for the run (aligned with clock_offsets):
+    tracelab/derived/sql/matched_collectives.sql."""
     if source is None:
         return
-    con.execute(
-        f"""
-        INSERT INTO matched_collectives
-        WITH x AS ({keyed_sql()}),
-        m AS (SELECT x.*, x.start_ns - o.offset_ns AS a_ns, x.end_ns - o.offset_ns AS e_ns
-              FROM x JOIN clock_offsets o ON o.run_id = ? AND o.rank = x.rank),
-        l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS last_rank
-              FROM m GROUP BY key),
-        s AS (SELECT m.key, max(m.a_ns) AS second_ns
-              FROM m JOIN l USING (key) WHERE m.rank <> l.last_rank GROUP BY m.key)
-        SELECT ?, m.key, m.rank, ?, m.op, m.pg_name, m.step, m.a_ns, m.e_ns,
-               m.end_ns - m.start_ns, m.bytes, m.group_size, m.matched, m.transfer_ns,
-               (m.end_ns - m.start_ns) - m.transfer_ns, l.last_rank, l.last_arrival_ns,
-               CASE WHEN m.rank = l.last_rank THEN l.last_arrival_ns - s.second_ns ELSE 0 END,
-               m.event_idx
-        FROM m JOIN l USING (key) LEFT JOIN s USING (key)
-        """,
-        [run_id, source, run_id, run_id, source],
-    )
+    sqlfiles.run(con, "matched_collectives", {"run": run_id, "source": source})
 
 
 def derive_p2p(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Fill p2p_ops: send/recv from device kernels where a rank has them, else from host
-    annotations; transfer = the shortest op of the same kind and size in the run."""
-    con.execute(
-        """
-        INSERT INTO p2p_ops
-        WITH p AS (
-            SELECT c.rank, c.op, c.peer, coalesce(c.in_bytes, c.out_bytes) AS bytes, c.step,
-                   c.start_ns - o.offset_ns AS s, c.end_ns - o.offset_ns AS e, c.event_idx,
-                   c.source
-            FROM collectives c JOIN clock_offsets o ON o.run_id = c.run_id AND o.rank = c.rank
-            WHERE c.run_id = ? AND c.op IN ('send', 'recv', 'send_recv')
-              AND c.start_ns IS NOT NULL AND c.end_ns IS NOT NULL
-              AND c.source IN ('kernel', 'host')
-        ),
-        best AS (SELECT rank, min(CASE source WHEN 'kernel' THEN 0 ELSE 1 END) AS pick
-                 FROM p GROUP BY rank),
-        q AS (SELECT p.* FROM p JOIN best USING (rank)
-              WHERE CASE p.source WHEN 'kernel' THEN 0 ELSE 1 END = best.pick),
-        t AS (SELECT op, coalesce(bytes, -1) AS b, min(e - s) AS transfer_ns FROM q GROUP BY ALL)
-        SELECT ?, q.rank, q.op, q.peer, q.bytes, q.step, q.s, q.e, t.transfer_ns,
-               (q.e - q.s) - t.transfer_ns, q.event_idx
-        FROM q JOIN t ON t.op = q.op AND t.b = coalesce(q.bytes, -1)
-        """,
-        [run_id, run_id],
-    )
+    annotations; transfer = the shortest op of the same kind and size in the run
+    (tracelab/derived/sql/p2p_ops.sql)."""
+    sqlfiles.run(con, "p2p_ops", {"run": run_id})
 
 
 def count_violations(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """clock_offsets.causality_violations: matches that, aligned, end on the rank before the
-    last rank arrived by more than both ranks' uncertainties."""
-    con.execute(
-        """
-        UPDATE clock_offsets SET causality_violations = v.n
-        FROM (SELECT m.rank, count(*) FILTER (
-                  WHERE m.end_ns < m.last_arrival_ns - coalesce(o.uncertainty_ns, 0)
-                                   - coalesce(lo.uncertainty_ns, 0)) AS n
-              FROM matched_collectives m
-              JOIN clock_offsets o ON o.run_id = m.run_id AND o.rank = m.rank
-              JOIN clock_offsets lo ON lo.run_id = m.run_id AND lo.rank = m.last_rank
-              WHERE m.run_id = ? GROUP BY m.rank) v
-        WHERE clock_offsets.run_id = ? AND clock_offsets.rank = v.rank
-        """,
-        [run_id, run_id],
-    )
+    last rank arrived by more than both ranks' uncertainties
+    (tracelab/derived/sql/causality_violations.sql)."""
+    sqlfiles.run(con, "causality_violations", {"run": run_id})

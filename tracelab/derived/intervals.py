@@ -1,10 +1,12 @@
-"""Interval algebra: the one union of intervals (numpy and SQL forms), and the SQL sweep behind
-HTA's temporal breakdown.
+"""Interval algebra: the union of intervals in numpy, and the SQL sweep behind HTA's temporal
+breakdown.
 
-Intervals are half-open [t0, t1) in ns; touching intervals merge, like HTA's
-merge_kernel_intervals. `union` is the form the derived layer uses on whole runs (a sort and a
-running maximum: DuckDB's windowed running max costs about a microsecond a row here, numpy a
-few nanoseconds); `union_sql` is the same rule inside a query, for small relations. The sweep
+The union of intervals is defined once, by the SQL macro interval_union
+(tracelab/derived/sql/_macros.sql): intervals are half-open [t0, t1) in ns, touching intervals
+merge (like HTA's merge_kernel_intervals), empty ones are dropped. `union` is the same
+definition in numpy, for the one caller that needs arrays of whole runs (the parts' sweep,
+tracelab.derived.parts: DuckDB's windowed running max costs about a microsecond a row there,
+numpy a few nanoseconds); tests/analyzers/test_schedules_intervals.py tests the two equal. The sweep
 (`segments_sql`, `breakdown_sql`) serves HTA's own definitions (docs/metrics.md) in the
 breakdown analyzer's HTA-compatible mode and host compute; the lost-time model has its own
 sweep (tracelab.derived.parts) over unions made here.
@@ -51,27 +53,6 @@ def total(t0: I64, t1: I64) -> int:
     """Length of the union of [t0, t1) intervals."""
     _, a, b = union(np.zeros(len(t0), dtype=np.int64), t0, t1)
     return int((b - a).sum())
-
-
-def union_sql(src: str, keys: str) -> str:
-    """`union` in SQL: merged intervals of `src` (columns: KEYS..., t0, t1) per KEYS: sort by
-    start, running max of end, a new group when a start is past the running max."""
-    return f"""
-    SELECT {keys}, min(t0) AS t0, max(t1) AS t1
-    FROM (
-        SELECT {keys}, t0, t1,
-               sum(CASE WHEN t0 > _prev_end THEN 1 ELSE 0 END)
-                   OVER (PARTITION BY {keys} ORDER BY t0, t1 ROWS UNBOUNDED PRECEDING) AS _grp
-        FROM (
-            SELECT {keys}, t0, t1,
-                   coalesce(max(t1) OVER (PARTITION BY {keys} ORDER BY t0, t1
-                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                            -9223372036854775807) AS _prev_end
-            FROM ({src}) WHERE t1 > t0
-        )
-    )
-    GROUP BY {keys}, _grp
-    """
 
 
 #: Interval classes of the HTA sweep.
@@ -131,11 +112,11 @@ def breakdown_sql(src: str, keys: str) -> str:
 #: Host operators per thread: 'compute' for cpu_ops, 'comm' for communication *operators*
 #: (c10d::*, record_param_comms), whose span is the thread's own wait. gloo:* annotations are
 #: not operators: on gloo they time the transfer on a worker thread while compute may run on
-#: the main one. Binds run_id.
+#: the main one. Named parameter: $run.
 HOST_OPS_SQL = """SELECT rank, step, tid, ts_ns AS t0, ts_ns + dur_ns AS t1,
                          CASE WHEN category = 'cpu_op' THEN 'compute' ELSE 'comm' END AS cls
                   FROM events
-                  WHERE run_id = ? AND NOT on_device AND lower(cat) IN ('cpu_op', 'operator')
+                  WHERE run_id = $run AND NOT on_device AND lower(cat) IN ('cpu_op', 'operator')
                     AND category IN ('cpu_op', 'communication')"""
 
 

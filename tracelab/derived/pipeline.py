@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
-from tracelab.derived import pp_actions, schedules
+from tracelab.derived import pp_actions, schedules, sqlfiles
 from tracelab.derived.sqlrows import first, scalar
 
 #: torch.distributed.pipelining class names (and short names) -> tracelab schedule names.
@@ -56,7 +57,7 @@ def schedule_name(meta: Mapping[str, Any] | None) -> str | None:
 
 def _stage_map(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[int, int]:
     got = con.execute(
-        "SELECT rank, pp_stage FROM ranks WHERE run_id = ? ORDER BY rank", [run_id]
+        "SELECT rank, pp_stage FROM ranks WHERE run_id = $run ORDER BY rank", {"run": run_id}
     ).fetchall()
     return {int(rk): int(st) if st is not None else i for i, (rk, st) in enumerate(got)}
 
@@ -151,7 +152,7 @@ def _inherent(
 
 def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Fill pipeline_actions, pipeline_runs and pipeline_ranks for a pipelined run."""
-    row = first(con.execute("SELECT metadata FROM runs WHERE run_id = ?", [run_id]))
+    row = first(con.execute("SELECT metadata FROM runs WHERE run_id = $run", {"run": run_id}))
     metadata = json.loads(row[0]) if row and row[0] else {}
     meta = declared_pipeline(metadata)
     declared = bool(meta) if "manifest" in metadata else None
@@ -164,82 +165,99 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     )
     if not acts:
         return
-    off = dict(
-        con.execute(
-            "SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?", [run_id]
-        ).fetchall()
-    )
+    off = dict(con.execute("SELECT rank, o FROM run_offsets($run)", {"run": run_id}).fetchall())
+    # On the reference clock (ref_ns of tracelab/derived/sql/_macros.sql: own time - offset):
+    # the schedule's recognition and the windows compare ranks.
     for a in acts:
         o = off.get(a["rank"], 0)
         a["a0"], a["a1"], a["c0"], a["c1"] = a["a0"] - o, a["a1"] - o, a["c0"] - o, a["c1"] - o
     overlap = bool(
         scalar(
             con.execute(
-                "SELECT count(*) FROM events WHERE run_id = ? AND category = 'annotation' "
-                "AND regexp_matches(name, ?)",
-                [run_id, pp_actions.OVERLAP_RE],
+                "SELECT count(*) FROM events WHERE run_id = $run AND category = 'annotation' "
+                "AND regexp_matches(name, $overlap)",
+                {"run": run_id, "overlap": pp_actions.OVERLAP_RE},
             )
         )
     )
     info = _detect(meta, acts, source, overlap)
     inh = _inherent(acts, info)
     idle_inh, makespan, mean_op, how, balanced = inh if inh else ({}, None, {}, "none", None)
-    con.executemany(
-        "INSERT INTO pipeline_actions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            [
-                run_id,
-                a["rank"],
-                a["step"],
-                a["stage"],
-                a["kind"],
-                a["mb"],
-                a["a0"],
-                a["a1"],
-                a["c0"],
-                a["c1"],
-                a["busy_ns"],
-            ]
-            for a in acts
-        ],
+    params = {"run": run_id}
+    actions_table = pa.table(
+        {
+            "rank": pa.array([a["rank"] for a in acts], pa.int32()),
+            "step": pa.array([a["step"] for a in acts], pa.int32()),
+            "stage": pa.array([a["stage"] for a in acts], pa.int32()),
+            "kind": pa.array([a["kind"] for a in acts], pa.string()),
+            "mb": pa.array([a["mb"] for a in acts], pa.int32()),
+            "span_start_ns": pa.array([a["a0"] for a in acts], pa.int64()),
+            "span_end_ns": pa.array([a["a1"] for a in acts], pa.int64()),
+            "start_ns": pa.array([a["c0"] for a in acts], pa.int64()),
+            "end_ns": pa.array([a["c1"] for a in acts], pa.int64()),
+            "busy_ns": pa.array([a["busy_ns"] for a in acts], pa.int64()),
+        }
     )
-    con.execute(
-        "INSERT INTO pipeline_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            run_id,
-            source,
-            info["schedule"],
-            None if meta is None or meta.get("schedule") is None else str(meta.get("schedule")),
-            info["p"],
-            info["v"],
-            info["m"],
-            None if makespan is None else round(makespan),
-            None if balanced is None else round(balanced),
-            how,
-            json.dumps({k: round(v) for k, v in sorted(mean_op.items())}),
-        ],
+    sqlfiles.run(con, "pipeline_actions", params, {"_tl_actions": actions_table})
+    run_row = {
+        "source": source,
+        "schedule": info["schedule"],
+        "schedule_declared": None
+        if meta is None or meta.get("schedule") is None
+        else str(meta.get("schedule")),
+        "ranks": info["p"],
+        "stages_per_rank": info["v"],
+        "microbatches": info["m"],
+        "inherent_makespan_ns": None if makespan is None else round(makespan),
+        "balanced_makespan_ns": None if balanced is None else round(balanced),
+        "inherent_order": how,
+        "op_ns": json.dumps({k: round(v) for k, v in sorted(mean_op.items())}),
+    }
+    run_types = {
+        "ranks": pa.int32(),
+        "stages_per_rank": pa.int32(),
+        "microbatches": pa.int32(),
+        "inherent_makespan_ns": pa.int64(),
+        "balanced_makespan_ns": pa.int64(),
+    }
+    run_table = pa.table(
+        {k: pa.array([v], run_types.get(k, pa.string())) for k, v in run_row.items()}
     )
+    sqlfiles.run(con, "pipeline_runs", params, {"_tl_pipeline_run": run_table})
     steps: dict[int, dict[int, list[dict[str, Any]]]] = {}
     for a in acts:
         steps.setdefault(a["step"], {}).setdefault(a["rank"], []).append(a)
-    out = []
+    out: dict[str, list[Any]] = {k: [] for k in _RANK_COLUMNS}
     for step, by_rank in sorted(steps.items()):
         w0 = min(a["c0"] for xs in by_rank.values() for a in xs)
         w1 = max(a["c1"] for xs in by_rank.values() for a in xs)
         for rank, xs in sorted(by_rank.items()):
             c0, c1 = min(a["c0"] for a in xs), max(a["c1"] for a in xs)
             inherent = idle_inh.get(rank)
-            out.append(
-                [
-                    run_id,
-                    rank,
-                    step,
-                    w0,
-                    w1,
-                    sum(a["busy_ns"] for a in xs),
-                    c0 - w0,
-                    w1 - c1,
-                    None if inherent is None else round(inherent),
-                ]
-            )
-    con.executemany("INSERT INTO pipeline_ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", out)
+            per_rank: dict[str, Any] = {
+                "rank": rank,
+                "step": step,
+                "window_start_ns": w0,
+                "window_end_ns": w1,
+                "busy_ns": sum(a["busy_ns"] for a in xs),
+                "leading_ns": c0 - w0,
+                "trailing_ns": w1 - c1,
+                "inherent_idle_ns": None if inherent is None else round(inherent),
+            }
+            for k, v in per_rank.items():
+                out[k].append(v)
+    ranks_table = pa.table({k: pa.array(v, _RANK_COLUMNS[k]) for k, v in out.items()})
+    sqlfiles.run(con, "pipeline_ranks", params, {"_tl_pipeline_ranks": ranks_table})
+
+
+#: pipeline_ranks' columns as the Python computes them (tracelab/derived/sql/pipeline_ranks.sql).
+_RANK_COLUMNS = {
+    "rank": pa.int32(),
+    "step": pa.int32(),
+    "window_start_ns": pa.int64(),
+    "window_end_ns": pa.int64(),
+    "busy_ns": pa.int64(),
+    "leading_ns": pa.int64(),
+    "trailing_ns": pa.int64(),
+    "inherent_idle_ns": pa.int64(),
+}

@@ -36,18 +36,18 @@ def _annotated(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[d
         con,
         """
         SELECT rank, step, tid, ts_ns AS a0, ts_ns + dur_ns AS a1,
-               TRY_CAST(regexp_extract(name, ?, 1) AS INTEGER) AS stage,
-               coalesce(nullif(regexp_extract(name, ?, 2), ''),
+               TRY_CAST(regexp_extract(name, $pp, 1) AS INTEGER) AS stage,
+               coalesce(nullif(regexp_extract(name, $pp, 2), ''),
                         CASE WHEN name LIKE 'Forward %' THEN 'F' ELSE 'B' END) AS kind,
-               TRY_CAST(coalesce(nullif(regexp_extract(name, ?, 3), ''),
-                                 regexp_extract(name, ?, 2)) AS INTEGER) AS mb,
+               TRY_CAST(coalesce(nullif(regexp_extract(name, $pp, 3), ''),
+                                 regexp_extract(name, $gpipe, 2)) AS INTEGER) AS mb,
                name LIKE 'PP:%' AS is_pp
         FROM events
-        WHERE run_id = ? AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
-          AND (regexp_matches(name, ?) OR regexp_matches(name, ?))
+        WHERE run_id = $run AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
+          AND (regexp_matches(name, $pp) OR regexp_matches(name, $gpipe))
         ORDER BY rank, ts_ns
         """,
-        [PP_RE, PP_RE, PP_RE, GPIPE_RE, run_id, PP_RE, GPIPE_RE],
+        {"pp": PP_RE, "gpipe": GPIPE_RE, "run": run_id},
     )
     pp = [s for s in spans if s["is_pp"]] + _overlapped(con, run_id)
     if pp:
@@ -64,12 +64,12 @@ def _overlapped(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, A
         con,
         """
         SELECT rank, step, tid, ts_ns AS a0, ts_ns + dur_ns AS a1,
-               regexp_extract(name, ?, ['fs', 'fm', 'bs', 'bm']) AS g
+               regexp_extract(name, $overlap, ['fs', 'fm', 'bs', 'bm']) AS g
         FROM events
-        WHERE run_id = ? AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
-          AND regexp_matches(name, ?)
+        WHERE run_id = $run AND NOT on_device AND category = 'annotation' AND step IS NOT NULL
+          AND regexp_matches(name, $overlap)
         """,
-        [OVERLAP_RE, run_id, OVERLAP_RE],
+        {"overlap": OVERLAP_RE, "run": run_id},
     ):
         g, mid = x["g"], (x["a0"] + x["a1"]) // 2
         base = {"rank": x["rank"], "step": x["step"], "tid": x["tid"], "is_pp": True}
@@ -124,14 +124,14 @@ def _host_op_segments(
         con,
         """
         WITH main AS (SELECT DISTINCT rank, tid FROM events
-                      WHERE run_id = ? AND NOT on_device AND name LIKE 'ProfilerStep#%'),
+                      WHERE run_id = $run AND NOT on_device AND name LIKE 'ProfilerStep#%'),
         ops AS (SELECT e.rank, e.step, e.tid, e.name, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
                        CASE WHEN e.category = 'communication' THEN 'C'
                             WHEN e.name LIKE 'autograd::engine::evaluate_function:%' THEN 'B'
                             WHEN e.name LIKE '%detach%' THEN 'N'
                             ELSE 'F' END AS kind
                 FROM events e JOIN main USING (rank, tid)
-                WHERE e.run_id = ? AND NOT e.on_device AND lower(e.cat) IN ('cpu_op', 'operator')
+                WHERE e.run_id = $run AND NOT e.on_device AND lower(e.cat) IN ('cpu_op', 'operator')
                   AND e.step IS NOT NULL),
         top AS (SELECT *, coalesce(max(t1) OVER (PARTITION BY rank, step
                          ORDER BY t0, kind = 'C' DESC, t1 DESC
@@ -154,7 +154,7 @@ def _host_op_segments(
                list(t1 - t0 ORDER BY t0) AS durs
         FROM g WHERE k <> 'C' GROUP BY rank, step, seg ORDER BY rank, step, a0
         """,
-        [run_id, run_id],
+        {"run": run_id},
     )
     out: list[dict[str, Any]] = []
     by: dict[tuple[int, int], list[dict[str, Any]]] = {}
@@ -188,9 +188,9 @@ def _host_op_segments(
 def _has_p2p(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
     row = first(
         con.execute(
-            "SELECT count(DISTINCT rank) FROM collectives WHERE run_id = ? "
+            "SELECT count(DISTINCT rank) FROM collectives WHERE run_id = $run "
             "AND op IN ('send', 'recv', 'send_recv')",
-            [run_id],
+            {"run": run_id},
         )
     )
     return bool(row and row[0] >= 2)
@@ -219,23 +219,22 @@ def actions(
     keys = ["rank", "step", "tid", "a0", "a1", "stage", "kind", "mb"]
     cols = {k: [s[k] for s in spans] for k in keys}
     rel = (
-        "(SELECT unnest(?::INTEGER[]) AS rank, unnest(?::INTEGER[]) AS step, "
-        "unnest(?::BIGINT[]) AS tid, unnest(?::BIGINT[]) AS a0, unnest(?::BIGINT[]) AS a1, "
-        "unnest(?::INTEGER[]) AS stage, unnest(?::VARCHAR[]) AS kind, "
-        "unnest(?::INTEGER[]) AS mb)"
+        "(SELECT unnest($rank::INTEGER[]) AS rank, unnest($step::INTEGER[]) AS step, "
+        "unnest($tid::BIGINT[]) AS tid, unnest($a0::BIGINT[]) AS a0, "
+        "unnest($a1::BIGINT[]) AS a1, unnest($stage::INTEGER[]) AS stage, "
+        "unnest($kind::VARCHAR[]) AS kind, unnest($mb::INTEGER[]) AS mb)"
     )
-    rel_params = [cols[k] for k in keys]
     host_compute = iv.host_compute_sql("SELECT * FROM _hs", "rank, step, tid")
     measured = rows(
         con,
         f"""
         WITH a AS {rel},
-        _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = ? AND on_device
+        _dev AS (SELECT DISTINCT rank FROM events WHERE run_id = $run AND on_device
                  AND category = 'compute'),
         _hs AS ({HOST_OPS_SQL} AND rank NOT IN (SELECT rank FROM _dev)),
         dk AS (SELECT a.rank, a.step, a.stage, a.kind, a.mb, k.ts_ns AS t0,
                       k.ts_ns + k.dur_ns AS t1
-               FROM a JOIN events l ON l.run_id = ? AND l.rank = a.rank AND l.tid = a.tid
+               FROM a JOIN events l ON l.run_id = $run AND l.rank = a.rank AND l.tid = a.tid
                     AND NOT l.on_device AND l.correlation IS NOT NULL
                     AND l.ts_ns >= a.a0 AND l.ts_ns < a.a1
                JOIN events k ON k.run_id = l.run_id AND k.rank = l.rank
@@ -244,17 +243,16 @@ def actions(
                       least(h.t1, a.a1) AS t1
                FROM a JOIN ({host_compute}) h ON h.rank = a.rank AND h.tid = a.tid
                     AND h.t0 < a.a1 AND h.t1 > a.a0),
-        u AS ({
-            iv.union_sql(
-                "SELECT * FROM dk UNION ALL SELECT * FROM hk", "rank, step, stage, kind, mb"
-            )
-        })
+        busy AS (SELECT {{'rank': rank, 'step': step, 'stage': stage, 'kind': kind, 'mb': mb}}
+                        AS k, t0, t1
+                 FROM (SELECT * FROM dk UNION ALL SELECT * FROM hk)),
+        u AS (SELECT unnest(k), t0, t1 FROM interval_union(busy))
         SELECT a.rank, a.step, a.stage, a.kind, a.mb, a.a0, a.a1,
                coalesce(sum(u.t1 - u.t0), 0) AS busy_ns, min(u.t0) AS c0, max(u.t1) AS c1
         FROM a LEFT JOIN u USING (rank, step, stage, kind, mb)
         GROUP BY ALL ORDER BY a.rank, a.step, c0
         """,
-        [*rel_params, run_id, run_id, run_id],
+        {**cols, "run": run_id},
     )
     for x in measured:
         # An action that computed nothing (e.g. the first stage's input-grad backward) keeps its

@@ -17,35 +17,9 @@ from __future__ import annotations
 import duckdb
 
 from tracelab.defaults import WARMUP_STEPS
-
-STEP_SPANS_SQL = """
-WITH s AS (
-    SELECT rank, step, start_ns AS hs, end_ns AS he, device_end_ns AS de, 'profiler_step' AS src
-    FROM steps WHERE run_id = $run
-),
-whole AS (
-    SELECT rank, 0 AS step, min(ts_ns) AS hs, max(ts_ns + dur_ns) AS he,
-           max(ts_ns + dur_ns) FILTER (WHERE on_device) AS de, 'whole_trace' AS src
-    FROM events WHERE run_id = $run AND rank NOT IN (SELECT rank FROM s) GROUP BY rank
-),
-a AS (SELECT *, greatest(he, coalesce(de, he)) AS e FROM (FROM s UNION ALL FROM whole)),
-t AS (
-    SELECT *, greatest(hs, coalesce(max(e) OVER (PARTITION BY rank ORDER BY step
-                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), hs)) AS st
-    FROM a
-),
-u AS (
-    SELECT *, coalesce(lead(st) OVER (PARTITION BY rank ORDER BY step), greatest(e, st)) AS en,
-           dense_rank() OVER (ORDER BY step) - 1 AS ordinal
-    FROM t
-),
-n AS (SELECT count(DISTINCT step) AS steps FROM u)
-SELECT $run, u.rank, u.step, u.ordinal, u.ordinal >= $warmup OR n.steps <= $warmup, u.src,
-       u.hs, u.he, u.de, u.st - o.offset_ns, u.en - o.offset_ns, u.en - u.st
-FROM u CROSS JOIN n JOIN clock_offsets o ON o.run_id = $run AND o.rank = u.rank
-"""
+from tracelab.derived import sqlfiles
 
 
 def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
-    """Fill step_spans for the run (after clock_offsets)."""
-    con.execute(f"INSERT INTO step_spans {STEP_SPANS_SQL}", {"run": run_id, "warmup": WARMUP_STEPS})
+    """Fill step_spans for the run (after clock_offsets): tracelab/derived/sql/step_spans.sql."""
+    sqlfiles.run(con, "step_spans", {"run": run_id, "warmup": WARMUP_STEPS})

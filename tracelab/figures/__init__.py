@@ -14,7 +14,7 @@ from typing import Any
 
 Figure = dict[str, Any]
 
-#: One color per event category (tracelab.ingest.classify.Category values).
+#: One color per event category (tracelab.vocabulary.Category values).
 CATEGORY_COLORS: dict[str, str] = {
     "compute": "#4C78A8",
     "communication": "#F58518",

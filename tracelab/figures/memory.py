@@ -172,3 +172,112 @@ def series_figure(s: MemorySeries, capacity_bytes: int | None = None) -> Figure:
             legend={"orientation": "h", "y": -0.25},
         ),
     }
+
+
+#: Colours of the estimate's parts (model states, activations, workspace and allowance).
+ESTIMATE_PARTS = (
+    ("model_states_bytes", "estimate: model states", "#4C78A8"),
+    ("activations_bytes", "estimate: activations in flight", "#F58518"),
+    ("workspace_bytes", "estimate: workspace + allowance", "#BAB0AC"),
+)
+
+
+def estimate_figure(v: MemoryView) -> Figure:
+    """Per pipeline rank: the estimate (stacked: model states, activations in flight, workspace
+    and allowance) beside the measured peak, a `tracelab estimate` prediction when given, and
+    the device capacity."""
+    rows = v.estimate
+    if not rows:
+        return empty_figure(v.estimate_note or "No memory estimate for this run.")
+    cap = v.capacity_bytes
+    top = [r.get("measured_bytes") or 0 for r in rows] + [r["estimate_bytes"] for r in rows]
+    top += [r.get("predicted_bytes") or 0 for r in rows] + ([cap] if cap else [])
+    unit, div = unit_for(max(top))
+    labels = [
+        f"rank {r['rank']} (stage{'s' if len(r['stages']) > 1 else ''} "
+        f"{', '.join(str(s) for s in r['stages'])})"
+        for r in rows
+    ]
+    parts = {
+        "model_states_bytes": [r["model_states_bytes"] for r in rows],
+        "activations_bytes": [r["activations_bytes"] for r in rows],
+        "workspace_bytes": [
+            r["estimate_bytes"] - r["model_states_bytes"] - r["activations_bytes"] for r in rows
+        ],
+    }
+    # Grouped bars, the estimate's parts stacked through explicit bases (barmode "group").
+    base = [0.0] * len(rows)
+    bases = {}
+    for key, _, _ in ESTIMATE_PARTS:
+        bases[key] = list(base)
+        base = [b + x / div for b, x in zip(base, parts[key])]
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "name": name,
+            "x": labels,
+            "y": [b / div for b in parts[key]],
+            "base": bases[key],
+            "offsetgroup": "estimate",
+            "marker": {"color": color},
+            "customdata": [size(b) for b in parts[key]],
+            "hovertemplate": f"%{{x}}: {name} %{{customdata}}<extra></extra>",
+        }
+        for key, name, color in ESTIMATE_PARTS
+    ]
+    traces.append(
+        {
+            "type": "bar",
+            "name": f"measured peak: {v.peak_label}",
+            "x": labels,
+            "y": [
+                None if r.get("measured_bytes") is None else r["measured_bytes"] / div for r in rows
+            ],
+            "offsetgroup": "measured",
+            "marker": {"color": "#54A24B"},
+            "customdata": [
+                f"{size(r.get('measured_bytes'))}, "
+                + ("-" if r.get("error") is None else f"{100 * r['error']:+.1f}% vs the estimate")
+                for r in rows
+            ],
+            "hovertemplate": "%{x}: measured %{customdata}<extra></extra>",
+        }
+    )
+    if any(r.get("predicted_bytes") for r in rows):
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "predicted before the run (tracelab estimate)",
+                "x": labels,
+                "y": [
+                    None if r.get("predicted_bytes") is None else r["predicted_bytes"] / div
+                    for r in rows
+                ],
+                "marker": {"symbol": "diamond", "size": 11, "color": "#333"},
+            }
+        )
+    shapes = []
+    if cap:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": cap / div,
+                "y1": cap / div,
+                "line": {"color": "#E45756", "width": 2, "dash": "dash"},
+            }
+        )
+    return {
+        "data": traces,
+        "layout": base_layout(
+            title="Memory per pipeline rank: the estimate's parts beside the measured peak",
+            height=360,
+            barmode="group",
+            shapes=shapes,
+            yaxis={"title": {"text": unit}, "rangemode": "tozero"},
+            legend={"orientation": "h", "y": -0.25},
+        ),
+    }

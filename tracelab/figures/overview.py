@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from tracelab.figures import Figure, base_layout, empty_figure, esc, ms
-from tracelab.figures.timeline import PART_COLORS
 from tracelab.views.overview import StepMatrix, TimeSplit
+from tracelab.vocabulary import PART_COLORS
 
 #: The heatmap's colour scale: white at the run's step time, dark red at +HEAT_SPAN or more.
 #: Steps faster than the step time are white too: the colour only ever says "slower".

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from tracelab.figures import Figure, base_layout, empty_figure, esc, ms
-from tracelab.figures.timeline import PART_COLORS, PART_NAMES
+from tracelab.figures.timeline import PART_NAMES
 from tracelab.views.pipeline import PipelineView
+from tracelab.vocabulary import PART_COLORS, PART_SHORT_LABELS, STEP_PARTS
 
 #: Action kinds: forward, full backward, input-grad and weight-grad backward. None of these is
 #: a lost-time colour (waiting is drawn in PART_COLORS, idle in grey).
@@ -178,15 +179,8 @@ def schedule_figure(v: PipelineView) -> Figure:
 
 #: The step's lost-time parts (step_parts, averaged over the steady steps by the pipeline
 #: analyzer's stage rows) in stacking order: they tile the step, so each bar reaches 100%.
-STEP_PARTS = (
-    ("compute_ns", "compute", "compute"),
-    ("transfer_ns", "transfer", "communication (exposed)"),
-    ("memcpy_ns", "memcpy", "memcpy (exposed)"),
-    ("wait_ns", "wait", "waiting for other ranks"),
-    ("bubble_ns", "bubble", "bubble (the schedule needs it)"),
-    ("stall_ns", "stall", "stall (waiting beyond the schedule)"),
-    ("host_ns", "host", "host (Python, data, launches)"),
-    ("sync_idle_ns", "idle", "device idle (sync)"),
+STEP_PART_BARS = tuple(
+    ("sync_idle_ns" if p == "idle" else f"{p}_ns", p, PART_SHORT_LABELS[p]) for p in STEP_PARTS
 )
 
 
@@ -198,7 +192,7 @@ def bubble_figure(v: PipelineView) -> Figure:
         return empty_figure(v.note or "No pipeline stages.")
     labels = [f"rank {s['rank']}" for s in v.stages]
     traces: list[dict[str, Any]] = []
-    for key, part, name in STEP_PARTS:
+    for key, part, name in STEP_PART_BARS:
         ns = [float(s.get(key) or 0) for s in v.stages]
         if not any(ns):
             continue

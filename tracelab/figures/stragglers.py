@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tracelab.figures import Figure, base_layout, empty_figure, esc, ms
-from tracelab.figures.timeline import PART_COLORS
 from tracelab.views.stragglers import StragglerView
+from tracelab.vocabulary import PART_COLORS
 
 
 def skew_figure(v: StragglerView) -> Figure:

@@ -19,6 +19,7 @@ from typing import Any
 
 from tracelab.figures import CATEGORY_COLORS, Figure, base_layout, empty_figure, esc, ms
 from tracelab.views.timeline import EVENT_GROUPS, PART_SUBROWS, TIME_PARTS, TimelineData
+from tracelab.vocabulary import PART_COLORS, PART_LABELS
 
 #: Sub-rows a lane is split into for nested events; deeper events share the last one.
 MAX_DEPTH_ROWS = 6
@@ -28,27 +29,9 @@ LANE_PX = 26
 ROW_UNITS = 0.72
 TIME_LANE_UNITS = 1.5
 
-#: Colours of the lost-time parts (time_parts), shared with the Overview and the Pipeline.
-PART_COLORS = {
-    "compute": "#4C78A8",
-    "transfer": "#F58518",
-    "memcpy": "#54A24B",
-    "wait": "#E45756",
-    "pipeline": "#B279A2",
-    "bubble": "#D4B7D0",
-    "stall": "#B279A2",
-    "host": "#EECA3B",
-    "idle": "#C9C9C9",
-}
-PART_NAMES = {
-    "compute": "compute",
-    "transfer": "communication (exposed)",
-    "memcpy": "memcpy (exposed)",
-    "wait": "waiting for other ranks",
-    "pipeline": "pipeline wait / bubble",
-    "host": "host (Python, data, launches)",
-    "idle": "device idle (sync)",
-}
+#: Colours and names of the lost-time parts (tracelab.vocabulary), shared with the Overview
+#: and the Pipeline.
+PART_NAMES = {p: PART_LABELS[p] for p in TIME_PARTS}
 GROUP_COLORS = {
     "compute": "#4C78A8",
     "communication": "#F58518",

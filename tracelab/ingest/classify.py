@@ -12,24 +12,9 @@ TensorBoard plugin's EventTypeMap does: `canonical_cat` gives the name the rules
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-
-class Category(str, enum.Enum):
-    """What an event does, as the breakdowns count it."""
-
-    COMPUTE = "compute"
-    COMMUNICATION = "communication"
-    MEMCPY = "memcpy"
-    MEMSET = "memset"
-    SYNC = "sync"
-    RUNTIME = "runtime"
-    CPU_OP = "cpu_op"
-    ANNOTATION = "annotation"
-    PYTHON = "python"
-    OTHER = "other"
-
+from tracelab.vocabulary import Category
 
 #: Kineto categories of events that run on the device (canonical names, see canonical_cat).
 DEVICE_CATS = (

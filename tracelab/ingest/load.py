@@ -10,51 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tracelab.vocabulary import DTYPE_BYTES, OP_RULES
+
 if TYPE_CHECKING:
     import duckdb
 
-
-#: Bytes per element for the dtype names traces use (record_param_comms, gloo Input type).
-DTYPE_BYTES = {
-    "float": 4,
-    "float32": 4,
-    "half": 2,
-    "float16": 2,
-    "bfloat16": 2,
-    "double": 8,
-    "float64": 8,
-    "int": 4,
-    "int32": 4,
-    "long": 8,
-    "int64": 8,
-    "short": 2,
-    "int16": 2,
-    "char": 1,
-    "int8": 1,
-    "byte": 1,
-    "uint8": 1,
-    "bool": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "complexfloat": 8,
-    "complexdouble": 16,
-}
-
-#: (regex on the lower-cased collective name with '_' removed, normalized op), first match wins.
-OP_RULES = (
-    (r"reducescatter", "reduce_scatter"),
-    (r"allreduce", "all_reduce"),
-    (r"allgather", "all_gather"),
-    (r"alltoall", "all_to_all"),
-    (r"sendrecv", "send_recv"),
-    (r"broadcast", "broadcast"),
-    (r"barrier", "barrier"),
-    (r"^(c10d::)?reduce|reduce$", "reduce"),
-    (r"gather", "gather"),
-    (r"scatter", "scatter"),
-    (r"send", "send"),
-    (r"recv", "recv"),
-)
+__all__ = ["DTYPE_BYTES", "OP_RULES", "dtype_bytes_sql", "op_sql"]
 
 
 def op_sql(expr: str) -> tuple[str, list[str]]:

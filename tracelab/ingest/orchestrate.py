@@ -23,7 +23,7 @@ from tracelab.errors import (
 from tracelab.ingest import validate
 from tracelab.ingest import workers as lifecycle
 from tracelab.ingest.discover import Capture, Discovery, discover, tensorboard_name
-from tracelab.ingest.pool import convert_all
+from tracelab.ingest.pool import Engine, convert_all
 from tracelab.ingest.ranks import resolve_ranks
 from tracelab.ingest.records import check_capture_records
 from tracelab.ingest.write import IfExists, IngestReport, staging_parent, write_run
@@ -73,6 +73,7 @@ def ingest(
     skip_bad: bool = False,
     workers: int | None = None,
     progress: bool | None = None,
+    engine: Engine | None = None,
 ) -> IngestReport:
     """Ingest trace files, folders or a capture folder into the store as one run.
 
@@ -114,7 +115,7 @@ def ingest(
     db_path = Path(db)
     staging = lifecycle.make_staging(staging_parent(db_path))
     try:
-        done, errors = convert_all(found.files, staging, workers_n, show)
+        done, errors = convert_all(found.files, staging, workers_n, show, engine)
         manifest_world = capture.manifest.get("world_size") if capture is not None else None
         by_rank, rank_errors, note = resolve_ranks(
             found.files, done, ranks or {}, paths, manifest_world

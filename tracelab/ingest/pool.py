@@ -10,9 +10,9 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tracelab.errors import (
     InternalError,
@@ -29,6 +29,15 @@ from tracelab.ingest.discover import TraceFile
 
 if TYPE_CHECKING:
     pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """Where the files are converted: "local" (this machine's process pool, the default) or
+    "ray" (Ray tasks on the cluster at `address`, or on a local Ray instance)."""
+
+    name: Literal["local", "ray"] = "local"
+    address: str | None = None
 
 
 def _convert_one(path: str, out_dir: str) -> TraceInfo:
@@ -88,16 +97,34 @@ Progress = Callable[[int, int], None] | None
 
 
 def convert_all(
-    files: list[TraceFile], staging: Path, workers: int, progress: Progress
+    files: list[TraceFile],
+    staging: Path,
+    workers: int,
+    progress: Progress,
+    engine: Engine | None = None,
 ) -> tuple[Done, Errors]:
-    """Convert every file, in this process (workers == 0) or in a pool of worker processes;
-    returns per-file-index results and errors (never raises for input)."""
+    """Convert every file, in this process (workers == 0), in a pool of worker processes, or
+    as Ray tasks (`engine`); returns per-file-index results and errors (never raises for
+    input)."""
     done: Done = {}
     errors: Errors = {}
     groups: Groups = {}
     out_dirs = [staging / f"f{i}" for i in range(len(files))]
     _register_converted(files, done, errors, groups)
     todo = [i for i in range(len(files)) if i not in done and i not in errors]
+    if engine is not None and engine.name == "ray" and todo:
+        from tracelab.ingest.ray_engine import convert_on_ray
+
+        got, failed = convert_on_ray(
+            [files[i].path for i in todo],
+            address=engine.address,
+            workers=workers or None,
+            progress=progress,
+        )
+        for j, (info, folder) in got.items():
+            done[todo[j]] = (_share_groups(info, groups), folder)
+        errors.update({todo[j]: err for j, err in failed.items()})
+        return done, errors
     if workers == 0 or not todo:
         for n, i in enumerate(todo, 1):
             tf = files[i]

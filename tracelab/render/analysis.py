@@ -11,9 +11,7 @@ import json
 from typing import Any
 
 from tracelab.render.text import duration, md, md_code, terminal, value
-
-#: The parts of the lost-time model, in the order they are shown (docs/metrics.md).
-PARTS = ("compute", "transfer", "memcpy", "wait", "bubble", "stall", "host", "idle")
+from tracelab.vocabulary import STEP_PARTS as PARTS
 
 
 def _impact(f: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""The store's schema: its DDL files, their column comments copied into DuckDB's catalog, and the
-creation (or version check) of the schema in a database."""
+"""The store's schema: its DDL (the base tables in schema/tables.sql; the derived layer's tables
+and views, which tracelab.derived defines in tracelab/derived/sql/), their column comments
+copied into DuckDB's catalog, and the creation (or version check) of the schema in a database."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from importlib import resources
 
 import duckdb
 
+from tracelab.derived import schema_sql as derived_schema_sql
 from tracelab.errors import StoreError
 from tracelab.store.versions import (
     DERIVED_VERSION,
@@ -16,16 +18,18 @@ from tracelab.store.versions import (
     record_duckdb_storage,
 )
 
-#: The schema's files, in the order they are executed: the base tables, then the derived layer.
-SCHEMA_FILES = ("tables.sql", "derived.sql")
+#: The store's own schema files, executed before the derived layer's DDL.
+SCHEMA_FILES = ("tables.sql",)
 
 
 def schema_sql() -> str:
-    """The DDL of the current schema version (documented column by column in the files)."""
-    return "\n".join(
+    """The DDL of the current schema version (documented column by column in the files): the
+    base tables, then the derived layer's (tracelab.derived.schema_sql)."""
+    base = [
         resources.files("tracelab").joinpath(f"store/schema/{name}").read_text()
         for name in SCHEMA_FILES
-    )
+    ]
+    return "\n".join([*base, derived_schema_sql()])
 
 
 _CREATE = re.compile(r"^CREATE (?:TABLE IF NOT EXISTS|OR REPLACE VIEW) (\w+)")
@@ -77,7 +81,7 @@ def _apply_comments(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Drop the derived tables and create them as this tracelab defines them (their rows are
     recomputed from the base tables by tracelab.derived; no event is touched)."""
-    sql = resources.files("tracelab").joinpath("store/schema/derived.sql").read_text()
+    sql = derived_schema_sql()
     con.execute("BEGIN")
     try:
         made = [

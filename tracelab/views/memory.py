@@ -29,11 +29,14 @@ SOURCES = {
     "trace": "allocator events in the trace ([memory]); a lower bound of the true peak",
     "rss": "process RSS on the CPU (the collector's sample per step; includes the "
     "interpreter and libraries, not only tensors)",
+    "trace_baseline": "CPU allocator events of the first window plus the model-state bytes "
+    "live when it opened (the collector's count)",
 }
 SHORT_SOURCES = {
     "step_peak": "allocated (device allocator)",
     "trace": "allocated (trace events)",
     "rss": "process RSS",
+    "trace_baseline": "allocated (CPU allocator events + baseline)",
 }
 
 SERIES_SQL = """
@@ -110,6 +113,39 @@ class MemoryView:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     #: Per stage (pipelines): peak_bytes, over_mean, expected_over_mean.
     stages: list[dict[str, Any]] = field(default_factory=list)
+    #: Per pipeline rank: the memory estimate beside the measured peak (the analyzer's
+    #: `estimate` table: model_states_bytes, activations_bytes, backward/optimizer workspace,
+    #: allowance_bytes, estimate_bytes, measured_bytes, error and its split, predicted_bytes when
+    #: a `tracelab estimate` config was given), raw bytes.
+    estimate: list[dict[str, Any]] = field(default_factory=list)
+    #: Why there is no estimate (the analyzer's note naming what is missing), or ''.
+    estimate_note: str = ""
+
+    def estimate_rows(self) -> list[dict[str, Any]]:
+        """The estimate table as text, one row per pipeline rank: stages, microbatches held per
+        stage, estimate, measured, error, and the error's split (model states, activations,
+        unexplained rest), measured peak / capacity."""
+
+        def pct(x: Any) -> str:
+            return "-" if x is None else f"{100 * x:+.1f}%"
+
+        return [
+            {
+                "rank": r["rank"],
+                "stages": ", ".join(str(s) for s in r["stages"]),
+                "in_flight": ", ".join(f"{k}: {n}" for k, n in sorted(r["in_flight"].items())),
+                "estimate": size(r["estimate_bytes"]),
+                "measured": size(r.get("measured_bytes")),
+                "error": pct(r.get("error")),
+                "states": size(r.get("diff_model_states_bytes")),
+                "activations": size(r.get("diff_activations_bytes")),
+                "rest": size(r.get("diff_rest_bytes")),
+                "used": "-"
+                if r.get("headroom_used") is None
+                else f"{100 * r['headroom_used']:.0f}%",
+            }
+            for r in self.estimate
+        ]
 
     @property
     def source(self) -> str:
@@ -163,6 +199,12 @@ class MemoryView:
                     else ""
                 )
             )
+        err = m.get("estimate_max_abs_error")
+        if err is not None:
+            parts.append(
+                f"measured peaks within {100 * err:.0f}% of the memory estimate on every "
+                "pipeline rank"
+            )
         return "; ".join(parts) + "." if parts else ""
 
 
@@ -175,10 +217,15 @@ def memory_view(analysis: Analysis) -> MemoryView:
         )
     ranks = sorted((dict(r) for r in result.tables.get("ranks", [])), key=lambda r: r["rank"])
     stages = sorted((dict(r) for r in result.tables.get("stages", [])), key=lambda r: r["stage"])
+    estimate = sorted(
+        (dict(r) for r in result.tables.get("estimate", [])), key=lambda r: min(r["stages"])
+    )
     return MemoryView(
         available=bool(ranks),
         metrics=dict(result.metrics),
         ranks=ranks,
         stages=stages,
+        estimate=estimate,
+        estimate_note=next((n for n in result.notes if n.startswith("no memory estimate")), ""),
         note=" ".join(result.notes) or ("" if ranks else "No memory samples in this run."),
     )

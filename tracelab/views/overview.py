@@ -17,26 +17,13 @@ from tracelab.render.text import duration
 from tracelab.results import Finding
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
+from tracelab.vocabulary import PART_LABELS, STEP_PARTS
 
 #: Most ranks and steps in the heatmap (the rest is summarized in the title).
 MAX_HEAT_RANKS = 256
 MAX_HEAT_STEPS = 200
 #: Most ranks drawn in "where the time goes" (the rest: the job's row covers them).
 MAX_PART_RANKS = 64
-
-#: The lost-time parts of step_parts; they add up to the step.
-STEP_PARTS = ("compute", "transfer", "memcpy", "wait", "bubble", "stall", "host", "idle")
-#: What each part means, in words a performance engineer reads at a glance.
-PART_LABELS = {
-    "compute": "compute",
-    "transfer": "communication (exposed)",
-    "memcpy": "memcpy / memset (exposed)",
-    "wait": "waiting for other ranks",
-    "bubble": "pipeline bubble (schedule)",
-    "stall": "pipeline stall",
-    "host": "host (Python, data, launches)",
-    "idle": "device idle (sync)",
-}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ from typing import Any
 import duckdb
 
 from tracelab.views import PAGE_ROWS
+from tracelab.vocabulary import STEP_PARTS
 
 RUNS_SQL = """
 WITH page AS (
@@ -55,7 +56,7 @@ _KEYS = (
     "skipped",
 )
 #: The lost-time parts (step_parts), in the order of the SELECT above.
-_PARTS = ("compute", "transfer", "memcpy", "wait", "bubble", "stall", "host", "idle")
+_PARTS = STEP_PARTS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,6 +21,7 @@ from tracelab.views import _bins
 from tracelab.views import _timeline_sql as sql
 from tracelab.views._sql import bind, query
 from tracelab.views.context import RunContext
+from tracelab.vocabulary import TIME_PARTS
 
 #: Above this many visible events, the timeline shows aggregates.
 RAW_EVENT_LIMIT = 1500
@@ -45,7 +46,6 @@ MAX_PART_SEGMENTS = 3000
 #: shares at this resolution (10: one sub-row per 10% of the bin).
 PART_SUBROWS = 10
 #: The lost-time model's parts as time_parts labels them, in stacking order.
-TIME_PARTS = ("compute", "transfer", "memcpy", "wait", "pipeline", "host", "idle")
 #: What event lanes are busy with when aggregated (the `grp` of _timeline_sql.BINNABLE).
 EVENT_GROUPS = ("compute", "communication", "memcpy", "host ops", "annotations")
 

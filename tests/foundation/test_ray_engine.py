@@ -1,0 +1,130 @@
+"""`tracelab ingest --engine ray` on a real local Ray cluster (started here on 127.0.0.1, no
+mock): the same store as the local process pool, table by table and row by row, and the same
+per-file failure policy."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tracelab.ingest import ingest
+from tracelab.ingest.convert import converted_dir
+from tracelab.ingest.pool import Engine
+from tracelab.store import RUN_TABLES, open_store
+
+from .hostile import cli
+from .kineto import run_set
+
+pytestmark = pytest.mark.ray
+RAY = Path(sys.executable).parent / "ray"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """A Ray head on 127.0.0.1 with 2 CPUs (two workers), stopped afterwards."""
+    port = _free_port()
+    # Ray's socket paths must stay short: a temp dir of its own right under /tmp.
+    temp = tempfile.mkdtemp(prefix="tlray", dir="/tmp")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    start = [
+        str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+        "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+        "--object-store-memory=150000000", f"--temp-dir={temp}",
+    ]  # fmt: skip
+    subprocess.run(start, check=True, env=env, capture_output=True, timeout=120)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(RAY), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def _rows(db: Path) -> dict[str, list[str]]:
+    """Every row of every per-run table, base and derived, but when the run was made."""
+    out = {}
+    with open_store(db) as con:
+        for table in RUN_TABLES:
+            cols = [c for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE table_name = $t "
+                "AND column_name NOT IN ('created_at') ORDER BY column_index", {"t": table}
+            ).fetchall()]  # fmt: skip
+            rows = con.execute(f"SELECT {', '.join(cols)} FROM {table}").fetchall()
+            out[table] = sorted(map(repr, rows))
+    return out
+
+
+def test_same_tables_as_the_local_pool(tmp_path: Path, cluster: str) -> None:
+    traces = run_set(tmp_path / "traces", ranks=6)
+    local, on_ray = tmp_path / "local.duckdb", tmp_path / "ray.duckdb"
+    ingest([traces], db=local, run="r", workers=2, progress=False)
+    report = ingest(
+        [traces], db=on_ray, run="r", progress=False, engine=Engine(name="ray", address=cluster)
+    )
+    assert report.ranks == list(range(6))
+    # Each trace's Parquet files were written beside it, by the tasks.
+    assert all(converted_dir(traces / f"rank-{r}.json").is_dir() for r in range(6))
+    want, got = _rows(local), _rows(on_ray)
+    assert set(got) == set(want)
+    for table in want:
+        assert got[table] == want[table], table
+    assert sum(len(v) for v in got.values()) > 50
+
+
+def test_a_bad_file_is_named_and_skipped_as_with_the_local_pool(
+    tmp_path: Path, cluster: str
+) -> None:
+    traces = run_set(tmp_path / "traces", ranks=3)
+    (traces / "rank-1.json").write_text('{"traceEvents": [')  # truncated
+    db = tmp_path / "s.duckdb"
+    res = cli("ingest", str(traces), "--db", str(db), "--engine", "ray", "--address", cluster)
+    assert res.code == 3 and "rank-1.json" in res.err, res.err
+    assert not db.exists() or not _rows(db)["runs"]
+    res = cli(
+        "ingest", str(traces), "--db", str(db), "--engine", "ray", "--address", cluster,
+        "--skip-bad",
+    )  # fmt: skip
+    assert res.code == 0, res.err
+    assert "skipped" in res.out and "rank-1.json" in res.out
+    with open_store(db) as con:
+        assert con.execute("SELECT list(rank ORDER BY rank) FROM ranks").fetchall() == [([0, 2],)]
+
+
+def test_a_converted_trace_is_registered_not_sent_again(tmp_path: Path, cluster: str) -> None:
+    """Files converted beside the traces (by an earlier Ray ingest, or on each rank by the
+    collector) are registered by the next ingest; no task parses them again."""
+    traces = run_set(tmp_path / "traces", ranks=2)
+    first = tmp_path / "a.duckdb"
+    ingest([traces], db=first, run="r", progress=False, engine=Engine(name="ray", address=cluster))
+    stamps = {p: p.stat().st_mtime_ns for p in traces.rglob("*.parquet")}
+    second = tmp_path / "b.duckdb"
+    ingest([traces], db=second, run="r", progress=False, engine=Engine(name="ray", address=cluster))
+    assert stamps and {p: p.stat().st_mtime_ns for p in traces.rglob("*.parquet")} == stamps
+    assert _rows(first) == _rows(second)
+
+
+def test_address_without_the_ray_engine_is_a_usage_error(tmp_path: Path) -> None:
+    res = cli("ingest", str(run_set(tmp_path / "t")), "--address", "127.0.0.1:1")
+    assert res.code == 2 and "--engine ray" in res.err
+
+
+def test_an_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    traces = run_set(tmp_path / "t")
+    port = _free_port()  # nothing listens there
+    res = cli(
+        "ingest", str(traces), "--db", str(tmp_path / "s.duckdb"),
+        "--engine", "ray", "--address", f"127.0.0.1:{port}",
+    )  # fmt: skip
+    assert res.code == 2 and "Ray cluster" in res.err, res.err
+    assert not (tmp_path / "s.duckdb").exists()

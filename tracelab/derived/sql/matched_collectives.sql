@@ -1,0 +1,70 @@
+-- Group collectives matched across the ranks that took part, one row per (match, rank).
+-- Matching key: (process group, sequence number) when every row of the source has one, else
+-- (process group, op, step, occurrence in the step). One source per run: the collector's
+-- timings, else NCCL/RCCL kernels, else host annotations (gloo), whichever times the most
+-- collectives on the most ranks.
+CREATE TABLE IF NOT EXISTS matched_collectives (
+    -- The run.
+    run_id INTEGER NOT NULL,
+    -- The matching key, unique within the run.
+    match_key VARCHAR NOT NULL,
+    -- A rank that took part.
+    rank INTEGER NOT NULL,
+    -- collectives.source the match comes from.
+    source VARCHAR NOT NULL,
+    -- Normalized op (all_reduce, all_gather, ...).
+    op VARCHAR NOT NULL,
+    -- Process group name; NULL when the trace does not say.
+    pg_name VARCHAR,
+    -- The step of the match (the lowest any rank put it in); NULL outside steps.
+    step INTEGER,
+    -- Arrival: start of this rank's operation.
+    start_ns BIGINT NOT NULL,
+    -- End of this rank's operation.
+    end_ns BIGINT NOT NULL,
+    -- end_ns - start_ns.
+    dur_ns BIGINT NOT NULL,
+    -- Message size as nccl-tests counts it: the whole buffer (all-gather: the gathered output;
+    -- reduce-scatter: the whole input; others: the input); NULL when unknown.
+    bytes BIGINT,
+    -- Ranks in the process group (the trace's group size, else the ranks matched): the n of
+    -- the bus-bandwidth factors.
+    group_size INTEGER NOT NULL,
+    -- Ranks in the match.
+    ranks INTEGER NOT NULL,
+    -- The data movement itself: the shortest duration of the match across its ranks (the
+    -- TensorBoard plugin's "data transfer time"; needs no clock alignment).
+    transfer_ns BIGINT NOT NULL,
+    -- dur_ns - transfer_ns: this rank waiting for its peers (the plugin's "synchronizing time").
+    wait_ns BIGINT NOT NULL,
+    -- The rank that arrived last: the one every other rank waited for (the lowest such rank
+    -- when several arrived at the same instant).
+    last_rank INTEGER NOT NULL,
+    -- The last arrival.
+    last_arrival_ns BIGINT NOT NULL,
+    -- The last arrival minus the second-last: how late the last rank was (0 on this row unless
+    -- rank = last_rank).
+    lateness_ns BIGINT NOT NULL,
+    -- events.idx of the event the row came from; NULL for collector/flight-recorder rows.
+    event_idx BIGINT
+);
+
+INSERT INTO matched_collectives BY NAME
+-- The matches of keyed_collectives (tracelab.derived.collectives.keyed_sql), aligned to the
+-- reference clock. Parameters: $run, $source.
+WITH x AS (FROM keyed_collectives($run, $source)),
+m AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_ns
+      FROM x JOIN run_offsets($run) o ON o.rank = x.rank),
+l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS last_rank
+      FROM m GROUP BY key),
+s AS (SELECT m.key, max(m.a_ns) AS second_ns
+      FROM m JOIN l USING (key) WHERE m.rank <> l.last_rank GROUP BY m.key)
+SELECT $run AS run_id, m.key AS match_key, m.rank, $source AS source, m.op, m.pg_name, m.step,
+       m.a_ns AS start_ns, m.e_ns AS end_ns,
+       m.end_ns - m.start_ns AS dur_ns, m.bytes, m.group_size, m.matched AS ranks,
+       m.transfer_ns, (m.end_ns - m.start_ns) - m.transfer_ns AS wait_ns, l.last_rank,
+       l.last_arrival_ns,
+       CASE WHEN m.rank = l.last_rank THEN l.last_arrival_ns - s.second_ns ELSE 0 END
+           AS lateness_ns,
+       m.event_idx
+FROM m JOIN l USING (key) LEFT JOIN s USING (key);

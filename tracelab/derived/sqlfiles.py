@@ -1,0 +1,105 @@
+"""The derived layer's SQL files (tracelab/derived/sql/): one per definition.
+
+Each file holds its table's DDL (`CREATE TABLE`/`CREATE OR REPLACE VIEW`, every column
+commented: the `-- ` lines become DuckDB's comments, see tracelab.store.schema) and, where the
+definition is SQL, its `INSERT INTO <table> BY NAME SELECT ...` with named parameters
+(`$run`, ...). Where a definition is computed in Python (clock fitting, pipeline recognition,
+the parts' sweep) the file's INSERT reads the named columns of an Arrow table the Python
+registers, never positions. `_macros.sql` holds the macros the definitions share (the
+reference clock, the interval union), created on the deriving connection by create_macros().
+
+The tables are computed once per run, inside the ingest transaction, from the base tables
+(tracelab/store/schema/tables.sql, whose conventions hold here); `tracelab rederive`
+recomputes them. Unless a column says otherwise, every time in them is on the *reference
+clock*: a rank's own time minus its clock_offsets.offset_ns (the macro ref_ns), so times of
+different ranks compare. The analyzers, the reports and the app read them and never re-derive
+what they hold (docs/metrics.md defines every number).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+#: The definitions with a DDL, in the order the schema creates them (views last).
+DEFINITIONS = (
+    "step_spans",
+    "clock_offsets",
+    "matched_collectives",
+    "p2p_ops",
+    "time_parts",
+    "step_parts",
+    "comm_attribution",
+    "pipeline_actions",
+    "pipeline_runs",
+    "pipeline_ranks",
+    "derived_errors",
+    "job_steps",
+    "job_step_shares",
+)
+_STATEMENT = re.compile(r"^(?:INSERT INTO|UPDATE) ", re.M)
+
+
+def text(name: str) -> str:
+    """The file tracelab/derived/sql/<name>.sql."""
+    return resources.files("tracelab.derived").joinpath(f"sql/{name}.sql").read_text()
+
+
+def ddl(name: str) -> str:
+    """The DDL of a definition: its file up to its INSERT."""
+    body = text(name)
+    m = _STATEMENT.search(body)
+    return (body[: m.start()] if m else body).rstrip() + "\n"
+
+
+def statement(name: str) -> str:
+    """The INSERT (or UPDATE) of a definition: its file from that statement on."""
+    body = text(name)
+    m = _STATEMENT.search(body)
+    if m is None:
+        raise KeyError(f"tracelab/derived/sql/{name}.sql has no INSERT INTO or UPDATE statement")
+    return body[m.start() :]
+
+
+def schema_sql() -> str:
+    """The derived layer's DDL: every definition's, blank-line separated."""
+    return "\n".join(ddl(name) for name in DEFINITIONS)
+
+
+def create_macros(con: duckdb.DuckDBPyConnection, *, store: bool = True) -> None:
+    """Create the shared macros, temporary, on this connection: those of _macros.sql and, with
+    `store` (the connection holds a store's tables), those of _store_macros.sql and
+    keyed_collectives(_run, _source), the matched group collectives of
+    tracelab.derived.collectives.keyed_sql (its size rules are generated from Python tables)."""
+    from tracelab.derived.collectives import keyed_sql
+
+    con.execute(text("_macros"))
+    if not store:
+        return
+    con.execute(text("_store_macros"))
+    con.execute(
+        f"CREATE OR REPLACE TEMP MACRO keyed_collectives(_run, _source) AS TABLE {keyed_sql()}"
+    )
+
+
+def run(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    params: Mapping[str, Any],
+    tables: Mapping[str, pa.Table] | None = None,
+) -> None:
+    """Execute the statement of `name` with its named parameters, the Arrow `tables`
+    registered under their names while it runs."""
+    tables = tables or {}
+    for key, table in tables.items():
+        con.register(key, table)
+    try:
+        con.execute(statement(name), dict(params))
+    finally:
+        for key in tables:
+            con.unregister(key)

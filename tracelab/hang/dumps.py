@@ -1,0 +1,190 @@
+"""Reading PyTorch Flight Recorder dumps: the JSON and the pickle form, NCCL and gloo.
+
+A dump is one rank's recorder: `version`, `pg_config` (process group name -> its ranks),
+`pg_status`, and `entries`, one per collective or p2p op the rank enqueued, with its process
+group, sequence numbers, op (`profiling_name`), tensor sizes and dtypes, state, enqueue time and
+(in the pickle form) the Python stack. A dump does not say which rank wrote it: the rank is the
+number at the end of the file's name, as PyTorch names them (`<prefix><rank>`).
+
+Pickle dumps are read with an unpickler that builds only plain containers and scalars, so a
+dump file can never run code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracelab.errors import InputError, UsageError
+
+#: Dump versions this reader has been checked against (PyTorch 2.4 wrote "2.2" ... 2.13 "2.10").
+KNOWN_VERSIONS = ("2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10")
+_RANK = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frame:
+    name: str
+    file: str
+    line: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One op a rank enqueued."""
+
+    pg: str
+    seq: int
+    p2p: bool
+    op: str
+    input_sizes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    state: str
+    created_ns: int | None
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankDump:
+    rank: int
+    path: str
+    version: str
+    entries: tuple[Entry, ...]
+    #: Process group name -> its ranks, where the dump lists them.
+    groups: dict[str, tuple[int, ...]]
+    has_stacks: bool
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, tuples, strings and numbers only: any class or function a pickle
+    names is refused, so a hostile file cannot run code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: not a plain value")
+
+
+def _decode(raw: bytes, path: Path) -> dict[str, Any]:
+    try:
+        if raw[:1] == b"\x80":
+            doc = _PlainUnpickler(io.BytesIO(raw)).load()
+        else:
+            doc = json.loads(raw)
+    except (pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError) as exc:
+        raise InputError(
+            f"not a Flight Recorder dump (neither its JSON nor its pickle form): {exc}. "
+            "Dump with torch._C._distributed_c10d._dump_fr_trace_json() or _dump_fr_trace().",
+            str(path),
+        ) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        raise InputError(
+            "not a Flight Recorder dump: no 'entries' list. Pass the files the recorder wrote "
+            "(TORCH_FR_DUMP_TEMP_FILE, or the collector's flight-recorder/ folder).",
+            str(path),
+        )
+    return doc
+
+
+def _ints(value: Any) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(tuple(int(d) for d in s) if isinstance(s, list) else () for s in value)
+
+
+def _groups(config: Any) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    if not isinstance(config, dict):
+        return out
+    for name, cfg in config.items():
+        ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
+        if isinstance(ranks, str):  # JSON dumps write the list as text: "[0, 1]"
+            ranks = [int(x) for x in re.findall(r"-?\d+", ranks)]
+        if isinstance(ranks, list) and ranks:  # an empty list: the dump does not know them
+            out[str(name)] = tuple(int(r) for r in ranks)
+    return out
+
+
+def _entry(e: dict[str, Any], path: Path) -> Entry:
+    pg = e.get("process_group")
+    pg_name = str(pg[0]) if isinstance(pg, list) and pg else str(e.get("pg_id", "?"))
+    p2p = bool(e.get("is_p2p", False))
+    seq = e.get("p2p_seq_id" if p2p else "collective_seq_id")
+    if not isinstance(seq, int):
+        raise InputError(f"an entry has no sequence number ({e.get('profiling_name')}).", str(path))
+    frames = tuple(
+        Frame(name=str(f.get("name", "?")), file=str(f.get("filename", "?")), line=f.get("line"))
+        for f in e.get("frames") or []
+        if isinstance(f, dict)
+    )
+    return Entry(
+        pg=pg_name,
+        seq=seq,
+        p2p=p2p,
+        op=str(e.get("profiling_name") or "?"),
+        input_sizes=_ints(e.get("input_sizes")),
+        input_dtypes=tuple(str(d) for d in e.get("input_dtypes") or []),
+        output_sizes=_ints(e.get("output_sizes")),
+        state=str(e.get("state", "?")),
+        created_ns=e.get("time_created_ns"),
+        frames=frames,
+    )
+
+
+def read_dump(path: Path) -> RankDump:
+    found = _RANK.search(path.name)
+    if found is None:
+        raise UsageError(
+            f"{path}: cannot tell which rank wrote this dump: PyTorch names dumps "
+            "<prefix><rank> (e.g. nccl_trace_rank_3); rename it so that its name ends in the rank."
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the dump: {exc.strerror}.", str(path)) from None
+    doc = _decode(raw, path)
+    entries = tuple(_entry(e, path) for e in doc["entries"] if isinstance(e, dict))
+    return RankDump(
+        rank=int(found.group(1)),
+        path=str(path),
+        version=str(doc.get("version", "?")),
+        entries=entries,
+        groups=_groups(doc.get("pg_config")),
+        has_stacks=any(e.frames for e in entries),
+    )
+
+
+def dump_files(paths: list[str | Path]) -> list[Path]:
+    """The dump files among `paths` (files, or folders whose files are dumps)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise UsageError(f"{p}: no such file or folder.")
+    if not out:
+        raise UsageError(f"no dump files in {', '.join(map(str, paths))}.")
+    return out
+
+
+def read_dumps(paths: list[str | Path]) -> list[RankDump]:
+    """One dump per rank. A rank dumped in both forms keeps the one with Python stacks (the
+    pickle form); two different dumps of one form for a rank are an error naming both."""
+    by_rank: dict[int, RankDump] = {}
+    for path in dump_files(paths):
+        d = read_dump(path)
+        seen = by_rank.get(d.rank)
+        if seen is None or (d.has_stacks and not seen.has_stacks):
+            by_rank[d.rank] = d
+        elif seen.has_stacks == d.has_stacks and seen.entries != d.entries:
+            raise UsageError(
+                f"two different dumps claim rank {d.rank}: {seen.path} and {d.path}. "
+                "Pass one dump per rank."
+            )
+    return [by_rank[r] for r in sorted(by_rank)]

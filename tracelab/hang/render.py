@@ -1,0 +1,81 @@
+"""The hang verdict as text (the root cause first, then each rank's last ops) and as JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tracelab.hang.dumps import Entry
+from tracelab.hang.verdict import Divergence, HangReport, user_frames
+from tracelab.render.text import terminal
+
+#: Each rank's last ops shown after the verdict.
+LAST_ENTRIES = 3
+
+_HEADLINE = {
+    "missing_rank": "HANG: rank(s) {absent} left no dump; the others wait for them",
+    "not_entered": "HANG: rank(s) {absent} never entered {op} #{seq}",
+    "op_mismatch": "DESYNC: the ranks enqueued different ops at #{seq}",
+    "size_mismatch": "DESYNC: {op} #{seq} has different tensor sizes on the ranks",
+    "dtype_mismatch": "DESYNC: {op} #{seq} has different dtypes on the ranks",
+}
+
+
+def _ranks(ranks: Any) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
+
+
+def _entry(e: Entry | None) -> str:
+    if e is None:
+        return "no dump"
+    sizes = ", ".join("x".join(map(str, s)) or "scalar" for s in e.input_sizes) or "-"
+    dtypes = ", ".join(e.input_dtypes) or "-"
+    return f"#{e.seq} {e.op} [{sizes}] {dtypes} ({e.state})"
+
+
+def _divergence(dv: Divergence) -> list[str]:
+    head = _HEADLINE[dv.kind].format(absent=_ranks(dv.absent), op=dv.op, seq=dv.seq)
+    kind = "p2p" if dv.p2p else "collectives"
+    lines = [f"{head}", f"  process group {dv.pg!r} ({kind}), ranks {_ranks(dv.members)}"]
+    for r, e in sorted(dv.entered.items()):
+        lines.append(f"  rank {r} entered {_entry(e)}")
+        frames = user_frames(e)[:4]
+        for f in frames:
+            lines.append(f"      at {f.name} ({f.file}:{f.line})")
+    for r, last in sorted(dv.absent.items()):
+        what = "left no dump" if last is None else f"last entered {_entry(last)}"
+        lines.append(f"  rank {r} {what}")
+    return lines
+
+
+def text(report: HangReport) -> str:
+    out: list[str] = []
+    if not report.hung:
+        out.append(
+            f"OK: the {len(report.ranks)} ranks' dumps agree (ranks {_ranks(report.ranks)}): "
+            "every rank entered the same ops with the same sizes."
+        )
+    else:
+        out += _divergence(report.divergences[0])
+        for dv in report.divergences[1:]:
+            out += ["", "Also (likely a consequence of the above):", *_divergence(dv)]
+    out += ["", f"Last {LAST_ENTRIES} ops per rank:"]
+    for d in report.dumps:
+        last = sorted(d.entries, key=lambda e: (e.created_ns or 0, e.seq))[-LAST_ENTRIES:]
+        shown = "; ".join(f"[{e.pg}] {_entry(e)}" for e in reversed(last)) or "none recorded"
+        out.append(f"  rank {d.rank}: {shown}")
+    return terminal("\n".join(out))
+
+
+def as_json(report: HangReport) -> str:
+    doc = {
+        "hang": report.hung,
+        "ranks": list(report.ranks),
+        "verdict": report.divergences[0].as_dict() if report.hung else None,
+        "also": [dv.as_dict() for dv in report.divergences[1:]],
+        "dumps": [
+            {"rank": d.rank, "file": d.path, "version": d.version, "entries": len(d.entries)}
+            for d in report.dumps
+        ],
+    }
+    return json.dumps(doc, indent=2)

@@ -1,0 +1,158 @@
+"""The Ray engine of an ingest: each file's conversion runs as a Ray task on the cluster.
+
+`tracelab ingest --engine ray [--address ADDR]` sends one task per trace file. A task reads its
+trace from a path every node sees (a shared filesystem) and writes the columnar form beside it
+(`<trace>.tracelab/`, the layout the collector's `convert=True` writes on each rank, see
+tracelab.ingest.convert.converted_dir), so only the small per-file summary (TraceInfo, a few
+hundred bytes) travels back to the driver; the driver then loads the Parquet files into the store
+in its one short transaction, as with the local pool. A file converted before from the same
+bytes is registered, not parsed again.
+
+Ray is an optional extra (`pip install "tracelab[ray]"`); the local process pool stays the
+default. Without `--address`, a local Ray instance is started for the ingest (and stopped after
+it); with one, the ingest joins that cluster (`ray start --head` on one node, `ray start
+--address` on the others) and leaves it running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tracelab.errors import InternalError, TracelabError, UsageError
+from tracelab.ingest.convert import TraceInfo, convert_trace, converted_dir
+
+#: How often Ray retries a task whose worker died (a crash, the out-of-memory killer); then the
+#: file is reported by name, as with the local pool.
+TASK_RETRIES = 1
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise UsageError(
+            "--engine ray needs Ray: pip install 'tracelab[ray]' (on every node of the cluster)."
+        ) from exc
+    return ray
+
+
+@contextmanager
+def connected(address: str | None, workers: int | None) -> Iterator[Any]:
+    """Ray, connected to the cluster at `address`, or to a local instance started for this
+    ingest with `workers` CPUs (all of this machine's by default)."""
+    ray = _ray()
+    if ray.is_initialized():  # a caller's own session (a notebook, a test): use it as it is
+        yield ray
+        return
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "configure_logging": False,
+    }
+    if address:
+        _reachable(address)
+        kwargs["address"] = address
+    else:
+        kwargs["num_cpus"] = workers or os.cpu_count() or 1
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise UsageError(
+            f"could not connect to {where}: {exc}. Start one with `ray start --head`, or leave "
+            "out --address to start a local one."
+        ) from exc
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a cluster address nothing answers at, at once: ray.init retries an unreachable
+    GCS for minutes before it gives up."""
+    if address == "auto" or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"could not connect to the Ray cluster at {address}: {exc}. Start one with "
+            "`ray start --head` and pass the address it prints, or leave out --address to "
+            "start a local one."
+        ) from None
+
+
+def _convert_beside(path: str) -> TraceInfo:
+    """A task: convert one trace into the folder beside it. The folder is written under a
+    temporary name and renamed when whole, so a task killed halfway never leaves a folder that
+    a later ingest would take as converted."""
+    final = converted_dir(path)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        info = convert_trace(path, tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return info
+
+
+def convert_on_ray(
+    paths: list[Path],
+    *,
+    address: str | None,
+    workers: int | None,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[dict[int, tuple[TraceInfo, Path]], dict[int, TracelabError]]:
+    """Convert `paths` as Ray tasks; per-index results (the summary and the folder of its
+    Parquet files) and per-file errors, as tracelab.ingest.pool.convert_all returns them."""
+    done: dict[int, tuple[TraceInfo, Path]] = {}
+    errors: dict[int, TracelabError] = {}
+    if not paths:
+        return done, errors
+    with connected(address, workers) as ray:
+        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(_convert_beside)
+        refs = {task.remote(str(p)): i for i, p in enumerate(paths)}
+        pending = list(refs)
+        n = 0
+        while pending:
+            finished, pending = ray.wait(pending, num_returns=min(len(pending), 64), timeout=1.0)
+            for ref in finished:
+                i = refs.pop(ref)
+                try:
+                    done[i] = (ray.get(ref), converted_dir(paths[i]))
+                except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+                    errors[i] = _task_error(exc, paths[i])
+                n += 1
+                if progress:
+                    progress(n, len(paths))
+    return done, errors
+
+
+def _task_error(exc: BaseException, path: Path) -> TracelabError:
+    """A task's failure as the local pool reports it: the input error the converter raised
+    (Ray wraps it in a RayTaskError whose cause is the original), or an InternalError naming
+    the file (a crash, a worker that died even when retried)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, TracelabError):
+        return cause
+    if isinstance(exc, TracelabError):
+        return exc
+    what = type(cause or exc).__name__
+    err = InternalError(
+        f"its Ray task failed ({what}: {cause or exc}); a worker that died was retried "
+        f"{TASK_RETRIES} time(s)",
+        str(path),
+    )
+    err.__cause__ = exc
+    return err
