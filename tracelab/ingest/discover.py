@@ -18,7 +18,7 @@ from typing import Any
 from tracelab.errors import InputError
 from tracelab.ingest import validate as v
 
-#: Suffix of a trace's pre-converted columnar folder (see tracelab.ingest.convert.converted_dir).
+#: Suffix of a trace's pre-converted columnar folder (see tracelab.ingest.converted.converted_dir).
 CONVERTED_SUFFIX = ".tracelab"
 
 TRACE_SUFFIXES = (".json", ".json.gz")

@@ -19,12 +19,8 @@ from tracelab.errors import (
     TracelabError,
 )
 from tracelab.ingest import workers as lifecycle
-from tracelab.ingest.convert import (
-    TraceInfo,
-    convert_trace,
-    converted_dir,
-    load_converted,
-)
+from tracelab.ingest.convert import convert_trace
+from tracelab.ingest.converted import TraceInfo, converted_dir, load_converted
 from tracelab.ingest.discover import TraceFile
 
 if TYPE_CHECKING:

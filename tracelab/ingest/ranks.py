@@ -14,9 +14,7 @@ from tracelab.errors import (
     RankConflictError,
     TracelabError,
 )
-from tracelab.ingest.convert import (
-    TraceInfo,
-)
+from tracelab.ingest.converted import TraceInfo
 from tracelab.ingest.discover import TraceFile, tensorboard_name
 
 if TYPE_CHECKING:
