@@ -49,7 +49,7 @@ def create_app(db: str, *, warm: bool = True) -> Any:
         use_pages=True,
         pages_folder="",
         title="tracelab",
-        update_title=None,
+        update_title="",  # the tab title never changes while a callback runs
         suppress_callback_exceptions=True,
         assets_folder=str(importlib.resources.files("tracelab.app") / "assets"),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from dash import dcc, html
 
@@ -93,7 +93,7 @@ def table(
     id: str | None = None,
     links: dict[str, Callable[[dict[str, Any]], str]] | None = None,
     empty: str = "Nothing to show.",
-) -> html.Div:
+) -> html.Div | html.P:
     """A plain HTML table; `columns` is (key, header); `links` maps a key to a row -> href."""
     if not rows:
         return (
@@ -112,7 +112,7 @@ def table(
             else:
                 cells.append(html.Td(text))
         body.append(html.Tr(cells))
-    kwargs = {"id": id} if id else {}
+    kwargs: dict[str, Any] = {"id": id} if id else {}
     return html.Div(html.Table([head, html.Tbody(body)], className="table"), **kwargs)
 
 
@@ -205,7 +205,7 @@ def findings_list(
                     html.Div(anchors, className="finding-links"),
                 ],
                 className=f"finding {SEVERITY_CLASS.get(int(f.severity), '')}-border",
-                **{"data-code": f.code},
+                **data_attr("code", f.code),
             )
         )
     more = (
@@ -250,15 +250,24 @@ def url_sync(store_id: str, sink_id: str) -> list[Any]:
     return [dcc.Store(id=store_id), html.Div(id=sink_id, style={"display": "none"})]
 
 
+def data_attr(name: str, value: str) -> dict[str, Any]:
+    """A `data-NAME` attribute, as keyword arguments of an html component."""
+    return {f"data-{name}": value}
+
+
 def graph(id: str, figure: dict[str, Any], **config: Any) -> dcc.Graph:
     """A plotly graph without the plotly logo and with the mode bar tools a trace viewer needs."""
     return dcc.Graph(
         id=id,
         figure=figure,
-        config={
-            "displaylogo": False,
-            "responsive": True,
-            "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
-            **config,
-        },
+        # The keyword arguments are plotly config keys (dcc.Graph.Config) chosen by the pages.
+        config=cast(
+            "dcc.Graph.Config",
+            {
+                "displaylogo": False,
+                "responsive": True,
+                "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
+                **config,
+            },
+        ),
     )

@@ -10,7 +10,7 @@ import dash
 from dash import Input, Output, dcc, html
 
 from tracelab.app import db, ids, pending
-from tracelab.app.components import findings_list, graph, page, timeline_href
+from tracelab.app.components import data_attr, findings_list, graph, page, timeline_href
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, text
 from tracelab.figures.overview import step_heatmap, time_split_figure
@@ -79,7 +79,7 @@ def parts_table(split: TimeSplit | None, links: dict[str, str]) -> Any:
                             dcc.Link(
                                 "evidence →", href=links.get(p.part, "#"), className="part-link"
                             ),
-                            **{"data-part": p.part},
+                            **data_attr("part", p.part),
                         )
                     ),
                 ]

@@ -97,7 +97,7 @@ def check_request(ctx: Any, req: TimelineRequest, steps: list[int]) -> None:
 
 def render(
     run: str | None, req: TimelineRequest
-) -> tuple[dict[str, Any], str, dict[str, Any], str]:
+) -> tuple[dict[str, Any], str | html.Span, dict[str, Any], str]:
     """(figure, status, state, query string) for a request: the lanes, or the rank summary when
     there are too many ranks to draw and no rank filter."""
     with db.cursor() as cur:

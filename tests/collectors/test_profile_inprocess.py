@@ -201,7 +201,7 @@ def test_torch_compile_fullgraph_inside_a_window(world1: Any, tmp_path: Path) ->
 
 
 def test_convert_in_a_child_process(world1: Any, tmp_path: Path) -> None:
-    from tracelab.ingest.convert import converted_dir, load_converted
+    from tracelab.ingest.converted import converted_dir, load_converted
 
     out = tmp_path / "run"
     with tracelab.profile(out, steps=range(1, 3), convert=True) as prof:

@@ -223,7 +223,8 @@ def test_stale_or_forged_converted_folder_is_converted_again(
 ) -> None:
     """Item 12: a `.tracelab` folder beside a trace is registered only when it is exactly what
     convert_trace writes; otherwise the trace itself is converted (and validated) again."""
-    from tracelab.ingest.convert import convert_trace, converted_dir
+    from tracelab.ingest.convert import convert_trace
+    from tracelab.ingest.converted import converted_dir
 
     from .kineto import write
 

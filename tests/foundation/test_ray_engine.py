@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tracelab.ingest import ingest
-from tracelab.ingest.convert import converted_dir
+from tracelab.ingest.converted import converted_dir
 from tracelab.ingest.pool import Engine
 from tracelab.store import RUN_TABLES, open_store
 

@@ -146,7 +146,7 @@ def test_preconverted_ranks_are_registered_not_parsed(
 ) -> None:
     """A trace converted on its rank (collector or `tracelab convert`) is not parsed again,
     and gives the same rows as a fresh parse; a changed trace is parsed afresh."""
-    from tracelab.ingest import convert
+    from tracelab.ingest import convert, converted
     from tracelab.ingest import pool as ingest_mod
 
     folder = run_set(tmp_path / "t", ranks=2)
@@ -154,7 +154,7 @@ def test_preconverted_ranks_are_registered_not_parsed(
     ingest([folder], db=fresh, run="a", progress=False)
     for r in range(2):
         path = folder / f"rank-{r}.json"
-        convert.convert_trace(path, convert.converted_dir(path))
+        convert.convert_trace(path, converted.converted_dir(path))
 
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("parsed a trace that was already converted")
@@ -180,16 +180,16 @@ def test_preconverted_folder_of_an_older_format_is_converted_again(tmp_path: Pat
     """A columnar folder left by an older tracelab (another `format`) is never registered as is."""
     import json
 
-    from tracelab.ingest import convert
+    from tracelab.ingest import convert, converted
 
     path = run_set(tmp_path / "t", ranks=1) / "rank-0.json"
-    folder = convert.converted_dir(path)
+    folder = converted.converted_dir(path)
     convert.convert_trace(path, folder)
-    assert convert.load_converted(path) is not None
+    assert converted.load_converted(path) is not None
     meta = json.loads((folder / "trace.json").read_text())
     meta.pop("format")  # what format 1 wrote
     (folder / "trace.json").write_text(json.dumps(meta))
-    assert convert.load_converted(path) is None
+    assert converted.load_converted(path) is None
     db = tmp_path / "s.duckdb"
     ingest([path.parent], db=db, run="a", progress=False)
     with open_store(db) as con:

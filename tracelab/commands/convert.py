@@ -10,7 +10,8 @@ import argparse
 
 
 def run(args: argparse.Namespace) -> int:
-    from tracelab.ingest.convert import convert_trace, converted_dir
+    from tracelab.ingest.convert import convert_trace
+    from tracelab.ingest.converted import converted_dir
 
     for path in args.traces:
         out = converted_dir(path)

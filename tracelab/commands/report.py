@@ -15,8 +15,9 @@ FORMATS = formats("report")
 
 
 def run(args: argparse.Namespace) -> int:
+    from tracelab.commands._report_inputs import build_report
     from tracelab.report import formatting
-    from tracelab.report.build import build_report, write_outputs
+    from tracelab.report.outputs import write_outputs
     from tracelab.report.thresholds import load_settings, parse_cli_thresholds
 
     settings = load_settings(

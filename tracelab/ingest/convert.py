@@ -11,6 +11,8 @@ job never funnels through one parser. Output, in `out_dir`:
 - `lanes.parquet`: process/thread names and sort indices from `M` events
 - `trace.json`: the file's metadata (rank info, base time, counts) as `TraceInfo`
 
+The folder's schemas, and reading it back, are tracelab.ingest.converted.
+
 Decoding (tracelab.ingest.decode) yields one column per field, with `args` kept as raw JSON text, so no
 Python object is built per event; derived columns are computed with numpy/arrow in
 tracelab.ingest.columns. All of it runs in the worker that parses the file, so the store's load is a
@@ -21,12 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import mmap
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,11 @@ import pyarrow.parquet as pq
 
 from tracelab.errors import InputError, TraceFormatError
 from tracelab.ingest import columns, gunzip, validate
+from tracelab.ingest.converted import (
+    CONVERTED_FORMAT,
+    EVENTS_SCHEMA,
+    TraceInfo,
+)
 from tracelab.ingest.decode import (
     ABSENT,
     DecodedTrace,
@@ -46,185 +52,11 @@ from tracelab.ingest.decode import (
     time_error,
 )
 
-#: Version of the converted form (the Parquet files' columns). A folder of another version,
-#: e.g. left by an older collector, is converted again rather than registered.
-CONVERTED_FORMAT = 2
-
-
-@dataclass(frozen=True, kw_only=True)
-class TraceInfo:
-    """What a trace file says about itself; written next to its Parquet files."""
-
-    file: str
-    file_bytes: int
-    sha256: str
-    rank: int | None
-    world_size: int | None
-    backend: str | None
-    process_groups: list[dict[str, Any]]
-    host: str | None
-    device: str | None
-    device_memory_bytes: int | None
-    device_properties: list[Any] | None
-    base_time_ns: int
-    event_count: int
-    memory_event_count: int
-    ignored_event_count: int
-    metadata: dict[str, Any] = field(default_factory=dict)
-    #: CONVERTED_FORMAT of the Parquet files this describes (1: before it was recorded).
-    format: int = 1
-
-    def to_json(self) -> str:
-        # Not dataclasses.asdict: it deep-copies the free-form metadata recursively, two
-        # Python frames a level, so a trace nested 512 levels deep ran out of stack.
-        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)})
-
-    @classmethod
-    def from_json(cls, text: str) -> TraceInfo:
-        return cls(**json.loads(text))
-
-
-EVENTS_SCHEMA = pa.schema(
-    [
-        ("idx", pa.int64()),
-        ("cat", pa.string()),
-        ("name", pa.string()),
-        ("pid", pa.int64()),
-        ("tid", pa.int64()),
-        ("lane_label", pa.string()),
-        ("ts_ns", pa.int64()),
-        ("dur_ns", pa.int64()),
-        ("category", pa.string()),
-        ("on_device", pa.bool_()),
-        ("stream", pa.int64()),
-        ("correlation", pa.int64()),
-        ("external_id", pa.int64()),
-        ("step", pa.int32()),
-        ("args", pa.string()),
-    ]
-)
-
-
-#: Suffix of the folder holding a trace's columnar form next to the trace itself.
-CONVERTED_SUFFIX = ".tracelab"
 #: Rows per Parquet row group: several per rank, so DuckDB reads one file with several threads.
 _ROW_GROUP = 122_880
 #: Parquet codec of the converted files: LZ4 (raw) writes a rank's events in 0.041 CPU-s against
 #: snappy's 0.057 for the same size (4 MB for 123k events); DuckDB reads both at the same cost.
 _CODEC = "lz4"
-#: The Parquet files of a converted trace, by kind (`events` -> events.parquet).
-PARQUET_KINDS = ("events", "steps", "memory", "lanes")
-
-
-def _sha256(fh: Any) -> str:
-    """SHA-256 of an open binary file (hashlib.file_digest is Python 3.11+)."""
-    h = hashlib.sha256()
-    for block in iter(lambda: fh.read(1 << 20), b""):
-        h.update(block)
-    return h.hexdigest()
-
-
-def converted_dir(trace_path: str | os.PathLike[str]) -> Path:
-    """Where the collector leaves a trace's columnar form: `window-0.pt.trace.json.gz` ->
-    `window-0.pt.trace.tracelab/` beside it."""
-    path = Path(trace_path)
-    name = path.name
-    for suffix in (".gz", ".json"):
-        name = name.removesuffix(suffix)
-    return path.with_name(name + CONVERTED_SUFFIX)
-
-
-def load_converted(trace_path: str | os.PathLike[str]) -> TraceInfo | None:
-    """The TraceInfo of a trace converted earlier (e.g. on its rank by the collector), when its
-    columnar form is complete and was made from these exact bytes; else None."""
-    path = Path(trace_path)
-    folder = converted_dir(path)
-    meta = folder / "trace.json"
-    files = [folder / f"{kind}.parquet" for kind in PARQUET_KINDS]
-    if not meta.is_file() or not all(f.is_file() for f in files):
-        return None
-    try:
-        info = TraceInfo.from_json(meta.read_text())
-    except (OSError, ValueError, TypeError):
-        return None
-    if info.format != CONVERTED_FORMAT or info.file_bytes != path.stat().st_size:
-        return None
-    if not _valid_converted(folder, info):
-        return None
-    with path.open("rb") as fh:
-        if _sha256(fh) != info.sha256:
-            return None
-    return info
-
-
-#: What each Parquet file of a converted trace holds (events: EVENTS_SCHEMA).
-STEPS_SCHEMA = pa.schema(
-    [
-        ("step", pa.int32()),
-        ("start_ns", pa.int64()),
-        ("end_ns", pa.int64()),
-        ("device_end_ns", pa.int64()),
-    ]
-)
-MEMORY_SCHEMA = pa.schema(
-    [("ts_ns", pa.int64()), ("step", pa.int32()), ("args", pa.string())]
-    + [
-        (c, pa.int64())
-        for c, _ in (
-            ("device_type", 0),
-            ("device_id", 0),
-            ("bytes", 0),
-            ("total_allocated", 0),
-            ("total_reserved", 0),
-        )
-    ]
-)
-LANES_SCHEMA = pa.schema(
-    [
-        ("pid", pa.int64()),
-        ("tid", pa.int64()),
-        ("kind", pa.string()),
-        ("value", pa.string()),
-        ("sort_index", pa.int64()),
-    ]
-)
-
-
-def _valid_converted(folder: Path, info: TraceInfo) -> bool:
-    """Whether a converted folder is what convert_trace writes: its metadata typed and in
-    range (tracelab.ingest.validate), each Parquet file readable with the expected columns, as many
-    events as the metadata says, and every time within the limits. A folder that is not (stale,
-    damaged or forged) is ignored and the trace converted again."""
-    lim = validate.TIME_LIMIT_NS
-    try:
-        validate.rank_and_world(info.rank, info.world_size, "trace.json", folder)
-        for value in (info.file_bytes, info.event_count, info.memory_event_count):
-            validate.integer(value, "a count", folder, lo=0, hi=validate.INT64_MAX, optional=False)
-        validate.integer(info.base_time_ns, "base_time_ns", folder, lo=-lim, hi=lim, optional=False)
-        if not isinstance(info.sha256, str) or not isinstance(info.metadata, dict):
-            return False
-        expected = {
-            "events": EVENTS_SCHEMA,
-            "steps": STEPS_SCHEMA,
-            "memory": MEMORY_SCHEMA,
-            "lanes": LANES_SCHEMA,
-        }
-        for kind, schema in expected.items():
-            if not pq.read_schema(folder / f"{kind}.parquet").equals(schema, check_metadata=False):
-                return False
-        events = pq.read_table(folder / "events.parquet", columns=["ts_ns", "dur_ns", "step"])
-        if events.num_rows != info.event_count or not events.num_rows:
-            return False
-        ts, dur = events.column("ts_ns"), events.column("dur_ns")
-        if ts.null_count or dur.null_count or pc.min(dur).as_py() < 0:
-            return False
-        end = pc.add_checked(ts, dur)
-        if pc.min(ts).as_py() < -lim or pc.max(end).as_py() > lim:
-            return False
-        step = pc.min(events.column("step")).as_py()
-        return step is None or step >= 0
-    except (InputError, OSError, pa.ArrowException, TypeError, ValueError):
-        return False
 
 
 @contextlib.contextmanager
@@ -351,6 +183,59 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     """
     path = Path(path)
     out = Path(out_dir)
+    d, file_sha256 = _read(path)
+    top = d.top
+    xs = np.flatnonzero(d.ph == ord("X"))
+    lanes = np.flatnonzero(d.ph == ord("M"))
+    mem = _memory_instants(d)
+    if not len(xs):
+        raise TraceFormatError(
+            f"the trace holds no complete ('X') events ({d.n} events in all): it is "
+            "empty. Profile at least one active step.",
+            str(path),
+        )
+    dist = _distributed_info(top, path)
+    base_ns = base_time_ns(top, path)
+    _check_x_events(d, xs, path)
+    events = _events(d, xs, mem, base_ns, path)
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(
+        events.table,
+        out / "events.parquet",
+        compression=_CODEC,
+        row_group_size=_ROW_GROUP,
+        # Dictionary-encode only the repetitive text; args are mostly unique.
+        use_dictionary=["cat", "name", "category", "lane_label"],
+        write_statistics=["idx", "ts_ns", "dur_ns", "step"],
+    )
+    _write_memory(d, mem, base_ns, events.steps, out / "memory.parquet")
+    _write_steps(events.steps, events.end_ns, events.on_device, events.step, out / "steps.parquet")
+    _write_lanes(d, lanes, out / "lanes.parquet", path)
+    del events
+
+    info = TraceInfo(
+        file=str(path),
+        file_bytes=path.stat().st_size,
+        sha256=file_sha256,
+        rank=_int_or_none(dist.get("rank")),
+        world_size=_int_or_none(dist.get("world_size")),
+        backend=dist.get("backend"),
+        process_groups=list(dist.get("pg_config") or []),
+        host=_host(top, path),
+        **_device(top, path),
+        base_time_ns=base_ns,
+        event_count=len(xs),
+        memory_event_count=len(mem),
+        ignored_event_count=d.n - len(xs) - len(mem) - len(lanes),
+        metadata=_metadata(top, path),
+        format=CONVERTED_FORMAT,
+    )
+    (out / "trace.json").write_text(info.to_json())
+    return info
+
+
+def _read(path: Path) -> tuple[DecodedTrace, str]:
+    """The decoded trace and the SHA-256 of the file's bytes."""
     with _mapped(path) as raw:
         # hashlib releases the GIL on large inputs: the hash runs on another core while the
         # scanner reads the same pages (a core is often idle: one file, or a pool's last files).
@@ -361,26 +246,20 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
             del buf
         finally:
             file_sha256 = digest.result()
-    top = d.top
-    xs = np.flatnonzero(d.ph == ord("X"))
-    lanes = np.flatnonzero(d.ph == ord("M"))
-    instants = np.flatnonzero((d.ph == ord("i")) | (d.ph == ord("I")))
-    mem = (
-        instants[
-            pc.equal(d.name.take(pa.array(instants)), "[memory]").to_numpy(zero_copy_only=False)
-        ]
-        if len(instants)
-        else instants
-    )
-    if not len(xs):
-        raise TraceFormatError(
-            f"the trace holds no complete ('X') events ({d.n} events in all): it is "
-            "empty. Profile at least one active step.",
-            str(path),
-        )
-    dist = _distributed_info(top, path)
-    base_ns = base_time_ns(top, path)
+    return d, file_sha256
 
+
+def _memory_instants(d: DecodedTrace) -> np.ndarray:
+    """Indices of the `[memory]` instant events."""
+    instants = np.flatnonzero((d.ph == ord("i")) | (d.ph == ord("I")))
+    if not len(instants):
+        return instants
+    names = d.name.take(pa.array(instants))
+    return instants[pc.equal(names, "[memory]").to_numpy(zero_copy_only=False)]
+
+
+def _check_x_events(d: DecodedTrace, xs: np.ndarray, path: Path) -> None:
+    """Every X event has a time and a duration of at least zero."""
     if d.ts_missing[xs].any():
         bad = int(np.argmax(d.ts_missing[xs]))
         raise TraceFormatError(
@@ -394,7 +273,24 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
             "(--skip-bad) or re-capture.",
             str(path),
         )
-    # The X events in time order, gathered once; `idx` keeps each one's place in the trace.
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Events:
+    """The X events as the events.parquet table, and what the other files are built from."""
+
+    table: pa.Table
+    #: The step spans (columns.step_spans).
+    steps: pa.Table
+    #: Per event, in time order: its end, whether it ran on a device, its step (-1: none).
+    end_ns: np.ndarray
+    on_device: np.ndarray
+    step: np.ndarray
+
+
+def _events(d: DecodedTrace, xs: np.ndarray, mem: np.ndarray, base_ns: int, path: Path) -> _Events:
+    """The X events in time order with every derived column; `idx` keeps each one's place in
+    the trace. The times of the X events and the memory instants are checked here."""
     order = np.argsort(d.ts_ns[xs], kind="stable")
     sel = xs[order]
     take = pa.array(sel)
@@ -446,40 +342,7 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
         ],
         schema=EVENTS_SCHEMA,
     )
-    out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(
-        table,
-        out / "events.parquet",
-        compression=_CODEC,
-        row_group_size=_ROW_GROUP,
-        # Dictionary-encode only the repetitive text; args are mostly unique.
-        use_dictionary=["cat", "name", "category", "lane_label"],
-        write_statistics=["idx", "ts_ns", "dur_ns", "step"],
-    )
-    _write_memory(d, mem, base_ns, steps, out / "memory.parquet")
-    _write_steps(steps, ts_ns + dur_ns, device_np, step, out / "steps.parquet")
-    _write_lanes(d, lanes, out / "lanes.parquet", path)
-    del table
-
-    info = TraceInfo(
-        file=str(path),
-        file_bytes=path.stat().st_size,
-        sha256=file_sha256,
-        rank=_int_or_none(dist.get("rank")),
-        world_size=_int_or_none(dist.get("world_size")),
-        backend=dist.get("backend"),
-        process_groups=list(dist.get("pg_config") or []),
-        host=_host(top, path),
-        **_device(top, path),
-        base_time_ns=base_ns,
-        event_count=len(xs),
-        memory_event_count=len(mem),
-        ignored_event_count=d.n - len(xs) - len(mem) - len(lanes),
-        metadata=_metadata(top, path),
-        format=CONVERTED_FORMAT,
-    )
-    (out / "trace.json").write_text(info.to_json())
-    return info
+    return _Events(table=table, steps=steps, end_ns=ts_ns + dur_ns, on_device=device_np, step=step)
 
 
 def _host(top: dict[str, bytes], path: Path) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from tracelab.errors import InputError
 from tracelab.ingest import validate as v
 
-#: Suffix of a trace's pre-converted columnar folder (see tracelab.ingest.convert.converted_dir).
+#: Suffix of a trace's pre-converted columnar folder (see tracelab.ingest.converted.converted_dir).
 CONVERTED_SUFFIX = ".tracelab"
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -284,48 +285,61 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
         if not path.exists():
             raise InputError("no such file or folder.", str(path))
         if path.is_file():
-            if path.name == MANIFEST:
-                path = path.parent
-            elif not is_trace_name(path):
-                raise InputError(
-                    "not a trace file name (expected .json or .json.gz). Rename it or pass "
-                    "the folder that holds the traces.",
-                    str(path),
-                )
-            else:
-                add(TraceFile(path=path))
+            if path.name != MANIFEST:
+                add(_trace_file(path))
                 continue
+            path = path.parent
         if any(c.root.resolve() == path.resolve() for c in found.captures):
             continue  # the same capture named twice
         is_capture = (path / MANIFEST).is_file()
         if is_capture or any(path.glob("rank-*/rank.json")):
-            capture = load_capture(path) if is_capture else load_capture_parts(path)
-            found.captures.append(capture)
-            files, problems = _capture_files(capture)
-            found.problems.extend(problems)
-            for tf in files:
-                add(tf)
+            _add_capture(found, path, add)
+        else:
+            _walk_folder(found, path, add)
+    _check(found, paths)
+    return found
+
+
+def _trace_file(path: Path) -> TraceFile:
+    """A file named on the command line: a trace, by its name."""
+    if not is_trace_name(path):
+        raise InputError(
+            "not a trace file name (expected .json or .json.gz). Rename it or pass "
+            "the folder that holds the traces.",
+            str(path),
+        )
+    return TraceFile(path=path)
+
+
+def _add_capture(found: Discovery, root: Path, add: Callable[[TraceFile], None]) -> None:
+    """Add the capture at `root` (a manifest, or only the rank-*/rank.json parts) and its files."""
+    capture = load_capture(root) if (root / MANIFEST).is_file() else load_capture_parts(root)
+    found.captures.append(capture)
+    files, problems = _capture_files(capture)
+    found.problems.extend(problems)
+    for tf in files:
+        add(tf)
+
+
+def _walk_folder(found: Discovery, path: Path, add: Callable[[TraceFile], None]) -> None:
+    """A folder that is no capture: the captures below it, and its loose traces."""
+    roots = capture_roots(path)
+    for root in roots:
+        _add_capture(found, root, add)
+    for sub in sorted(p for p in path.rglob("*") if p.is_file()):
+        parts = sub.relative_to(path).parts
+        if any(p.startswith(".") or p.endswith(CONVERTED_SUFFIX) for p in parts):
             continue
-        roots = capture_roots(path)
-        for root in roots:
-            capture = (
-                load_capture(root) if (root / MANIFEST).is_file() else load_capture_parts(root)
-            )
-            found.captures.append(capture)
-            files, problems = _capture_files(capture)
-            found.problems.extend(problems)
-            for tf in files:
-                add(tf)
-        for sub in sorted(p for p in path.rglob("*") if p.is_file()):
-            parts = sub.relative_to(path).parts
-            if any(p.startswith(".") or p.endswith(CONVERTED_SUFFIX) for p in parts):
-                continue
-            if any(sub.is_relative_to(root) for root in roots):
-                continue  # a capture's files come from its manifest
-            if is_trace_name(sub):
-                add(TraceFile(path=sub))
-            else:
-                found.ignored.append(sub)
+        if any(sub.is_relative_to(root) for root in roots):
+            continue  # a capture's files come from its manifest
+        if is_trace_name(sub):
+            add(TraceFile(path=sub))
+        else:
+            found.ignored.append(sub)
+
+
+def _check(found: Discovery, paths: list[str | os.PathLike[str]]) -> None:
+    """Raise when the paths hold no trace, or several captures (which cannot be one run)."""
     if not found.files and found.problems:
         raise found.problems[0]
     if not found.files:
@@ -355,7 +369,6 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
                 "folder; from Python, call ingest() once per capture (capture_runs() lists them)."
             )
         )
-    return found
 
 
 def capture_roots(folder: Path) -> list[Path]:

@@ -16,10 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracelab.defaults import DEFAULT_DB
-from tracelab.errors import (
-    InputError,
-    UsageError,
-)
+from tracelab.errors import InputError, TracelabError, UsageError
 from tracelab.ingest import validate
 from tracelab.ingest import workers as lifecycle
 from tracelab.ingest.discover import Capture, Discovery, discover, tensorboard_name
@@ -90,27 +87,12 @@ def ingest(
     if found.problems and not skip_bad:
         raise found.problems[0]
     capture = found.captures[0] if found.captures else None
-    named_by = (
-        capture.root / "manifest.json"
-        if capture is not None and capture.manifest.get("run_name")
-        else paths[0]
-    )
-    name = (
-        validate.run_name(run)
-        if run is not None
-        else validate.ingest_run_name(_default_run_name(paths, capture), str(named_by))
-    )
+    name = _run_name(paths, run, capture)
     for key, rank in (ranks or {}).items():
         validate.integer(
             rank, f"--rank {key}", "--rank", lo=0, hi=validate.INT32_MAX - 1, optional=False
         )
-    if workers is None:
-        total = sum(tf.path.stat().st_size for tf in found.files)
-        # A process pool costs more than it saves on small inputs; on large ones it is used
-        # even for one file, which keeps this process free of the conversion's imports.
-        workers_n = 0 if total < _POOL_MIN_BYTES else min(os.cpu_count() or 1, len(found.files))
-    else:
-        workers_n = 0 if workers <= 1 else workers
+    workers_n = _worker_count(found, workers)
     show = _progress_printer() if progress is None or progress else None
     db_path = Path(db)
     staging = lifecycle.make_staging(staging_parent(db_path))
@@ -122,16 +104,7 @@ def ingest(
         )
         errors.update(rank_errors)
         if errors and not skip_bad:
-            exc = errors[min(errors)]
-            others = [i for i in sorted(errors) if errors[i] is not exc]
-            if others:
-                listed = ", ".join(str(found.files[i].path) for i in others[:3])
-                exc.args = (
-                    f"{exc.args[0]} ({len(others)} more files could not be ingested: {listed}"
-                    f"{', ...' if len(others) > 3 else ''}). Nothing was written; "
-                    "--skip-bad ingests the good ranks and records the others.",
-                )
-            raise exc
+            raise _first_error(errors, found)
         if not by_rank:
             first = errors[min(errors)] if errors else None
             raise InputError(
@@ -160,6 +133,44 @@ def ingest(
         return report
     finally:
         lifecycle.remove_staging(staging)
+
+
+def _run_name(
+    paths: Sequence[str | os.PathLike[str]], run: str | None, capture: Capture | None
+) -> str:
+    """The run's name: `run` when given, else one made from the capture or the paths."""
+    if run is not None:
+        return validate.run_name(run)
+    named_by = (
+        capture.root / "manifest.json"
+        if capture is not None and capture.manifest.get("run_name")
+        else paths[0]
+    )
+    return validate.ingest_run_name(_default_run_name(paths, capture), str(named_by))
+
+
+def _worker_count(found: Discovery, workers: int | None) -> int:
+    """Worker processes for the conversion (0: convert in this process)."""
+    if workers is not None:
+        return 0 if workers <= 1 else workers
+    total = sum(tf.path.stat().st_size for tf in found.files)
+    # A process pool costs more than it saves on small inputs; on large ones it is used
+    # even for one file, which keeps this process free of the conversion's imports.
+    return 0 if total < _POOL_MIN_BYTES else min(os.cpu_count() or 1, len(found.files))
+
+
+def _first_error(errors: dict[int, TracelabError], found: Discovery) -> TracelabError:
+    """The first file's error, naming how many other files failed too (without --skip-bad)."""
+    exc = errors[min(errors)]
+    others = [i for i in sorted(errors) if errors[i] is not exc]
+    if others:
+        listed = ", ".join(str(found.files[i].path) for i in others[:3])
+        exc.args = (
+            f"{exc.args[0]} ({len(others)} more files could not be ingested: {listed}"
+            f"{', ...' if len(others) > 3 else ''}). Nothing was written; "
+            "--skip-bad ingests the good ranks and records the others.",
+        )
+    return exc
 
 
 def _drop_bad_records(

@@ -19,12 +19,8 @@ from tracelab.errors import (
     TracelabError,
 )
 from tracelab.ingest import workers as lifecycle
-from tracelab.ingest.convert import (
-    TraceInfo,
-    convert_trace,
-    converted_dir,
-    load_converted,
-)
+from tracelab.ingest.convert import convert_trace
+from tracelab.ingest.converted import TraceInfo, converted_dir, load_converted
 from tracelab.ingest.discover import TraceFile
 
 if TYPE_CHECKING:
@@ -90,32 +86,27 @@ def _share_groups(info: TraceInfo, seen: dict[str, list[dict[str, Any]]]) -> Tra
     return info if shared is info.process_groups else replace(info, process_groups=shared)
 
 
+Done = dict[int, tuple[TraceInfo, Path]]
+Errors = dict[int, TracelabError]
+Groups = dict[str, list[dict[str, Any]]]
+Progress = Callable[[int, int], None] | None
+
+
 def convert_all(
     files: list[TraceFile],
     staging: Path,
     workers: int,
-    progress: Callable[[int, int], None] | None,
+    progress: Progress,
     engine: Engine | None = None,
-) -> tuple[dict[int, tuple[TraceInfo, Path]], dict[int, TracelabError]]:
+) -> tuple[Done, Errors]:
     """Convert every file, in this process (workers == 0), in a pool of worker processes, or
     as Ray tasks (`engine`); returns per-file-index results and errors (never raises for
     input)."""
-    done: dict[int, tuple[TraceInfo, Path]] = {}
-    errors: dict[int, TracelabError] = {}
-    groups: dict[str, list[dict[str, Any]]] = {}
+    done: Done = {}
+    errors: Errors = {}
+    groups: Groups = {}
     out_dirs = [staging / f"f{i}" for i in range(len(files))]
-    for i, tf in enumerate(files):
-        # Converted on its rank already (collector): register it, parse nothing.
-        try:
-            pre = load_converted(tf.path)
-        except Exception as exc:  # noqa: BLE001 (per-file failure policy)
-            errors[i] = _file_error(exc, tf.path)
-            continue
-        if pre is not None:
-            done[i] = (
-                _share_groups(replace(pre, file=str(tf.path)), groups),
-                converted_dir(tf.path),
-            )
+    _register_converted(files, done, errors, groups)
     todo = [i for i in range(len(files)) if i not in done and i not in errors]
     if engine is not None and engine.name == "ray" and todo:
         from tracelab.ingest.ray_engine import convert_on_ray
@@ -143,6 +134,48 @@ def convert_all(
             if progress:
                 progress(n, len(todo))
         return done, errors
+    orphaned, n = _convert_in_pool(files, out_dirs, todo, workers, progress, done, errors, groups)
+    for i in sorted(orphaned):
+        try:
+            done[i] = (
+                _share_groups(_convert_isolated(files[i].path, out_dirs[i]), groups),
+                out_dirs[i],
+            )
+        except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+            errors[i] = _file_error(exc, files[i].path)
+        n += 1
+        if progress:
+            progress(n, len(todo))
+    return done, errors
+
+
+def _register_converted(files: list[TraceFile], done: Done, errors: Errors, groups: Groups) -> None:
+    """Files converted on their rank already (collector): register them, parse nothing."""
+    for i, tf in enumerate(files):
+        try:
+            pre = load_converted(tf.path)
+        except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+            errors[i] = _file_error(exc, tf.path)
+            continue
+        if pre is not None:
+            done[i] = (
+                _share_groups(replace(pre, file=str(tf.path)), groups),
+                converted_dir(tf.path),
+            )
+
+
+def _convert_in_pool(
+    files: list[TraceFile],
+    out_dirs: list[Path],
+    todo: list[int],
+    workers: int,
+    progress: Progress,
+    done: Done,
+    errors: Errors,
+    groups: Groups,
+) -> tuple[list[int], int]:
+    """Convert the files `todo` in a pool of worker processes, into `done` and `errors`;
+    returns the files a dying worker left unconverted, and how many files were finished."""
     pool = ProcessPoolExecutor(
         max_workers=min(workers, len(todo)), initializer=_worker_init, initargs=(os.getpid(),)
     )
@@ -174,18 +207,7 @@ def convert_all(
         lifecycle.kill_pool(pool)  # Ctrl-C, SIGTERM: stop now, not after the current files
         raise
     pool.shutdown()
-    for i in sorted(orphaned):
-        try:
-            done[i] = (
-                _share_groups(_convert_isolated(files[i].path, out_dirs[i]), groups),
-                out_dirs[i],
-            )
-        except Exception as exc:  # noqa: BLE001 (per-file failure policy)
-            errors[i] = _file_error(exc, files[i].path)
-        n += 1
-        if progress:
-            progress(n, len(todo))
-    return done, errors
+    return orphaned, n
 
 
 def _convert_isolated(path: Path, out_dir: Path) -> TraceInfo:

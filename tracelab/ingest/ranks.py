@@ -14,9 +14,7 @@ from tracelab.errors import (
     RankConflictError,
     TracelabError,
 )
-from tracelab.ingest.convert import (
-    TraceInfo,
-)
+from tracelab.ingest.converted import TraceInfo
 from tracelab.ingest.discover import TraceFile, tensorboard_name
 
 if TYPE_CHECKING:
@@ -96,6 +94,20 @@ def _order_windows(files: list[TraceFile], idxs: list[int]) -> list[int] | None:
     return None
 
 
+def _rank_zero_note(files: list[TraceFile], rankless: list[int]) -> str:
+    """What the ingest says when it takes rank-less traces of one process as rank 0 of 1."""
+    what = (
+        f"{files[rankless[0]].path}"
+        if len(rankless) == 1
+        else f"the {len(rankless)} windows of worker {_rank_key(files[rankless[0]].path, [])}"
+    )
+    return (
+        f"{what} {'has' if len(rankless) == 1 else 'have'} no rank metadata (no distributedInfo): ingested as rank 0 of 1. "
+        "If it is one rank of a larger job, re-ingest with --replace --rank "
+        f"{shlex.quote(_rank_key(files[rankless[0]].path, []))}=N."
+    )
+
+
 def resolve_ranks(
     files: list[TraceFile],
     done: dict[int, tuple[TraceInfo, Path]],
@@ -133,17 +145,7 @@ def resolve_ranks(
     if rankless:
         if not by_rank and len({_process_key(tf.path) for tf in files}) == 1:
             by_rank[0] = rankless
-            what = (
-                f"{files[rankless[0]].path}"
-                if len(rankless) == 1
-                else f"the {len(rankless)} windows of worker "
-                f"{_rank_key(files[rankless[0]].path, [])}"
-            )
-            note = (
-                f"{what} {'has' if len(rankless) == 1 else 'have'} no rank metadata (no distributedInfo): ingested as rank 0 of 1. "
-                "If it is one rank of a larger job, re-ingest with --replace --rank "
-                f"{shlex.quote(_rank_key(files[rankless[0]].path, []))}=N."
-            )
+            note = _rank_zero_note(files, rankless)
         else:
             exc = _missing_ranks_error(files, rankless, set(by_rank), paths)
             errors.update(dict.fromkeys(rankless, exc))

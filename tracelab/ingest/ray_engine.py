@@ -3,7 +3,7 @@
 `tracelab ingest --engine ray [--address ADDR]` sends one task per trace file. A task reads its
 trace from a path every node sees (a shared filesystem) and writes the columnar form beside it
 (`<trace>.tracelab/`, the layout the collector's `convert=True` writes on each rank, see
-tracelab.ingest.convert.converted_dir), so only the small per-file summary (TraceInfo, a few
+tracelab.ingest.converted.converted_dir), so only the small per-file summary (TraceInfo, a few
 hundred bytes) travels back to the driver; the driver then loads the Parquet files into the store
 in its one short transaction, as with the local pool. A file converted before from the same
 bytes is registered, not parsed again.
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from tracelab.errors import InternalError, TracelabError, UsageError
-from tracelab.ingest.convert import TraceInfo, convert_trace, converted_dir
+from tracelab.ingest.convert import convert_trace
+from tracelab.ingest.converted import TraceInfo, converted_dir
 
 #: How often Ray retries a task whose worker died (a crash, the out-of-memory killer); then the
 #: file is reported by name, as with the local pool.

@@ -17,9 +17,7 @@ from tracelab.errors import (
     UsageError,
 )
 from tracelab.ingest import load as load_sql
-from tracelab.ingest.convert import (
-    PARQUET_KINDS,
-)
+from tracelab.ingest.converted import PARQUET_KINDS
 from tracelab.ingest.discover import Capture, Discovery
 from tracelab.ingest.ranks import ConvertedRank
 from tracelab.ingest.records import load_capture_records

@@ -203,55 +203,10 @@ def export_perfetto(
     ).fetchone()
     origin = int(row[0]) if row and row[0] is not None else 0
     params = {"run": rid, "origin": origin, "stream_tid": _STREAM_TID}
-    names = {
-        (int(r), int(p) if p is not None else None, int(t) if t is not None else None): v
-        for r, p, t, v in con.execute(
-            "SELECT rank, pid, tid, any_value(value) FROM lanes WHERE run_id = ? AND "
-            "kind = 'thread_name' GROUP BY ALL",
-            [rid],
-        ).fetchall()
-    }
-    hosts = dict(con.execute("SELECT rank, host FROM ranks WHERE run_id = ?", [rid]).fetchall())
     offsets = dict(
         con.execute("SELECT rank, offset_ns FROM clock_offsets WHERE run_id = ?", [rid]).fetchall()
     )
-    meta: list[dict[str, object]] = []
-    for rank in sorted(hosts):
-        label = f"rank {rank}" + (f" ({hosts[rank]})" if hosts[rank] else "")
-        meta += [
-            {"name": "process_name", "ph": "M", "pid": rank, "args": {"name": label}},
-            {"name": "process_sort_index", "ph": "M", "pid": rank, "args": {"sort_index": rank}},
-            {
-                "name": "thread_name",
-                "ph": "M",
-                "pid": rank,
-                "tid": PARTS_TID,
-                "args": {"name": "where the time went (tracelab lost-time model)"},
-            },
-            {
-                "name": "thread_sort_index",
-                "ph": "M",
-                "pid": rank,
-                "tid": PARTS_TID,
-                "args": {"sort_index": -1},
-            },
-        ]
-    for rank, on_dev, tid, pid, stream, label in con.execute(
-        _PERFETTO_THREADS, {k: params[k] for k in ("run", "stream_tid")}
-    ).fetchall():
-        if on_dev:
-            tname = f"device {pid} stream {stream}"
-        else:
-            tname = label or names.get((int(rank), pid, stream)) or f"thread {stream}"
-        meta.append(
-            {
-                "name": "thread_name",
-                "ph": "M",
-                "pid": int(rank),
-                "tid": int(tid),
-                "args": {"name": str(tname)},
-            }
-        )
+    meta = _perfetto_metadata(con, rid)
     counts = {"events": 0, "time_parts": 0}
     tmp = path.with_name(path.name + ".partial")
     opener = gzip.open if path.suffix == ".gz" else open
@@ -286,3 +241,55 @@ def export_perfetto(
         fh.write("\n]}\n")
     tmp.replace(path)
     return counts
+
+
+def _perfetto_metadata(con: duckdb.DuckDBPyConnection, rid: int) -> list[dict[str, object]]:
+    """The Perfetto trace's `M` events: a process per rank (named by its host), a
+    where-the-time-went track per rank, and a name for every thread and device stream."""
+    names = {
+        (int(r), int(p) if p is not None else None, int(t) if t is not None else None): v
+        for r, p, t, v in con.execute(
+            "SELECT rank, pid, tid, any_value(value) FROM lanes WHERE run_id = ? AND "
+            "kind = 'thread_name' GROUP BY ALL",
+            [rid],
+        ).fetchall()
+    }
+    hosts = dict(con.execute("SELECT rank, host FROM ranks WHERE run_id = ?", [rid]).fetchall())
+    meta: list[dict[str, object]] = []
+    for rank in sorted(hosts):
+        label = f"rank {rank}" + (f" ({hosts[rank]})" if hosts[rank] else "")
+        meta += [
+            {"name": "process_name", "ph": "M", "pid": rank, "args": {"name": label}},
+            {"name": "process_sort_index", "ph": "M", "pid": rank, "args": {"sort_index": rank}},
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": rank,
+                "tid": PARTS_TID,
+                "args": {"name": "where the time went (tracelab lost-time model)"},
+            },
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": rank,
+                "tid": PARTS_TID,
+                "args": {"sort_index": -1},
+            },
+        ]
+    for rank, on_dev, tid, pid, stream, label in con.execute(
+        _PERFETTO_THREADS, {"run": rid, "stream_tid": _STREAM_TID}
+    ).fetchall():
+        if on_dev:
+            tname = f"device {pid} stream {stream}"
+        else:
+            tname = label or names.get((int(rank), pid, stream)) or f"thread {stream}"
+        meta.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": int(rank),
+                "tid": int(tid),
+                "args": {"name": str(tname)},
+            }
+        )
+    return meta

@@ -1,4 +1,4 @@
-"""From two command-line arguments to a written report.
+"""`tracelab report`'s inputs: from two command-line arguments to a built report.
 
 An argument is a trace file or folder, or a capture folder (ingested on the fly), a named
 baseline (`tracelab baseline save`), or a run name in the store, checked in that order. Paths
@@ -21,12 +21,12 @@ from pathlib import Path
 import duckdb
 
 from tracelab.defaults import DEFAULT_DB
-from tracelab.errors import InputError, UsageError
-from tracelab.render import renderer
+from tracelab.errors import InputError
+from tracelab.ingest import ingest
 from tracelab.report.compare import Report, compare
 from tracelab.report.metrics import extract
 from tracelab.report.thresholds import ReportSettings
-from tracelab.store import open_store
+from tracelab.store import delete_run, open_store
 
 #: Inputs below this size are converted in-process (no worker pool start-up).
 SMALL_INPUT_BYTES = 64 << 20
@@ -71,8 +71,6 @@ class _Pending:
 
 def _ingest_path(path: Path, role: str, db: str) -> tuple[str, _Pending]:
     """Ingest `path` as a pending run whose final name is tied to that path."""
-    from tracelab.ingest import ingest
-
     source = str(path.resolve())
     existing = _runs_by_name(db)
     base = _default_name(path.resolve())
@@ -122,8 +120,6 @@ def _finish(
     store: str, pending: list[_Pending], ids: dict[str, tuple[int, int | None]] | None
 ) -> None:
     """Give each pending run its name (ids given: the report succeeded), or drop them all."""
-    from tracelab.store import delete_run
-
     with open_store(store, read_only=False) as con:
         con.execute("BEGIN TRANSACTION")
         for p in pending:
@@ -230,40 +226,3 @@ def _build(
     if pending:
         _finish(store, pending, final)
     return report
-
-
-def write_outputs(report: Report, formats: list[str], out: str | None) -> list[str]:
-    """Render each format; one format goes to `out` (a file) or stdout, several to folder `out`.
-
-    Returns the paths written ("-" for stdout).
-    """
-    renderers = {f: renderer("report", f) for f in dict.fromkeys(formats)}
-    formats = list(renderers)
-    if len(formats) > 1 and out is None:
-        raise UsageError("several --format values need --out FOLDER to write them into")
-    written = []
-    for fmt in formats:
-        text = renderers[fmt].render(report)
-        if out is None or out == "-":
-            sys.stdout.write(text)
-            written.append("-")
-            continue
-        target = Path(out)
-        try:
-            if len(formats) > 1 or target.is_dir() or out.endswith(("/", "\\")):
-                target.mkdir(parents=True, exist_ok=True)
-                target = target / renderers[fmt].filename
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(
-                f"{target}: cannot create the output folder ({exc.strerror}). Choose another --out."
-            ) from None
-        try:
-            target.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(
-                f"{target}: cannot write the report ({exc.strerror}). Choose another --out."
-            ) from None
-        written.append(str(target))
-    return written
