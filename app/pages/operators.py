@@ -105,7 +105,7 @@ def layout(**kwargs: Any) -> html.Div:
     which = (
         f"rank{'s' if len(ranks) != 1 else ''} {compact_ints(ranks)}"
         if ranks
-        else f"all {v.ranks} ranks"
+        else (f"all {v.ranks} ranks" if v.ranks != 1 else "the one rank")
     )
     st = f"steps {compact_ints(v.steps)}" + ("" if steps else " (the steady steps)")
     grp = "shape" if by_shape else None
