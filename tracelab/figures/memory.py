@@ -35,19 +35,8 @@ def peaks_figure(v: MemoryView) -> Figure:
             "hovertemplate": f"%{{x}}: peak %{{text}} ({v.peak_label})<extra></extra>",
         }
     ]
-    shapes = []
+    shapes = _capacity_line(cap, div)
     if cap:
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "paper",
-                "x0": 0,
-                "x1": 1,
-                "y0": cap / div,
-                "y1": cap / div,
-                "line": {"color": "#E45756", "width": 2, "dash": "dash"},
-            }
-        )
         traces.append(
             {
                 "type": "scatter",
@@ -257,19 +246,7 @@ def estimate_figure(v: MemoryView) -> Figure:
                 "marker": {"symbol": "diamond", "size": 11, "color": "#333"},
             }
         )
-    shapes = []
-    if cap:
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "paper",
-                "x0": 0,
-                "x1": 1,
-                "y0": cap / div,
-                "y1": cap / div,
-                "line": {"color": "#E45756", "width": 2, "dash": "dash"},
-            }
-        )
+    shapes = _capacity_line(cap, div)
     return {
         "data": traces,
         "layout": base_layout(
@@ -281,3 +258,20 @@ def estimate_figure(v: MemoryView) -> Figure:
             legend={"orientation": "h", "y": -0.25},
         ),
     }
+
+
+def _capacity_line(cap: float | None, div: float) -> list[dict[str, Any]]:
+    """The device capacity as a dashed red line across the plot (none when unknown)."""
+    if not cap:
+        return []
+    return [
+        {
+            "type": "line",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "y0": cap / div,
+            "y1": cap / div,
+            "line": {"color": "#E45756", "width": 2, "dash": "dash"},
+        }
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import duckdb
 
+from tracelab.derived import TABLES as DERIVED_TABLES
 from tracelab.errors import RunNotFoundError
 from tracelab.store.versions import first_row
 
@@ -29,26 +30,7 @@ def resolve_run(con: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, 
 
 
 #: Tables holding per-run rows, deleted together with the run (derived ones first).
-RUN_TABLES = (
-    "step_spans",
-    "clock_offsets",
-    "matched_collectives",
-    "p2p_ops",
-    "time_parts",
-    "step_parts",
-    "comm_attribution",
-    "pipeline_actions",
-    "pipeline_runs",
-    "pipeline_ranks",
-    "derived_errors",
-    "events",
-    "steps",
-    "lanes",
-    "collectives",
-    "memory",
-    "ranks",
-    "runs",
-)
+RUN_TABLES = DERIVED_TABLES + ("events", "steps", "lanes", "collectives", "memory", "ranks", "runs")
 
 
 def delete_run(con: duckdb.DuckDBPyConnection, rid: int) -> None:
