@@ -118,7 +118,15 @@ def keyed_sql() -> str:
     partitioned windows cost about a microsecond a row, its hash aggregate a fraction."""
     return f"""
     WITH c0 AS (
-        SELECT * FROM collectives
+        -- A collective with no step (a kernel with no launch event, a trace with no
+        -- ProfilerStep) takes the rank's last step started before it, step 0 on a rank with
+        -- none (the whole trace is one step): so it is matched and keyed like the others.
+        SELECT * REPLACE (coalesce(step,
+                   (SELECT max(s.step) FROM steps s WHERE s.run_id = _run AND s.rank = cc.rank
+                      AND s.start_ns <= cc.start_ns),
+                   CASE WHEN NOT EXISTS (SELECT 1 FROM steps s WHERE s.run_id = _run
+                                         AND s.rank = cc.rank) THEN 0 END) AS step)
+        FROM collectives cc
         WHERE run_id = _run AND source = _source AND start_ns IS NOT NULL AND end_ns IS NOT NULL
           AND op NOT IN ('send', 'recv', 'send_recv')
     ),

@@ -106,10 +106,14 @@ UNION ALL
 SELECT rank, start_ns + wait_ns, end_ns, {PT}, op, NULL, bytes, peer
 FROM p2p_ops WHERE run_id = $run
 UNION ALL
--- Communication events that neither table explains.
+-- Communication events that neither table explains; the op is the collectives row's (an
+-- all-to-all's SendRecv kernels are named by their host op), else the event name's.
 SELECT c.rank, c.a, c.b, {U},
        CASE WHEN c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
-            THEN 'wait_tensor' ELSE collective_op(c.name, $op_patterns, $op_names) END,
+            THEN 'wait_tensor'
+            ELSE coalesce((SELECT any_value(k.op) FROM collectives k
+                           WHERE k.run_id = $run AND k.rank = c.rank AND k.event_idx = c.idx),
+                          collective_op(c.name, $op_patterns, $op_names)) END,
        NULL, NULL, NULL
 FROM comm c
 WHERE NOT EXISTS (SELECT 1 FROM matched_collectives m WHERE m.run_id = $run

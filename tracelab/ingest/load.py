@@ -109,9 +109,12 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         i = COLLECTIVE_ARGS.index(key) + 1
         return f"coalesce(ka[{i}], ra[{i}])"
 
+    # The op: the kernel's `Collective name`; else the `nccl:<op>` host annotation around its
+    # launch (older traces: an all-to-all runs as SendRecv kernels, named only by
+    # `nccl:all_to_all`); else the kernel's own name.
     op_case, op_params = op_sql(
-        f"coalesce({arg('Collective name')}, regexp_extract(name, "
-        "'^(nccl|rccl)(Dev)?Kernel_([A-Za-z]+)', 3), name)"
+        f"coalesce({arg('Collective name')}, regexp_extract(host_op, '^(nccl|rccl):(.+)$', 2), "
+        "regexp_extract(name, '^(nccl|rccl)(Dev)?Kernel_([A-Za-z]+)', 3), name)"
     )
     size_case, size_params = dtype_bytes_sql(arg("dtype"))
     con.execute(
@@ -133,7 +136,11 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         FROM (
             SELECT k.rank, k.name, k.ts_ns, k.dur_ns, k.step, k.idx, launch.ts_ns AS launch_ns,
                    json_extract_string(k.args, {paths}) AS ka,
-                   json_extract_string(r.args, {paths}) AS ra
+                   json_extract_string(r.args, {paths}) AS ra,
+                   (SELECT arg_max(a.name, a.ts_ns) FROM events a
+                    WHERE a.run_id = k.run_id AND a.rank = k.rank AND NOT a.on_device
+                      AND a.tid = launch.tid AND regexp_matches(a.name, '^(nccl|rccl):')
+                      AND launch.ts_ns BETWEEN a.ts_ns AND a.ts_ns + a.dur_ns) AS host_op
             FROM events k
             LEFT JOIN events r
               ON r.run_id = k.run_id AND r.rank = k.rank AND r.external_id = k.external_id

@@ -1,0 +1,36 @@
+"""A collective with no step still gets one, so it is matched and its straggler named (issue 21
+§3): a trace with no ProfilerStep is one step (step 0), and its collectives are in it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tracelab.analyzers import run
+from tracelab.ingest import ingest
+from tracelab.store import open_store, resolve_run
+from tracelab.testing.synth import build_run
+
+
+def test_trace_without_profiler_step_names_the_straggler(tmp_path: Path) -> None:
+    r = build_run(tmp_path / "synth", "stragglers")  # rank 2 computes longer every step
+    out = tmp_path / "nostep"
+    out.mkdir()
+    for p in r.paths:
+        d = json.loads(Path(p).read_text())
+        d["traceEvents"] = [
+            e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")
+        ]
+        (out / Path(p).name).write_text(json.dumps(d))
+    db = tmp_path / "s.duckdb"
+    ingest(sorted(out.glob("rank-*.json")), db=db, run="nostep", workers=1, progress=False)
+    with open_store(db) as con:
+        rid, _ = resolve_run(con, "nostep")
+        n, stepped = con.execute(
+            "SELECT count(*), count(step) FROM matched_collectives WHERE run_id = ?", [rid]
+        ).fetchone() or (0, 0)
+        assert n > 0 and stepped == n  # before: every matched collective had step NULL
+        findings = run(con, rid).findings
+        strag = [f for f in findings if f.code.startswith("STRAGGLER")]
+        assert strag, [f.code for f in findings]
+        assert "Rank 2" in strag[0].title
