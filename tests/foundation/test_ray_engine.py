@@ -16,7 +16,6 @@ import pytest
 
 from tracelab.ingest import ingest
 from tracelab.ingest.converted import converted_dir
-from tracelab.ingest.pool import Engine
 from tracelab.store import RUN_TABLES, open_store
 
 from .hostile import cli
@@ -51,6 +50,20 @@ def cluster() -> Iterator[str]:
         subprocess.run([str(RAY), "stop", "--force"], env=env, capture_output=True, timeout=120)
 
 
+def _tracelab(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process: Ray's driver (threads, signal and exit handlers) never
+    lives in the test process."""
+    return subprocess.run(
+        [sys.executable, "-m", "tracelab.cli", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def _ray_ingest(traces: Path, db: Path, address: str, *more: str) -> None:
+    res = _tracelab("ingest", str(traces), "--db", str(db), "--run", "r",
+                    "--engine", "ray", "--address", address, *more)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+
+
 def _rows(db: Path) -> dict[str, list[str]]:
     """Every row of every per-run table, base and derived, but when the run was made."""
     out = {}
@@ -69,10 +82,7 @@ def test_same_tables_as_the_local_pool(tmp_path: Path, cluster: str) -> None:
     traces = run_set(tmp_path / "traces", ranks=6)
     local, on_ray = tmp_path / "local.duckdb", tmp_path / "ray.duckdb"
     ingest([traces], db=local, run="r", workers=2, progress=False)
-    report = ingest(
-        [traces], db=on_ray, run="r", progress=False, engine=Engine(name="ray", address=cluster)
-    )
-    assert report.ranks == list(range(6))
+    _ray_ingest(traces, on_ray, cluster)
     # Each trace's Parquet files were written beside it, by the tasks.
     assert all(converted_dir(traces / f"rank-{r}.json").is_dir() for r in range(6))
     want, got = _rows(local), _rows(on_ray)
@@ -88,15 +98,15 @@ def test_a_bad_file_is_named_and_skipped_as_with_the_local_pool(
     traces = run_set(tmp_path / "traces", ranks=3)
     (traces / "rank-1.json").write_text('{"traceEvents": [')  # truncated
     db = tmp_path / "s.duckdb"
-    res = cli("ingest", str(traces), "--db", str(db), "--engine", "ray", "--address", cluster)
-    assert res.code == 3 and "rank-1.json" in res.err, res.err
+    res = _tracelab("ingest", str(traces), "--db", str(db), "--engine", "ray", "--address", cluster)
+    assert res.returncode == 3 and "rank-1.json" in res.stderr, res.stderr
     assert not db.exists() or not _rows(db)["runs"]
-    res = cli(
+    res = _tracelab(
         "ingest", str(traces), "--db", str(db), "--engine", "ray", "--address", cluster,
         "--skip-bad",
     )  # fmt: skip
-    assert res.code == 0, res.err
-    assert "skipped" in res.out and "rank-1.json" in res.out
+    assert res.returncode == 0, res.stderr
+    assert "skipped" in res.stdout and "rank-1.json" in res.stdout
     with open_store(db) as con:
         assert con.execute("SELECT list(rank ORDER BY rank) FROM ranks").fetchall() == [([0, 2],)]
 
@@ -106,10 +116,10 @@ def test_a_converted_trace_is_registered_not_sent_again(tmp_path: Path, cluster:
     collector) are registered by the next ingest; no task parses them again."""
     traces = run_set(tmp_path / "traces", ranks=2)
     first = tmp_path / "a.duckdb"
-    ingest([traces], db=first, run="r", progress=False, engine=Engine(name="ray", address=cluster))
+    _ray_ingest(traces, first, cluster)
     stamps = {p: p.stat().st_mtime_ns for p in traces.rglob("*.parquet")}
     second = tmp_path / "b.duckdb"
-    ingest([traces], db=second, run="r", progress=False, engine=Engine(name="ray", address=cluster))
+    _ray_ingest(traces, second, cluster)
     assert stamps and {p: p.stat().st_mtime_ns for p in traces.rglob("*.parquet")} == stamps
     assert _rows(first) == _rows(second)
 
@@ -122,9 +132,9 @@ def test_address_without_the_ray_engine_is_a_usage_error(tmp_path: Path) -> None
 def test_an_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
     traces = run_set(tmp_path / "t")
     port = _free_port()  # nothing listens there
-    res = cli(
+    res = _tracelab(
         "ingest", str(traces), "--db", str(tmp_path / "s.duckdb"),
         "--engine", "ray", "--address", f"127.0.0.1:{port}",
     )  # fmt: skip
-    assert res.code == 2 and "Ray cluster" in res.err, res.err
+    assert res.returncode == 2 and "Ray cluster" in res.stderr, res.stderr
     assert not (tmp_path / "s.duckdb").exists()
