@@ -4,11 +4,15 @@ per-file failure policy."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,21 +37,46 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    """A Ray head on 127.0.0.1 with 2 CPUs (two workers), stopped afterwards."""
+    """A Ray head of our own on 127.0.0.1 with 2 CPUs (two workers). `ray start --block` keeps
+    the cluster's processes in one new session, which is ended at teardown: never `ray stop`,
+    which stops every Ray cluster of the machine (another worker's, a developer's)."""
     port = _free_port()
     # Ray's socket paths must stay short: a temp dir of its own right under /tmp.
     temp = tempfile.mkdtemp(prefix="tlray", dir="/tmp")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     start = [
-        str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+        str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
         "--object-store-memory=150000000", f"--temp-dir={temp}",
     ]  # fmt: skip
-    subprocess.run(start, check=True, env=env, capture_output=True, timeout=120)
+    head = subprocess.Popen(
+        start, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
     try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if head.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the Ray head did not start") from None
+                time.sleep(0.5)
+        time.sleep(2)  # the raylet registers after the GCS listens
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run([str(RAY), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(head.pid, sig)
+            try:
+                head.wait(timeout=15)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # what the head started and left behind
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _tracelab(*args: str) -> subprocess.CompletedProcess[str]:
