@@ -22,6 +22,7 @@ OV_SUMMARY = "overview-summary"
 OV_HEADLINE = "overview-headline"
 OV_PARTS = "overview-parts"
 OV_CLICK_SINK = "overview-click-sink"
+OV_HANG = "overview-hang"
 
 # Timeline
 TL_GRAPH = "timeline-graph"

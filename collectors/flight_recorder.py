@@ -31,6 +31,7 @@ from tracelab.collectors.records import (
     CollectiveRecord,
     op_from_profiling_name,
 )
+from tracelab.hang.dumps import DUMP_DIR  # the capture's dump folder, defined by the reader
 
 log = logging.getLogger("tracelab.collectors")
 
@@ -289,10 +290,6 @@ def _sized(sizes: Any, dtypes: Any) -> tuple[int | None, str | None]:
         first = first or name
         total += math.prod(int(d) for d in shape) * width
     return total, first
-
-
-#: Where a capture keeps the ranks' dumps for `tracelab hang` (one file per rank and form).
-DUMP_DIR = "flight-recorder"
 
 
 def write_dumps(root: Path, rank: int) -> list[Path]:

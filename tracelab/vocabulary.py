@@ -127,6 +127,10 @@ DTYPE_BYTES = {
 class Code:
     """Finding codes (stable: JSON, JUnit and the report's gates name them)."""
 
+    #: The job hung: ranks never entered a collective, or one died (Flight Recorder dumps).
+    HANG = "HANG"
+    #: The ranks enqueued different ops, sizes or dtypes at one collective (Flight Recorder).
+    COLLECTIVE_DESYNC = "COLLECTIVE_DESYNC"
     #: A rank whose extra compute makes the others wait.
     STRAGGLER_COMPUTE = "STRAGGLER_COMPUTE"
     #: A rank whose host (Python, data loading, a sleep) makes the others wait.
@@ -162,6 +166,8 @@ class Code:
 #: Finding codes in root-cause order: a cause before the symptoms it produces. Lost time is
 #: allocated to findings in this order, so the impacts add up to at most the step.
 ROOT_CAUSE = (
+    Code.HANG,
+    Code.COLLECTIVE_DESYNC,
     Code.STRAGGLER_COMPUTE,
     Code.STRAGGLER_HOST,
     Code.STRAGGLER_COMM,
@@ -172,3 +178,6 @@ ROOT_CAUSE = (
     Code.SYNC_WAIT,
     Code.EXPOSED_COMM,
 )
+#: Findings that stop the job rather than slow it: shown before every other finding, whatever
+#: time the others cost (a hang is the root cause of everything after it).
+BLOCKING = (Code.HANG, Code.COLLECTIVE_DESYNC)

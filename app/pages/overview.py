@@ -16,6 +16,7 @@ from tracelab.app.state import href, text
 from tracelab.figures.overview import step_heatmap, time_split_figure
 from tracelab.render.text import duration
 from tracelab.views.findings import step_windows, targets
+from tracelab.views.hang import HangBanner, hang_banner
 from tracelab.views.overview import TimeSplit, step_matrix, summary, time_split
 
 
@@ -27,6 +28,46 @@ def analyzer_errors(errors: dict[str, str]) -> list[Any]:
             [html.Strong("Some analyses failed; their results are missing: ")]
             + [html.Div(f"{name}: {msg}") for name, msg in errors.items()],
             className="warning-box",
+        )
+    ]
+
+
+def hang_box(banner: HangBanner | None) -> list[Any]:
+    """The hang verdict, above everything else: the job stopped, so no other number matters
+    first. Every text is the dumps' and renders as text (Dash escapes it)."""
+    if banner is None:
+        return []
+    ranks = [
+        html.Li(
+            [html.Span(r.text, className="hang-op")]
+            + ([html.Span(f" at {r.where}", className="hang-where")] if r.where else []),
+            className=f"hang-{r.role}",
+        )
+        for r in banner.ranks
+    ]
+    return [
+        html.Div(
+            [
+                html.Div(
+                    [
+                        html.Span(banner.kind.upper(), className="hang-kind"),
+                        html.Span(banner.code, className="code"),
+                        html.Strong(banner.title, className="hang-title"),
+                    ],
+                    className="hang-head",
+                ),
+                html.Dl(
+                    [x for k, v in banner.facts for x in (html.Dt(k), html.Dd(v))],
+                    className="summary hang-facts",
+                ),
+                html.Ul(ranks, className="hang-ranks"),
+                html.Div([html.Strong("Fix: "), banner.fix], className="hang-fix"),
+                *[html.Div(a, className="hint") for a in banner.also],
+            ],
+            id=ids.OV_HANG,
+            className="hang-banner",
+            role="alert",
+            **data_attr("code", banner.code),
         )
     ]
 
@@ -130,6 +171,7 @@ def layout(**kwargs: Any) -> html.Div:
         run,
         "/overview",
         f"Overview of {run}",
+        *hang_box(hang_banner(found)),
         html.P(head.headline, className="headline", id=ids.OV_HEADLINE),
         html.Dl(
             [x for k, v in head.items for x in (html.Dt(k), html.Dd(v))],

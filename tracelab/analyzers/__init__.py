@@ -55,6 +55,7 @@ MODULES = (
     "tracelab.analyzers.stragglers",
     "tracelab.analyzers.pipeline",
     "tracelab.analyzers.memory",
+    "tracelab.analyzers.hang",
 )
 
 #: Published whole, once every module is imported: the app analyzes runs on several threads,

@@ -19,7 +19,7 @@ import duckdb
 from tracelab.analyzers._common import PARTS, RunContext
 from tracelab.derived.sqlrows import first
 from tracelab.results import Finding, Severity
-from tracelab.vocabulary import ROOT_CAUSE
+from tracelab.vocabulary import BLOCKING, ROOT_CAUSE
 
 #: Severity of a time-costing finding by the share of the step it was given.
 CRITICAL_SHARE = 0.20
@@ -121,9 +121,15 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
 
 
 def ordered(findings: Sequence[Finding]) -> list[Finding]:
-    """The one ordering of findings: largest impact first, then severity, then root-cause
-    order, then code."""
+    """The one ordering of findings: the ones that stop the job first (BLOCKING: a hang), then
+    largest impact first, then severity, then root-cause order, then code."""
     return sorted(
         findings,
-        key=lambda f: (-(f.impact_ns_per_step or 0), -int(f.severity), _order(f)[0], f.code),
+        key=lambda f: (
+            f.code not in BLOCKING,
+            -(f.impact_ns_per_step or 0),
+            -int(f.severity),
+            _order(f)[0],
+            f.code,
+        ),
     )

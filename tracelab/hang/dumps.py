@@ -25,6 +25,11 @@ from tracelab.errors import InputError, UsageError
 #: Dump versions this reader has been checked against (PyTorch 2.4 wrote "2.2" ... 2.13 "2.10").
 KNOWN_VERSIONS = ("2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10")
 _RANK = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
+#: The capture's folder of the ranks' dumps (the collector writes rank_<N>.pkl / .json there).
+DUMP_DIR = "flight-recorder"
+#: Dumps as PyTorch names them by default, found next to the traces: TORCH_FR_DUMP_TEMP_FILE's
+#: default prefix `nccl_trace_rank_` (and fr_trace's `fr_trace_rank_`) followed by the rank.
+PYTORCH_DUMP_NAME = re.compile(r"(?:nccl|fr)_trace_rank_\d+(?:\.(?:json|pkl|pickle))?")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,9 +140,15 @@ def _entry(e: dict[str, Any], path: Path) -> Entry:
     )
 
 
-def read_dump(path: Path) -> RankDump:
+def rank_of(path: Path) -> int | None:
+    """The rank that wrote a dump, from its file's name; None when the name does not say."""
     found = _RANK.search(path.name)
-    if found is None:
+    return int(found.group(1)) if found else None
+
+
+def read_dump(path: Path) -> RankDump:
+    rank = rank_of(path)
+    if rank is None:
         raise UsageError(
             f"{path}: cannot tell which rank wrote this dump: PyTorch names dumps "
             "<prefix><rank> (e.g. nccl_trace_rank_3); rename it so that its name ends in the rank."
@@ -149,7 +160,7 @@ def read_dump(path: Path) -> RankDump:
     doc = _decode(raw, path)
     entries = tuple(_entry(e, path) for e in doc["entries"] if isinstance(e, dict))
     return RankDump(
-        rank=int(found.group(1)),
+        rank=rank,
         path=str(path),
         version=str(doc.get("version", "?")),
         entries=entries,
@@ -176,9 +187,13 @@ def dump_files(paths: list[str | Path]) -> list[Path]:
 def read_dumps(paths: list[str | Path]) -> list[RankDump]:
     """One dump per rank. A rank dumped in both forms keeps the one with Python stacks (the
     pickle form); two different dumps of one form for a rank are an error naming both."""
+    return one_per_rank([read_dump(path) for path in dump_files(paths)])
+
+
+def one_per_rank(dumps: list[RankDump]) -> list[RankDump]:
+    """The dumps read, one per rank, by rank (see read_dumps)."""
     by_rank: dict[int, RankDump] = {}
-    for path in dump_files(paths):
-        d = read_dump(path)
+    for d in dumps:
         seen = by_rank.get(d.rank)
         if seen is None or (d.has_stacks and not seen.has_stacks):
             by_rank[d.rank] = d

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from tracelab.hang.dumps import Entry
@@ -13,11 +14,11 @@ from tracelab.render.text import terminal
 LAST_ENTRIES = 3
 
 _HEADLINE = {
-    "missing_rank": "HANG: rank(s) {absent} left no dump; the others wait for them",
-    "not_entered": "HANG: rank(s) {absent} never entered {op} #{seq}",
-    "op_mismatch": "DESYNC: the ranks enqueued different ops at #{seq}",
-    "size_mismatch": "DESYNC: {op} #{seq} has different tensor sizes on the ranks",
-    "dtype_mismatch": "DESYNC: {op} #{seq} has different dtypes on the ranks",
+    "missing_rank": ("HANG", "rank(s) {absent} left no dump; the others wait for them"),
+    "not_entered": ("HANG", "rank(s) {absent} never entered {op} #{seq}"),
+    "op_mismatch": ("DESYNC", "the ranks enqueued different ops at #{seq}"),
+    "size_mismatch": ("DESYNC", "{op} #{seq} has different tensor sizes on the ranks"),
+    "dtype_mismatch": ("DESYNC", "{op} #{seq} has different dtypes on the ranks"),
 }
 
 
@@ -25,16 +26,42 @@ def _ranks(ranks: Any) -> str:
     return ", ".join(str(r) for r in sorted(ranks))
 
 
+def entry_text(e: Mapping[str, Any] | None) -> str:
+    """One op as `tracelab hang` prints it, from its JSON form (an `entered` or `absent` value
+    of the verdict): `#5 gloo:all_reduce [1024] Float (scheduled)`."""
+    if e is None:
+        return "no dump"
+    sizes = ", ".join("x".join(map(str, s)) or "scalar" for s in e["input_sizes"]) or "-"
+    dtypes = ", ".join(e["input_dtypes"]) or "-"
+    return f"#{e['seq']} {e['op']} [{sizes}] {dtypes} ({e['state']})"
+
+
 def _entry(e: Entry | None) -> str:
     if e is None:
         return "no dump"
-    sizes = ", ".join("x".join(map(str, s)) or "scalar" for s in e.input_sizes) or "-"
-    dtypes = ", ".join(e.input_dtypes) or "-"
-    return f"#{e.seq} {e.op} [{sizes}] {dtypes} ({e.state})"
+    return entry_text(
+        {
+            "seq": e.seq,
+            "op": e.op,
+            "input_sizes": e.input_sizes,
+            "input_dtypes": e.input_dtypes,
+            "state": e.state,
+        }
+    )
+
+
+def headline(verdict: Mapping[str, Any], *, label: bool = True) -> str:
+    """The verdict's first line, from its JSON form (Divergence.as_dict, a hang_verdicts row):
+    `HANG: rank(s) 1 never entered gloo:all_reduce #5` (without `HANG: ` when not `label`)."""
+    kind, text = _HEADLINE[verdict["kind"]]
+    said = text.format(
+        absent=_ranks(int(r) for r in verdict["absent"]), op=verdict["op"], seq=verdict["seq"]
+    )
+    return f"{kind}: {said}" if label else said
 
 
 def _divergence(dv: Divergence) -> list[str]:
-    head = _HEADLINE[dv.kind].format(absent=_ranks(dv.absent), op=dv.op, seq=dv.seq)
+    head = headline(dv.as_dict())
     kind = "p2p" if dv.p2p else "collectives"
     lines = [f"{head}", f"  process group {dv.pg!r} ({kind}), ranks {_ranks(dv.members)}"]
     for r, e in sorted(dv.entered.items()):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelab.errors import InputError
+from tracelab.hang.dumps import DUMP_DIR
 from tracelab.ingest import validate as v
 
 #: Suffix of a trace's pre-converted columnar folder (see tracelab.ingest.converted.converted_dir).
@@ -332,6 +333,9 @@ def _walk_folder(found: Discovery, path: Path, add: Callable[[TraceFile], None])
             continue
         if any(sub.is_relative_to(root) for root in roots):
             continue  # a capture's files come from its manifest
+        if DUMP_DIR in parts[:-1]:  # Flight Recorder dumps (rank_0.json): never a trace
+            found.ignored.append(sub)
+            continue
         if is_trace_name(sub):
             add(TraceFile(path=sub))
         else:

@@ -12,16 +12,18 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracelab.defaults import DEFAULT_DB
 from tracelab.errors import InputError, TracelabError, UsageError
+from tracelab.hang import stored as hang_store
 from tracelab.ingest import validate
 from tracelab.ingest import workers as lifecycle
 from tracelab.ingest.discover import Capture, Discovery, discover, tensorboard_name
 from tracelab.ingest.pool import Engine, convert_all
-from tracelab.ingest.ranks import resolve_ranks
+from tracelab.ingest.ranks import ConvertedRank, resolve_ranks
 from tracelab.ingest.records import check_capture_records
 from tracelab.ingest.write import IfExists, IngestReport, staging_parent, write_run
 
@@ -83,7 +85,7 @@ def ingest(
         raise UsageError("give at least one trace file or folder.")
     if if_exists not in ("refuse", "replace"):
         raise UsageError(f"if_exists must be 'refuse' or 'replace', not {if_exists!r}.")
-    found: Discovery = discover(list(paths))
+    found: Discovery = _discover(paths)
     if found.problems and not skip_bad:
         raise found.problems[0]
     capture = found.captures[0] if found.captures else None
@@ -116,6 +118,8 @@ def ingest(
         if capture is not None:
             capture, bad_records = _drop_bad_records(capture, set(by_rank), skip_bad)
             skipped += bad_records
+        hang = _hang_verdict(paths, found, capture, by_rank)
+        skipped += hang.problems if hang is not None else ()
         report = write_run(
             db_path,
             staging,
@@ -127,12 +131,45 @@ def ingest(
             found,
             if_exists,
             world=1 if note else None,
+            extra=None if hang is None else partial(hang_store.write, hang=hang),
         )
         if note:
             report.notes.append(note)
+        if hang is not None:
+            report.notes.append(hang.note)
         return report
     finally:
         lifecycle.remove_staging(staging)
+
+
+def _discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:
+    """discover(), with the `tracelab hang` command named when the paths hold Flight Recorder
+    dumps and no trace (a job that hung before its profiler wrote one: no run to make)."""
+    try:
+        return discover(list(paths))
+    except InputError as exc:
+        hint = hang_store.dumps_only_hint(Path(p) for p in paths)
+        if hint is None:
+            raise
+        raise InputError(f"{hint} ({exc})") from exc
+
+
+def _hang_verdict(
+    paths: Sequence[str | os.PathLike[str]],
+    found: Discovery,
+    capture: Capture | None,
+    by_rank: Mapping[int, ConvertedRank],
+) -> hang_store.StoredHang | None:
+    """The verdict of the run's Flight Recorder dumps (a capture's flight-recorder/, PyTorch's
+    nccl_trace_rank_N next to the traces), read before the store opens; None without dumps.
+    The dumps found are no longer listed as ignored files."""
+    folders = [c.root for c in found.captures] + [Path(p) for p in paths if Path(p).is_dir()]
+    dumps = hang_store.find_dumps(folders, found.ignored)
+    used = {p.resolve() for p in dumps}
+    found.ignored = [p for p in found.ignored if p.resolve() not in used]
+    world = capture.manifest.get("world_size") if capture is not None else None
+    sizes = [i.world_size for cr in by_rank.values() for i in cr.infos if i.world_size]
+    return hang_store.prepare(dumps, world if isinstance(world, int) else max(sizes, default=None))
 
 
 def _run_name(

@@ -7,7 +7,7 @@ import datetime as dt
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -78,7 +78,10 @@ def write_run(
     found: Discovery,
     if_exists: IfExists,
     world: int | None = None,
+    extra: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
 ) -> IngestReport:
+    """Write the run in one transaction; `extra(con, run_id)` adds more of its rows in it
+    (the hang verdict, tracelab.hang.stored)."""
     from tracelab.store import delete_run, open_store
 
     world = world or _world_size(capture, by_rank)
@@ -116,6 +119,8 @@ def write_run(
                 rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
                 _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
                 _load(con, rid, staging, by_rank, capture, skip)
+                if extra is not None:
+                    extra(con, rid)
                 report.derived_errors = derived_errors(con, rid)
                 con.execute("COMMIT")
                 break

@@ -30,7 +30,16 @@ def resolve_run(con: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, 
 
 
 #: Tables holding per-run rows, deleted together with the run (derived ones first).
-RUN_TABLES = DERIVED_TABLES + ("events", "steps", "lanes", "collectives", "memory", "ranks", "runs")
+RUN_TABLES = DERIVED_TABLES + (
+    "hang_verdicts",
+    "events",
+    "steps",
+    "lanes",
+    "collectives",
+    "memory",
+    "ranks",
+    "runs",
+)
 
 
 def delete_run(con: duckdb.DuckDBPyConnection, rid: int) -> None:

@@ -12,7 +12,7 @@ import duckdb
 
 from tracelab.errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Version of what tracelab.derived computes into the derived tables. Bumped whenever a
 #: definition changes, so that a store derived by an older tracelab is re-derived
 #: (`tracelab rederive`) rather than shown with numbers that no longer mean the same.

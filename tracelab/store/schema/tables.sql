@@ -1,4 +1,4 @@
--- tracelab store schema: the base tables (version 2 with derived.sql; tracelab.store.SCHEMA_VERSION).
+-- tracelab store schema: the base tables (version 3 with derived.sql; tracelab.store.SCHEMA_VERSION).
 --
 -- Conventions: every time is an integer number of nanoseconds since the Unix epoch (`*_ns`),
 -- every duration an integer number of nanoseconds (`dur_ns`), every size a number of bytes
@@ -228,4 +228,35 @@ CREATE TABLE IF NOT EXISTS baselines (
     run_name VARCHAR NOT NULL,
     -- When it was saved (UTC).
     saved_at TIMESTAMP NOT NULL
+);
+
+-- Where a hung job's ranks parted, from the Flight Recorder dumps ingested with the run
+-- (CAPTURE/flight-recorder/, or PyTorch's nccl_trace_rank_N next to the traces; docs/hang.md).
+-- One row per divergence, the verdict first: the same objects as `tracelab hang --format json`'s
+-- `verdict` and `also`. A run without dumps, or whose ranks' dumps agree, has no row.
+CREATE TABLE IF NOT EXISTS hang_verdicts (
+    -- The run.
+    run_id INTEGER NOT NULL,
+    -- 0: the verdict (the earliest divergence); 1, 2, ...: later ones, usually its consequences.
+    ordinal INTEGER NOT NULL,
+    -- not_entered, missing_rank, op_mismatch, size_mismatch or dtype_mismatch.
+    kind VARCHAR NOT NULL,
+    -- The process group's name as the dumps write it ('0' is the default group).
+    process_group VARCHAR NOT NULL,
+    -- The group's global ranks (JSON list).
+    members JSON NOT NULL,
+    -- The collective's sequence number in the group (p2p: p2p_seq_id); NULL when none.
+    seq BIGINT,
+    -- True when the numbering is point-to-point's.
+    p2p BOOLEAN NOT NULL,
+    -- The op the ranks enqueued at that number, as the dump names it (e.g. 'nccl:all_reduce');
+    -- text from a dump: escape before rendering.
+    op VARCHAR,
+    -- Ranks that enqueued it: JSON {rank: {seq, op, input_sizes, input_dtypes, state, stack}}.
+    entered JSON NOT NULL,
+    -- Ranks that did not: JSON {rank: their last op in the group, or null (no dump)}.
+    absent JSON NOT NULL,
+    -- The dumps read: JSON list of {rank, file, version, entries}.
+    dumps JSON NOT NULL,
+    PRIMARY KEY (run_id, ordinal)
 );
