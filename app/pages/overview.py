@@ -40,7 +40,7 @@ def hang_box(banner: HangBanner | None) -> list[Any]:
     ranks = [
         html.Li(
             [html.Span(r.text, className="hang-op")]
-            + ([html.Span(f" at {r.where}", className="hang-where")] if r.where else []),
+            + ([html.Span(f" · in {r.where}", className="hang-where")] if r.where else []),
             className=f"hang-{r.role}",
         )
         for r in banner.ranks

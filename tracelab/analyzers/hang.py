@@ -102,7 +102,7 @@ def _finding(v: Mapping[str, Any]) -> Finding:
     numbers["entered"] = sizes
     where = next((r for r in rank_rows(v) if r["where"]), None)
     if where is not None:
-        numbers["stack"] = f"rank {where['rank']} at {where['where']}"
+        numbers["stack"] = f"rank {where['rank']} in {where['where']}"
     fix = _FIX[v["kind"]].format(
         absent=_listed(absent),
         entered=_listed(entered),

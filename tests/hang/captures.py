@@ -1,0 +1,37 @@
+"""Captures with real Flight Recorder dumps for the ingest and app tests: a synthetic 2-rank gloo
+capture (tracelab.testing.synth) with one of tests/hang/fixtures' cases in flight-recorder/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tracelab.testing.synth import build_run
+
+FIX = Path(__file__).parent / "fixtures"
+#: What the hostile dump names its collective: it must stay text everywhere.
+HOSTILE = "<script>window.hacked=1</script><img src=x onerror=alert(1)>"
+
+
+def capture(folder: Path, case: str | None, name: str = "cap") -> Path:
+    """A 2-rank gloo capture (manifest world_size 2), with `case`'s dumps in flight-recorder/."""
+    root = build_run(
+        folder, "stragglers", arrivals_ms=(0, 1), backend="gloo", capture=True, steps=3, name=name
+    ).paths[0]
+    if case is not None:
+        shutil.copytree(FIX / case, Path(root) / "flight-recorder")
+    return Path(root)
+
+
+def hostile_capture(folder: Path) -> Path:
+    """The skip case with its collective named like markup (each rank's JSON dump)."""
+    root = capture(folder, None, "hostile")
+    out = root / "flight-recorder"
+    out.mkdir()
+    for r in (0, 1):
+        doc = json.loads((FIX / "skip" / f"rank_{r}.json").read_text())
+        for e in doc["entries"]:
+            e["profiling_name"] = HOSTILE
+        (out / f"rank_{r}.json").write_text(json.dumps(doc))
+    return root
