@@ -80,11 +80,13 @@ def test_analyze_puts_the_hang_first_with_its_evidence(tmp_path: Path) -> None:
     assert size["code"] == "COLLECTIVE_DESYNC" and size["evidence"]["ranks"] == [0, 1]
     assert "[1024] Float" in size["evidence"]["numbers"]["entered"]
     assert "[512] Float" in size["evidence"]["numbers"]["entered"]
-    assert "[1024]" in size["suggestion"] and "[512]" in size["suggestion"]
+    assert "(rank 0: [1024] Float; rank 1: [512] Float)" in size["suggestion"]
 
     kill = _findings(db, "kill")[0]
     assert kill["code"] == "HANG" and kill["evidence"]["ranks"] == [1]
     assert "left no dump" in kill["title"] and "died or was killed" in kill["suggestion"]
+    assert kill["evidence"]["numbers"]["left_no_dump"] == "1"
+    assert "[1024] Float" in kill["evidence"]["numbers"]["entered"]
 
     assert not [f for f in _findings(db, "clean") if f["code"] in ("HANG", "COLLECTIVE_DESYNC")]
     text = cli("analyze", "--run", "skip", "--db", str(db))

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from tracelab.analyzers._common import RunContext, merge_params
-from tracelab.hang.render import entry_text, headline
+from tracelab.hang.render import entry_text, headline, shape_text
 from tracelab.hang.stored import stored_verdicts
 from tracelab.results import Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
@@ -85,9 +85,8 @@ def rank_rows(verdict: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _finding(v: Mapping[str, Any]) -> Finding:
     entered, absent = _ranks(v["entered"]), _ranks(v["absent"])
-    sizes = "; ".join(
-        f"rank {r['rank']}: {r['op']}" for r in rank_rows(v) if r["role"] == "entered"
-    )
+    entries = sorted(v["entered"].items(), key=lambda kv: int(kv[0]))
+    sizes = "; ".join(f"rank {r}: {shape_text(e)}" for r, e in entries)
     hung = v["kind"] in _HANG_KINDS
     numbers: dict[str, float | int | str | None] = {
         "collective": v["op"],
@@ -95,11 +94,12 @@ def _finding(v: Mapping[str, Any]) -> Finding:
         "process_group": f"{v['process_group']} (ranks {_listed(_ranks(v['members']))})",
     }
     if absent:
-        numbers["never_entered"] = _listed(absent)
+        gone = v["kind"] == "missing_rank"
+        numbers["left_no_dump" if gone else "never_entered"] = _listed(absent)
         for r in rank_rows(v):
-            if r["role"] == "absent":
-                numbers[f"rank_{r['rank']}_last_op"] = r["op"] if r["op"] != "no dump" else None
-    numbers["entered"] = sizes
+            if r["role"] == "absent" and not gone:
+                numbers[f"rank_{r['rank']}_last_op"] = r["op"]
+    numbers["entered"] = "; ".join(f"rank {r}: {entry_text(e)}" for r, e in entries)
     where = next((r for r in rank_rows(v) if r["where"]), None)
     if where is not None:
         numbers["stack"] = f"rank {where['rank']} in {where['where']}"

@@ -31,9 +31,14 @@ def entry_text(e: Mapping[str, Any] | None) -> str:
     of the verdict): `#5 gloo:all_reduce [1024] Float (scheduled)`."""
     if e is None:
         return "no dump"
+    return f"#{e['seq']} {e['op']} {shape_text(e)} ({e['state']})"
+
+
+def shape_text(e: Mapping[str, Any]) -> str:
+    """An op's input tensors as `[1024] Float` (sizes, then dtypes)."""
     sizes = ", ".join("x".join(map(str, s)) or "scalar" for s in e["input_sizes"]) or "-"
     dtypes = ", ".join(e["input_dtypes"]) or "-"
-    return f"#{e['seq']} {e['op']} [{sizes}] {dtypes} ({e['state']})"
+    return f"[{sizes}] {dtypes}"
 
 
 def _entry(e: Entry | None) -> str:

@@ -62,6 +62,7 @@ def hang_banner(analysis: Analysis) -> HangBanner | None:
             ("seq", "sequence number"),
             ("process_group", "process group"),
             ("never_entered", "ranks that never entered"),
+            ("left_no_dump", "ranks that left no dump"),
         )
         if n.get(key) is not None
     ]
