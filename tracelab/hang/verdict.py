@@ -18,7 +18,11 @@ later ones are usually its consequences and are listed after it.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tracelab.hang.dumps import Entry, RankDump
@@ -77,11 +81,25 @@ class HangReport:
         return bool(self.divergences)
 
 
+@functools.cache
+def _library_paths() -> tuple[str, ...]:
+    """_LIBRARY_PATHS and tracelab's collectors' folder (their hooks sit between the user's
+    call and the collective), found without importing them (they import torch)."""
+    try:
+        spec = importlib.util.find_spec("tracelab.collectors")
+    except (ImportError, ValueError):
+        spec = None
+    found = spec.submodule_search_locations if spec is not None else None
+    return _LIBRARY_PATHS + tuple(str(Path(d)) + os.sep for d in found or [])
+
+
 def user_frames(e: Entry) -> list[Any]:
-    """The stack's frames from the first one outside PyTorch, innermost first."""
+    """The stack's frames from the first one outside PyTorch (and tracelab's collectors),
+    innermost first."""
     frames = list(e.frames)
+    library = _library_paths()
     for i, f in enumerate(frames):
-        if not any(p in f.file for p in _LIBRARY_PATHS):
+        if not any(p in f.file for p in library):
             return frames[i:]
     return frames
 
