@@ -24,14 +24,15 @@ def capture(folder: Path, case: str | None, name: str = "cap") -> Path:
     return Path(root)
 
 
-def hostile_capture(folder: Path) -> Path:
-    """The skip case with its collective named like markup (each rank's JSON dump)."""
-    root = capture(folder, None, "hostile")
+def hostile_capture(folder: Path, op: str = HOSTILE, name: str = "hostile") -> Path:
+    """The skip case with its collective named `op` (markup by default) in each rank's JSON
+    dump."""
+    root = capture(folder, None, name)
     out = root / "flight-recorder"
     out.mkdir()
     for r in (0, 1):
         doc = json.loads((FIX / "skip" / f"rank_{r}.json").read_text())
         for e in doc["entries"]:
-            e["profiling_name"] = HOSTILE
+            e["profiling_name"] = op
         (out / f"rank_{r}.json").write_text(json.dumps(doc))
     return root

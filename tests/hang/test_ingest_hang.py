@@ -146,6 +146,12 @@ def test_a_capture_of_dumps_only_names_tracelab_hang(tmp_path: Path) -> None:
         trace.unlink()
     with pytest.raises(InputError, match=r"tracelab hang .*flight-recorder"):
         ingest([str(root)], db=str(tmp_path / "s.duckdb"), workers=1)
+    # A capture with traces and a broken manifest gets the manifest's error, not the hint.
+    broken = capture(tmp_path / "d", "skip")
+    (broken / "manifest.json").write_text("{")
+    with pytest.raises(InputError) as exc:
+        ingest([str(broken)], db=str(tmp_path / "s.duckdb"), workers=1)
+    assert "manifest.json" in str(exc.value) and "tracelab hang" not in str(exc.value)
 
 
 def test_pytorch_named_dumps_next_to_traces(tmp_path: Path) -> None:
@@ -187,6 +193,11 @@ def test_hostile_dump_text_is_stored_as_is_and_escaped_in_html(tmp_path: Path) -
     html = out.read_text()
     assert "never entered &lt;script&gt;window.hacked=1&lt;/script&gt;" in html
     assert "<script>window.hacked" not in html
+    # Terminal escapes in a dump never reach the terminal through the ingest's note.
+    esc = hostile_capture(tmp_path / "e", "gloo:all_reduce\x1b[2J\x07", "escapes")
+    res = cli("ingest", str(esc), "--db", str(db))
+    assert res.code == 0 and "never entered gloo:all_reduce #5" in res.out
+    assert "\x1b" not in res.out and "\x07" not in res.out
 
 
 @pytest.mark.torchrun

@@ -31,6 +31,7 @@ from tracelab.hang.dumps import (
     read_dump,
 )
 from tracelab.hang.verdict import analyze
+from tracelab.render.text import terminal
 
 if TYPE_CHECKING:
     import duckdb
@@ -77,10 +78,21 @@ def find_dumps(folders: Iterable[Path], loose: Iterable[Path] = ()) -> list[Path
     return sorted(found.values())
 
 
+def _has_traces(folder: Path) -> bool:
+    """Whether a folder holds any file a trace could be (`.json`, `.json.gz`) outside its
+    dump folders, beside a capture's manifest.json and rank.json parts."""
+    for path in folder.rglob("*.json*"):
+        if path.name in ("manifest.json", "rank.json") or DUMP_DIR in path.parts:
+            continue
+        if path.name.endswith((".json", ".json.gz")):
+            return True
+    return False
+
+
 def dumps_only_hint(paths: Iterable[Path]) -> str | None:
-    """For paths that hold no trace: the command that reads their dumps, if they hold any."""
+    """For paths that hold dumps and nothing a trace could be: the command that reads them."""
     for path in paths:
-        dumps = find_dumps([path]) if path.is_dir() else []
+        dumps = find_dumps([path]) if path.is_dir() and not _has_traces(path) else []
         if dumps:
             where = {str(p.parent) for p in dumps}
             return (
@@ -104,11 +116,13 @@ def prepare(paths: list[Path], world_size: int | None) -> StoredHang | None:
             read.append(read_dump(path))
         except TracelabError as exc:
             bad_ranks.add(rank_of(path))
-            problems.append({"file": str(path), "error": f"Flight Recorder dump: {_text(exc)}"})
+            problems.append(
+                {"file": str(path), "error": terminal(f"Flight Recorder dump: {_text(exc)}")}
+            )
     try:
         dumps = one_per_rank(read)
     except TracelabError as exc:  # two different dumps claim one rank
-        problems.append({"file": str(paths[0].parent), "error": _text(exc)})
+        problems.append({"file": str(paths[0].parent), "error": terminal(_text(exc))})
         return StoredHang(rows=(), problems=tuple(problems), note=_no_verdict(problems))
     unread = bad_ranks - {d.rank for d in dumps}
     if unread or not dumps:
@@ -116,8 +130,8 @@ def prepare(paths: list[Path], world_size: int | None) -> StoredHang | None:
     doc = json.loads(render.as_json(analyze(dumps, world_size)))
     rows = [doc["verdict"], *doc["also"]] if doc["hang"] else []
     ranks = ", ".join(str(r) for r in doc["ranks"])
-    if rows:
-        note = f"Flight Recorder dumps of ranks {ranks}: {render.headline(rows[0])}"
+    if rows:  # the op's name is the dump's text: printed without control characters
+        note = terminal(f"Flight Recorder dumps of ranks {ranks}: {render.headline(rows[0])}")
     else:
         note = f"Flight Recorder dumps of ranks {ranks}: the ranks agree (no hang)."
     return StoredHang(
