@@ -127,6 +127,12 @@ DTYPE_BYTES = {
 class Code:
     """Finding codes (stable: JSON, JUnit and the report's gates name them)."""
 
+    #: Uneven all-to-all splits: the rank that sends or receives the most (the heavy embedding
+    #: tables, the popular experts) does the most work, and the others wait for it.
+    ALL_TO_ALL_IMBALANCE = "ALL_TO_ALL_IMBALANCE"
+    #: Even all-to-all splits and one late rank: a slow participant (its straggler finding
+    #: says compute, host or communication).
+    ALL_TO_ALL_SLOW_RANK = "ALL_TO_ALL_SLOW_RANK"
     #: A rank whose extra compute makes the others wait.
     STRAGGLER_COMPUTE = "STRAGGLER_COMPUTE"
     #: A rank whose host (Python, data loading, a sleep) makes the others wait.
@@ -162,6 +168,7 @@ class Code:
 #: Finding codes in root-cause order: a cause before the symptoms it produces. Lost time is
 #: allocated to findings in this order, so the impacts add up to at most the step.
 ROOT_CAUSE = (
+    Code.ALL_TO_ALL_IMBALANCE,
     Code.STRAGGLER_COMPUTE,
     Code.STRAGGLER_HOST,
     Code.STRAGGLER_COMM,
