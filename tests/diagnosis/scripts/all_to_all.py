@@ -16,7 +16,7 @@ Run under torchrun. argv[1] is the output folder, argv[2] a JSON spec {"profiler
   `slow_rank` set, the splits are even and that rank runs its expert `slow_factor` times.
 
 Each writes one Chrome trace per rank (tensorboard_trace_handler, record_shapes=True) to
-<out>/<name>/; no tracelab import here on purpose. Every rank times its lookups or expert work
+<out>/<name>/; no tracelab import here on purpose. Every rank times its lookups (with their indices) or expert work
 in each recorded step (perf_counter) and rank 0 writes them all to <out>/<name>.work.json
 ({"ranks": {rank: [ns per recorded step]}, "splits": {rank: {"in": [...], "out": [...]}},
 "elem_bytes"}): the tests compare tracelab's impact with the extra work and its bytes with the
@@ -49,9 +49,9 @@ def _dlrm(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, lis
     out_splits = [batch * tables_of[src] * dim for src in range(world)]
 
     def step(times: list[int]) -> None:
+        t0 = time.perf_counter_ns()  # the lookups' indices are per table too
         idx = [torch.randint(0, rows, (gbatch * bag,)) for _ in bags]
         offsets = torch.arange(0, gbatch * bag, bag)
-        t0 = time.perf_counter_ns()
         with torch.no_grad():
             pooled = torch.stack([b(i, offsets) for b, i in zip(bags, idx, strict=True)], dim=1)
         times.append(time.perf_counter_ns() - t0)

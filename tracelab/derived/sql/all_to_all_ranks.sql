@@ -22,8 +22,8 @@ CREATE TABLE IF NOT EXISTS all_to_all_ranks (
     start_ns BIGINT NOT NULL,
     -- End of this rank's operation (reference clock).
     end_ns BIGINT NOT NULL,
-    -- Ranks in the process group (the trace's, else the ranks matched, else 1).
-    group_size INTEGER NOT NULL,
+    -- Ranks in the process group (the match's, else the trace's); NULL when unknown.
+    group_size INTEGER,
     -- Bytes this rank sent (its input buffer, the chunk it keeps for itself included); NULL
     -- when unknown.
     sent_bytes BIGINT,
@@ -219,7 +219,7 @@ per_call AS (
 SELECT $run AS run_id, mm.match_key,
        coalesce(mm.match_key, concat('rank ', mm.rank, ' #', mm.occ)) AS call_key,
        mm.rank, coalesce(mm.m_step, mm.step) AS step, mm.a_ns AS start_ns, mm.e_ns AS end_ns,
-       coalesce(mm.m_n, mm.trace_group_size, 1) AS group_size,
+       coalesce(mm.m_n, mm.trace_group_size) AS group_size,
        mm.s_bytes AS sent_bytes, mm.r_bytes AS recv_bytes, mm.sent_to AS sent_to_bytes,
        mm.recv_from AS recv_from_bytes, mm.bytes_from,
        pc.sent_skew, pc.recv_skew, pc.top_sender, pc.top_receiver, pc.call_bytes,
