@@ -120,8 +120,13 @@ def test_all_op_kinds(tmp_path: Path, torchrun: Any, capture_reader: Any) -> Non
         assert got == expected  # issue order, exact sizes, global peers
         assert all(r["source"] == "collector" for r in cap.records(rank))
         assert all(r["start_ns"] and r["end_ns"] for r in cap.records(rank))
+        splits = json.loads((out / f"expected-splits-rank-{rank}.json").read_text())
+        a2a = [r for r in cap.records(rank) if r["op"] == "all_to_all"]
+        got_splits = [[r["in_split_bytes"], r["out_split_bytes"]] for r in a2a]
+        assert got_splits == splits  # even and uneven all_to_all_single, per peer
+        assert all(sum(r["in_split_bytes"]) == r["in_bytes"] for r in a2a)
     a, b = _by_key(cap.records(0)), _by_key(cap.records(1))
-    assert a.keys() == b.keys() and len(a) == 16
+    assert a.keys() == b.keys() and len(a) == 18
     # point-to-point: the n-th send from i to j pairs with the n-th recv at j from i
     sends = {(0, r["peer"], r["seq"]): r for r in cap.records(0) if r["op"] == "send"}
     recvs = {(r["peer"], 1, r["seq"]): r for r in cap.records(1) if r["op"] == "recv"}

@@ -84,8 +84,8 @@ h0 AS (
       AND (e.name = 'c10d::alltoall_base_'
            OR (e.name = 'record_param_comms'
                AND regexp_matches(lower(json_extract_string(e.args, '$."Collective name"')),
-                                  'all_?to_?all'))
-           OR regexp_matches(e.name, '^(nccl|gloo|rccl|hccl):all_?to_?all'))
+                                  'all_{0,1}to_{0,1}all'))
+           OR regexp_matches(e.name, '^(nccl|gloo|rccl|hccl):all_{0,1}to_{0,1}all'))
 ),
 h AS (
     SELECT h0.rank, h0.ts_ns,
