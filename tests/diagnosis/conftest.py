@@ -107,8 +107,9 @@ PIPELINE = {"width": 512, "layers_per_stage": 2, "microbatches": 8, "microbatch_
 #: All-to-all workloads (scripts/all_to_all.py), 6 recorded steps each: a DLRM-like exchange
 #: of pooled embeddings where rank 1 holds 4x the tables (4x the lookups, 4x the bytes it
 #: sends); an MoE-like dispatch where rank 2 receives 3x the tokens and runs its expert on
-#: them; the same with even splits and rank 3 running its expert 3x. Each fault costs
-#: ~40-60 ms a step: on 2 shared cores every gloo call's own duration is 5-7 ms (scheduling),
+#: them (a2a_moe_train: the same, trained: autograd's all-to-alls and the expert's
+#: backward); the same with even splits and rank 3 running its expert 3x. Each fault costs
+#: ~40-100 ms a step: on 2 shared cores every gloo call's own duration is 5-7 ms (scheduling),
 #: so a smaller fault competes with EXPOSED_COMM, as in DDP_SCENARIOS.
 A2A_PROFILER = {"warmup": 2, "active": 6}
 A2A_SCENARIOS: dict[str, dict[str, Any]] = {
@@ -117,7 +118,7 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "tables": 4,
         "dim": 32,
         "rows": 20000,
-        "bag": 400,
+        "bag": 1000,
         "batch": 64,
         "heavy": {"rank": 1, "factor": 4},
     },
@@ -125,15 +126,24 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "kind": "moe",
         "width": 128,
         "tokens": 512,
-        "expert_repeat": 6,
+        "expert_repeat": 10,
         "hot_rank": 2,
         "hot_factor": 3,
+    },
+    "a2a_moe_train": {
+        "kind": "moe",
+        "width": 128,
+        "tokens": 512,
+        "expert_repeat": 5,
+        "hot_rank": 2,
+        "hot_factor": 3,
+        "backward": True,
     },
     "a2a_moe_slow": {
         "kind": "moe",
         "width": 128,
         "tokens": 512,
-        "expert_repeat": 6,
+        "expert_repeat": 10,
         "slow_rank": 3,
         "slow_factor": 3,
     },

@@ -8,11 +8,17 @@ unbalanced data from a slow participant, names the rank, and costs it.
   computes that much more. Top finding ALL_TO_ALL_IMBALANCE on rank 2, its impact the extra
   expert time within +-30%, and its straggler finding is not given the same time again
   (issue 21 §3 bullet 2: the impacts of one fault add up to about the fault).
+- a2a_moe_train: a2a_moe_uneven trained (autograd all-to-alls, the expert's backward): the
+  same finding on rank 2, its impact its what-if saving, though the peers' waiting shows as
+  their compute. (Its extra forward + backward time, timed with gradient hooks, was 41.7 ms
+  against a 23.4 ms saving on a loaded machine: not an oracle here.)
 - a2a_moe_slow: even splits, rank 3 runs its expert 4x: top finding STRAGGLER_COMPUTE on rank
   3, no imbalance, and ALL_TO_ALL_SLOW_RANK names rank 3 as a slow participant.
 
 The injected cost is what the faulty rank's lookups or expert work took more than the median
-of the others', timed by the ranks themselves (scripts/all_to_all.py, <name>.work.json).
+of the others', timed by the ranks themselves (scripts/all_to_all.py, <name>.work.json) in CPU
+time and in wall time; the impact must lie within +-30% of the range they span (on 2 shared
+cores a rank's wall time grows with other jobs' load, its CPU time does not).
 all_to_all_ranks' bytes must equal the splits each rank passed to all_to_all_single.
 """
 
@@ -35,10 +41,22 @@ def _work(d: Diagnosis) -> dict[str, Any]:
     return json.loads((d.traces.parent / f"{d.name}.work.json").read_text())
 
 
-def _extra_ns(d: Diagnosis, rank: int) -> float:
-    """The rank's median work per step minus the median over the others of theirs."""
-    med = {int(r): statistics.median(v) for r, v in _work(d)["ranks"].items()}
+def _extra_ns(d: Diagnosis, rank: int, clock: str = "ranks") -> float:
+    """The rank's median work per step minus the median over the others of theirs, in wall
+    time ("ranks") or CPU time ("cpu")."""
+    med = {int(r): statistics.median(v) for r, v in _work(d)[clock].items()}
     return med[rank] - statistics.median(v for r, v in med.items() if r != rank)
+
+
+def _assert_cost(d: Diagnosis, f: dict[str, Any], rank: int) -> None:
+    """The impact is the fault's cost within +-30%: between its CPU time (the work itself)
+    and its wall time (the work as the shared machine ran it, stretched by other jobs)."""
+    cpu, wall = _extra_ns(d, rank, "cpu"), _extra_ns(d, rank)
+    lo, hi = min(cpu, wall), max(cpu, wall)
+    got = f["impact_ns_per_step"]
+    assert (1 - IMPACT_TOLERANCE) * lo <= got <= (1 + IMPACT_TOLERANCE) * hi, (
+        f"{d.summary()}; extra work {cpu / MS:.1f} ms CPU, {wall / MS:.1f} ms wall"
+    )
 
 
 def _top(d: Diagnosis) -> dict[str, Any]:
@@ -54,14 +72,25 @@ def test_uneven_splits_are_unbalanced_data(diagnose: Any, name: str, rank: int) 
     top = _top(d)
     assert top["code"] == "ALL_TO_ALL_IMBALANCE", d.summary()
     assert top["evidence"]["ranks"] == [rank], d.summary()
-    extra = _extra_ns(d, rank)
-    assert top["impact_ns_per_step"] == pytest.approx(extra, rel=IMPACT_TOLERANCE), (
-        f"{d.summary()}; extra work {extra / MS:.1f} ms"
-    )
+    _assert_cost(d, top, rank)
     # one fault, one allocation: the straggler finding of the same rank gets at most the rest
     same = [f for f in d.findings if f["evidence"].get("ranks") == [rank]]
     total = sum(f["impact_ns_per_step"] or 0 for f in same)
     assert total <= top["impact_ns_per_step"] * 1.05, d.summary(5)
+
+
+def test_trained_moe_impact_is_its_saving(diagnose: Any) -> None:
+    """Issue 21 §3 bullet 2. Trained, the peers block in autograd's all-to-alls inside
+    autograd ops while rank 2 runs its expert's backward, and the parts model files that
+    waiting as their compute: the claimed wait was 0.4-4.4 ms of a 90 ms saving, and the
+    finding's impact came out at 6.6 ms. The cap (the saving) is now the impact, taken from
+    the parts the finding claims."""
+    d = diagnose("a2a_moe_train")
+    top = _top(d)
+    assert top["code"] == "ALL_TO_ALL_IMBALANCE", d.summary()
+    assert top["evidence"]["ranks"] == [2], d.summary()
+    saving = top["evidence"]["numbers"]["saving_ns_per_step"]
+    assert top["impact_ns_per_step"] == pytest.approx(saving, rel=0.05), d.summary()
 
 
 def test_dlrm_lookups_are_the_evidence(diagnose: Any) -> None:
@@ -78,16 +107,13 @@ def test_even_splits_and_a_slow_rank_is_a_straggler(diagnose: Any) -> None:
     top = _top(d)
     assert top["code"] == "STRAGGLER_COMPUTE", d.summary()
     assert top["evidence"]["ranks"] == [3], d.summary()
-    extra = _extra_ns(d, 3)
-    assert top["impact_ns_per_step"] == pytest.approx(extra, rel=IMPACT_TOLERANCE), (
-        f"{d.summary()}; extra work {extra / MS:.1f} ms"
-    )
+    _assert_cost(d, top, 3)
     assert "ALL_TO_ALL_IMBALANCE" not in d.codes(), d.summary(5)
     slow = [f for f in d.findings if f["code"] == "ALL_TO_ALL_SLOW_RANK"]
     assert slow and slow[0]["evidence"]["ranks"] == [3], d.summary(5)
 
 
-@pytest.mark.parametrize("name", ["a2a_dlrm", "a2a_moe_uneven", "a2a_moe_slow"])
+@pytest.mark.parametrize("name", ["a2a_dlrm", "a2a_moe_uneven", "a2a_moe_train", "a2a_moe_slow"])
 def test_bytes_are_the_splits(diagnose: Any, name: str) -> None:
     """Every call's bytes per peer are the splits the rank passed (the dispatch's or, with the
     directions swapped, the combine's), its totals their sums, from the trace's split sizes."""

@@ -3,7 +3,7 @@
 The budget is the lost-time model (step_parts) averaged over the run's ranks and steady steps:
 the mean steady step, split into its parts. Findings are served root cause first (ROOT_CAUSE
 order, then the larger estimate first); each takes, part by part, what it claims and what is
-still left, up to its cap (a cap shared by findings with the same cap_key: one rank's what-if
+still left, then, when it has a cap, more of the same parts up to that cap (a cap shared by findings with the same cap_key: one rank's what-if
 saving is given once, whichever finding names its cause). So a straggler takes the waiting it causes before exposed
 communication could, an unbalanced stage takes the bubble it causes before the bubble finding,
 and the impacts of a run's findings never add up to more than its mean steady step
@@ -103,6 +103,16 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
             if got > 0:
                 left[part] -= got
                 taken += got
+        if f.claim.cap_ns is not None:
+            # The cap is the finding's own estimate (a what-if saving, measured by replay);
+            # the amounts only say where its time shows first. Time the parts model files
+            # elsewhere (on gloo, peers blocked inside an autograd op wait as "compute") is
+            # taken from the same parts, in order, up to the cap.
+            for part, _ in f.claim.parts:
+                got = min(left.get(part, 0.0), room - taken)
+                if got > 0:
+                    left[part] -= got
+                    taken += got
         if f.claim.cap_key is not None:
             given[f.claim.cap_key] = given.get(f.claim.cap_key, 0.0) + taken
         impact = int(round(taken))

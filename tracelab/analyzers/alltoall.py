@@ -6,9 +6,8 @@ much more work, and everyone waits for it at the next all-to-all. Two causes loo
 from the waiting ranks: the data is unbalanced (uneven splits: fix the sharding plan or the
 routing), or the splits are even and one rank is slow (a straggler: its device, host or link).
 
-The rank blamed is the one that causes the most waiting at steady all-to-alls
-(comm_attribution, culprit = last arriver) and arrived last at them; its cost is its what-if
-saving (tracelab.analyzers._replay, as for stragglers). Its bytes per steady step over its
+The rank blamed is the one with the largest what-if saving (tracelab.analyzers._replay, as for
+stragglers) among those that arrived last at steady all-to-alls; its cost is that saving. Its bytes per steady step over its
 peers' mean (all_to_all_ranks, the larger of sent and received) decide the cause: at least
 `min_bytes_ratio` is ALL_TO_ALL_IMBALANCE, which claims the waiting it causes at all-to-alls
 and its own excess compute before any straggler finding can (ROOT_CAUSE); below it,
@@ -127,12 +126,16 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         "rank": None,
     }
     findings: list[Finding] = []
-    culprit = max(ranks, key=lambda x: (x.get("caused_ns") or 0.0, -x["rank"]))
-    saving = culprit["saving_ns_per_step"]
+    # The rank last at steady all-to-alls with the largest what-if saving: the replay sees
+    # the waiting even where the parts model files it elsewhere (peers blocked inside an
+    # autograd op count as compute on gloo).
+    late = [x for x in ranks if x["times_last"] > 0 and x["saving_ns_per_step"] is not None]
+    culprit = max(late, key=lambda x: (x["saving_ns_per_step"], -x["rank"]), default=None)
+    saving = culprit["saving_ns_per_step"] if culprit else None
     if (
-        len(ranks) > 1
+        culprit is not None
+        and len(ranks) > 1
         and step_ns
-        and culprit["times_last"] > 0
         and saving is not None
         and saving >= p["min_saving_share"] * step_ns
     ):
