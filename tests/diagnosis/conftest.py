@@ -111,14 +111,14 @@ PIPELINE = {"width": 512, "layers_per_stage": 2, "microbatches": 8, "microbatch_
 #: backward); the same with even splits and rank 3 running its expert 3x. Each fault costs
 #: ~40-100 ms a step: on 2 shared cores every gloo call's own duration is 5-7 ms (scheduling),
 #: so a smaller fault competes with EXPOSED_COMM, as in DDP_SCENARIOS.
-A2A_PROFILER = {"warmup": 2, "active": 6}
+A2A_PROFILER = {"warmup": 2, "active": 10}
 A2A_SCENARIOS: dict[str, dict[str, Any]] = {
     "a2a_dlrm": {
         "kind": "dlrm",
         "tables": 4,
         "dim": 32,
         "rows": 20000,
-        "bag": 1000,
+        "bag": 2000,
         "batch": 64,
         "heavy": {"rank": 1, "factor": 4},
     },
@@ -126,7 +126,7 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "kind": "moe",
         "width": 128,
         "tokens": 512,
-        "expert_repeat": 10,
+        "expert_repeat": 16,
         "hot_rank": 2,
         "hot_factor": 3,
     },
@@ -134,7 +134,7 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "kind": "moe",
         "width": 128,
         "tokens": 512,
-        "expert_repeat": 5,
+        "expert_repeat": 8,
         "hot_rank": 2,
         "hot_factor": 3,
         "backward": True,
@@ -143,7 +143,7 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "kind": "moe",
         "width": 128,
         "tokens": 512,
-        "expert_repeat": 10,
+        "expert_repeat": 16,
         "slow_rank": 3,
         "slow_factor": 3,
     },
