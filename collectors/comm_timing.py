@@ -203,6 +203,8 @@ class CommTimer:
                 step=self.step,
                 window=self.window,
             )
+            if op == "all_to_all":
+                rec.in_split_bytes, rec.out_split_bytes = _split_bytes(name, args, rec.group_size)
             if op in P2P_OPS:
                 self._p2p_peer_and_seq(rec, name, args, ranks)
             else:
@@ -302,6 +304,35 @@ def _side(args: tuple[Any, ...], index: int | None) -> tuple[int | None, Any]:
     if index >= len(args):
         return None, None
     return describe(args[index])
+
+
+def _split_bytes(
+    name: str, args: tuple[Any, ...], group_size: int | None
+) -> tuple[list[int] | None, list[int] | None]:
+    """Bytes per peer of an all-to-all, (sent to, received from): `alltoall` takes a tensor per
+    peer (output list, input list); `alltoall_base` and `all_to_all_single` take (output,
+    input, output_split_sizes, input_split_sizes), splits in rows of dim 0, empty when even."""
+    if name == "alltoall":
+        if len(args) < 2 or not isinstance(args[0], (list, tuple)):
+            return None, None
+        sizes = [[int(t.nbytes) for t in side] for side in (args[1], args[0])]
+        return sizes[0], sizes[1]
+    if len(args) < 2 or not all(isinstance(t, torch.Tensor) for t in args[:2]):
+        return None, None
+    out_t, in_t = args[0], args[1]
+    out_splits = list(args[2]) if len(args) > 2 and args[2] is not None else []
+    in_splits = list(args[3]) if len(args) > 3 and args[3] is not None else []
+
+    def per_peer(t: torch.Tensor, splits: list[int]) -> list[int] | None:
+        rows = int(t.shape[0]) if t.dim() else 0
+        if splits:
+            row_bytes = t.nbytes // rows if rows else 0
+            return [int(x) * row_bytes for x in splits]
+        if not group_size:
+            return None
+        return [t.nbytes // group_size] * group_size
+
+    return per_peer(in_t, in_splits), per_peer(out_t, out_splits)
 
 
 def _cuda_anchor() -> tuple[int, Any, int] | None:

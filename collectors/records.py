@@ -77,6 +77,10 @@ class CollectiveRecord:
     seq: int | None = None
     in_bytes: int | None = None
     out_bytes: int | None = None
+    #: all_to_all: bytes sent to / received from each rank of the group, in group-rank order
+    #: (from the split sizes, or the tensors of a list all-to-all); None for other ops.
+    in_split_bytes: list[int] | None = None
+    out_split_bytes: list[int] | None = None
     dtype: str | None = None
     peer: int | None = None
     enqueue_ns: int | None = None

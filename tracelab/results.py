@@ -51,6 +51,10 @@ class Claim:
 
     parts: tuple[tuple[str, int], ...]
     cap_ns: int | None = None
+    #: Claims with the same key share one cap: their impacts together stay within it. Two
+    #: findings that blame one rank for one estimate (its what-if saving: an all-to-all
+    #: imbalance and the straggler finding of the same rank) must not both be given it.
+    cap_key: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

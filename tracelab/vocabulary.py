@@ -131,6 +131,12 @@ class Code:
     HANG = "HANG"
     #: The ranks enqueued different ops, sizes or dtypes at one collective (Flight Recorder).
     COLLECTIVE_DESYNC = "COLLECTIVE_DESYNC"
+    #: Uneven all-to-all splits: the rank that sends or receives the most (the heavy embedding
+    #: tables, the popular experts) does the most work, and the others wait for it.
+    ALL_TO_ALL_IMBALANCE = "ALL_TO_ALL_IMBALANCE"
+    #: Even all-to-all splits and one late rank: a slow participant (its straggler finding
+    #: says compute, host or communication).
+    ALL_TO_ALL_SLOW_RANK = "ALL_TO_ALL_SLOW_RANK"
     #: A rank whose extra compute makes the others wait.
     STRAGGLER_COMPUTE = "STRAGGLER_COMPUTE"
     #: A rank whose host (Python, data loading, a sleep) makes the others wait.
@@ -168,6 +174,7 @@ class Code:
 ROOT_CAUSE = (
     Code.HANG,
     Code.COLLECTIVE_DESYNC,
+    Code.ALL_TO_ALL_IMBALANCE,
     Code.STRAGGLER_COMPUTE,
     Code.STRAGGLER_HOST,
     Code.STRAGGLER_COMM,

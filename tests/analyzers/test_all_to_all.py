@@ -66,3 +66,25 @@ def test_no_pipeline_bubble_and_no_pipeline_finding(control: Path) -> None:
         assert not analysis.errors, analysis.errors
         codes = [f.code for f in analysis.findings]
         assert not [c for c in codes if "pipeline" in c or "bubble" in c], codes
+
+
+def test_per_call_bytes_of_a_one_rank_trace(control: Path) -> None:
+    """all_to_all_ranks on trace_diff/control: no record_param_comms args and no split sizes,
+    so each of the 42 calls gets the bytes this rank sent from its nccl:all_to_all
+    annotation's Input Dims and type (the first: [8, 1024, 8816] float = 288,882,688 B); what
+    it received is unknown, and with one rank there is no match, no skew and no bandwidth."""
+    with open_store(control) as con:
+        rid, _ = resolve_run(con, "control")
+        rows = con.execute(
+            "SELECT call_key, sent_bytes, recv_bytes, bytes_from, match_key, sent_skew, "
+            "busbw_gbps, group_size FROM all_to_all_ranks WHERE run_id = ? ORDER BY start_ns",
+            [rid],
+        ).fetchall()
+    assert len(rows) == 42
+    assert rows[0][:2] == ("rank 3 #0", 8 * 1024 * 8816 * 4)
+    assert rows[1][1] == 1002496 * 4  # [[1002496]] int
+    assert {r[3] for r in rows} == {"input_dims"}
+    assert all(r[1] is not None and r[1] > 0 for r in rows)
+    assert {r[2] for r in rows} == {None} and {r[4] for r in rows} == {None}
+    assert {r[5] for r in rows} == {None} and {r[6] for r in rows} == {None}
+    assert {r[7] for r in rows} == {None}

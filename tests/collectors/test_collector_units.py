@@ -174,6 +174,8 @@ def test_record_line_has_exactly_the_documented_fields() -> None:
         "seq",
         "in_bytes",
         "out_bytes",
+        "in_split_bytes",
+        "out_split_bytes",
         "dtype",
         "peer",
         "enqueue_ns",

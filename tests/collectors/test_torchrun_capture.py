@@ -120,8 +120,14 @@ def test_all_op_kinds(tmp_path: Path, torchrun: Any, capture_reader: Any) -> Non
         assert got == expected  # issue order, exact sizes, global peers
         assert all(r["source"] == "collector" for r in cap.records(rank))
         assert all(r["start_ns"] and r["end_ns"] for r in cap.records(rank))
+        splits = json.loads((out / f"expected-splits-rank-{rank}.json").read_text())
+        a2a = [r for r in cap.records(rank) if r["op"] == "all_to_all"]
+        got_splits = [[r["in_split_bytes"], r["out_split_bytes"]] for r in a2a]
+        assert got_splits == splits  # even and uneven all_to_all_single, per peer
+        assert all(sum(r["in_split_bytes"]) == r["in_bytes"] for r in a2a)
+    _check_all_to_all_rows(out, tmp_path / "ops.duckdb")
     a, b = _by_key(cap.records(0)), _by_key(cap.records(1))
-    assert a.keys() == b.keys() and len(a) == 16
+    assert a.keys() == b.keys() and len(a) == 18
     # point-to-point: the n-th send from i to j pairs with the n-th recv at j from i
     sends = {(0, r["peer"], r["seq"]): r for r in cap.records(0) if r["op"] == "send"}
     recvs = {(r["peer"], 1, r["seq"]): r for r in cap.records(1) if r["op"] == "recv"}
@@ -129,6 +135,29 @@ def test_all_op_kinds(tmp_path: Path, torchrun: Any, capture_reader: Any) -> Non
     for key, send in sends.items():
         assert send["in_bytes"] == recvs[key]["out_bytes"]
         assert recvs[key]["end_ns"] >= send["start_ns"]
+
+
+def _check_all_to_all_rows(out: Path, db: Path) -> None:
+    """Ingested, the capture's all-to-alls (the collector's records, which the run matches
+    on) give all_to_all_ranks exactly the bytes each rank sent and received."""
+    from tracelab.ingest import ingest
+    from tracelab.store import open_store, resolve_run
+
+    ingest([out], db=db, run="ops", workers=1, progress=False)
+    want = set()
+    for rank in (0, 1):
+        for ins, outs in json.loads((out / f"expected-splits-rank-{rank}.json").read_text()):
+            want.add((rank, sum(ins), sum(outs)))
+    with open_store(db) as con:
+        rid, _ = resolve_run(con, "ops")
+        got = con.execute(
+            "SELECT rank, sent_bytes, recv_bytes, bytes_from FROM all_to_all_ranks "
+            "WHERE run_id = ? AND match_key IS NOT NULL",
+            [rid],
+        ).fetchall()
+    assert len(got) == 8  # 2 all-to-alls x 2 steps x 2 ranks
+    assert {g[:3] for g in got} == want
+    assert {g[3] for g in got} == {"record"}
 
 
 def test_slow_rank_arrives_last(tmp_path: Path, torchrun: Any, capture_reader: Any) -> None:

@@ -104,7 +104,52 @@ STAGES_PER_RANK = {
 }
 PIPELINE = {"width": 512, "layers_per_stage": 2, "microbatches": 8, "microbatch_size": 32}
 
-CAPTURES = [*DDP_SCENARIOS, *(f"pp_{s}" for s in PIPELINE_SCHEDULES)]
+#: All-to-all workloads (scripts/all_to_all.py), 6 recorded steps each: a DLRM-like exchange
+#: of pooled embeddings where rank 1 holds 4x the tables (4x the lookups, 4x the bytes it
+#: sends); an MoE-like dispatch where rank 2 receives 3x the tokens and runs its expert on
+#: them (a2a_moe_train: the same, trained: autograd's all-to-alls and the expert's
+#: backward); the same with even splits and rank 3 running its expert 3x. Each fault costs
+#: ~40-100 ms a step: on 2 shared cores every gloo call's own duration is 5-7 ms (scheduling),
+#: so a smaller fault competes with EXPOSED_COMM, as in DDP_SCENARIOS.
+A2A_PROFILER = {"warmup": 2, "active": 10}
+A2A_SCENARIOS: dict[str, dict[str, Any]] = {
+    "a2a_dlrm": {
+        "kind": "dlrm",
+        "tables": 4,
+        "dim": 32,
+        "rows": 20000,
+        "bag": 2000,
+        "batch": 64,
+        "heavy": {"rank": 1, "factor": 4},
+    },
+    "a2a_moe_uneven": {
+        "kind": "moe",
+        "width": 128,
+        "tokens": 512,
+        "expert_repeat": 16,
+        "hot_rank": 2,
+        "hot_factor": 3,
+    },
+    "a2a_moe_train": {
+        "kind": "moe",
+        "width": 128,
+        "tokens": 512,
+        "expert_repeat": 8,
+        "hot_rank": 2,
+        "hot_factor": 3,
+        "backward": True,
+    },
+    "a2a_moe_slow": {
+        "kind": "moe",
+        "width": 128,
+        "tokens": 512,
+        "expert_repeat": 16,
+        "slow_rank": 3,
+        "slow_factor": 3,
+    },
+}
+
+CAPTURES = [*DDP_SCENARIOS, *(f"pp_{s}" for s in PIPELINE_SCHEDULES), *A2A_SCENARIOS]
 
 
 @dataclass
@@ -197,6 +242,12 @@ def _captures(tmp: pytest.TempPathFactory, kind: str) -> Path:
             "scenarios": [{"name": n, **sc} for n, sc in DDP_SCENARIOS.items()],
         }
         run_torchrun(SCRIPTS / "ddp_faults.py", str(out), json.dumps(spec), nproc=WORLD)
+    elif kind == "a2a":
+        spec = {
+            "profiler": A2A_PROFILER,
+            "scenarios": [{"name": n, **sc} for n, sc in A2A_SCENARIOS.items()],
+        }
+        run_torchrun(SCRIPTS / "all_to_all.py", str(out), json.dumps(spec), nproc=WORLD)
     else:
         spec = {"profiler": PROFILER, "pipeline": PIPELINE, "schedules": list(PIPELINE_SCHEDULES)}
         run_torchrun(SCRIPTS / "pipelines.py", str(out), json.dumps(spec), nproc=WORLD)
@@ -225,6 +276,11 @@ def pipeline_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def a2a_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _captures(tmp_path_factory, "a2a")
+
+
+@pytest.fixture(scope="session")
 def diagnose(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Callable[[str], Diagnosis]:
@@ -234,7 +290,13 @@ def diagnose(
 
     def get(name: str) -> Diagnosis:
         if name not in cache:
-            launch = "pipeline_captures" if name.startswith("pp_") else "ddp_captures"
+            launch = (
+                "pipeline_captures"
+                if name.startswith("pp_")
+                else "a2a_captures"
+                if name.startswith("a2a_")
+                else "ddp_captures"
+            )
             root: Path = request.getfixturevalue(launch)
             traces = root / name
             if not traces.is_dir() or not any(traces.iterdir()):

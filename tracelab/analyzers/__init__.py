@@ -53,6 +53,7 @@ MODULES = (
     "tracelab.analyzers.breakdown",
     "tracelab.analyzers.clocks",
     "tracelab.analyzers.stragglers",
+    "tracelab.analyzers.alltoall",
     "tracelab.analyzers.pipeline",
     "tracelab.analyzers.memory",
     "tracelab.analyzers.hang",

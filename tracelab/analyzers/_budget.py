@@ -3,7 +3,8 @@
 The budget is the lost-time model (step_parts) averaged over the run's ranks and steady steps:
 the mean steady step, split into its parts. Findings are served root cause first (ROOT_CAUSE
 order, then the larger estimate first); each takes, part by part, what it claims and what is
-still left, up to its cap. So a straggler takes the waiting it causes before exposed
+still left, then, when it has a cap, more of the same parts up to that cap (a cap shared by findings with the same cap_key: one rank's what-if
+saving is given once, whichever finding names its cause). So a straggler takes the waiting it causes before exposed
 communication could, an unbalanced stage takes the bubble it causes before the bubble finding,
 and the impacts of a run's findings never add up to more than its mean steady step
 (docs/metrics.md, "Findings").
@@ -82,6 +83,8 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
     severity set from that share; findings that cost no time keep theirs. Ordered worst
     impact first, root cause first on a tie."""
     left = dict(bud.parts) if bud else {}
+    #: Per cap_key, what the findings sharing it were given so far.
+    given: dict[str, float] = {}
     out: list[Finding] = []
     for f in sorted(findings, key=_order):
         if f.claim is None or bud is None or bud.step_ns <= 0:
@@ -92,12 +95,26 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
             )
             continue
         room = float("inf") if f.claim.cap_ns is None else float(max(f.claim.cap_ns, 0))
+        if f.claim.cap_key is not None:
+            room = max(room - given.get(f.claim.cap_key, 0.0), 0.0)
         taken = 0.0
         for part, want in f.claim.parts:
             got = min(float(max(want, 0)), left.get(part, 0.0), room - taken)
             if got > 0:
                 left[part] -= got
                 taken += got
+        if f.claim.cap_ns is not None:
+            # The cap is the finding's own estimate (a what-if saving, measured by replay);
+            # the amounts only say where its time shows first. Time the parts model files
+            # elsewhere (on gloo, peers blocked inside an autograd op wait as "compute") is
+            # taken from the same parts, in order, up to the cap.
+            for part, _ in f.claim.parts:
+                got = min(left.get(part, 0.0), room - taken)
+                if got > 0:
+                    left[part] -= got
+                    taken += got
+        if f.claim.cap_key is not None:
+            given[f.claim.cap_key] = given.get(f.claim.cap_key, 0.0) + taken
         impact = int(round(taken))
         share = impact / bud.step_ns
         sev = (

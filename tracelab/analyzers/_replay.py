@@ -17,6 +17,29 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+#: Every matched row of run $run with its step bounds and its gap (time since the rank's
+#: previous collective of the step, or the step's start): the replay's input.
+GAPS_SQL = """
+WITH st AS (SELECT rank, step, start_ns AS s0, end_ns AS s1 FROM step_spans WHERE run_id = $run),
+g AS (
+    SELECT m.rank, m.match_key AS key, m.op, m.step, m.start_ns AS a_ns, m.end_ns AS e_ns,
+           m.ranks AS n, m.last_arrival_ns, m.last_rank, m.transfer_ns, m.wait_ns,
+           m.lateness_ns, st.s0, st.s1,
+           coalesce(lag(m.end_ns) OVER (PARTITION BY m.rank, m.step ORDER BY m.start_ns),
+                    least(st.s0, m.start_ns)) AS prev_ns
+    FROM matched_collectives m LEFT JOIN st ON st.rank = m.rank AND st.step = m.step
+    WHERE m.run_id = $run
+)
+SELECT *, greatest(a_ns - prev_ns, 0) AS gap_ns FROM g ORDER BY step, last_arrival_ns, rank
+"""
+
+
+def whatif_key(rank: int) -> str:
+    """The Claim.cap_key of a finding capped by this rank's what-if saving: findings that name
+    the same rank's saving share it (tracelab.analyzers._budget)."""
+    return f"whatif:rank {rank}"
 
 
 def columns(data: pa.Table) -> dict[str, np.ndarray]:
@@ -192,3 +215,33 @@ def _walk(t: np.ndarray, g: np.ndarray, part: np.ndarray, transfer: np.ndarray) 
         t[:, cols] = (arrive + transfer[k])[:, None]
         k += 1
     return t
+
+
+def matches(data: pa.Table, unc: dict[int, int]) -> list[dict[str, Any]]:
+    """One dict per match (its last arriver's row), in step and arrival order."""
+    ranks_of: dict[str, list[int]] = {}
+    for key, rk in zip(
+        data.column("key").to_pylist(), data.column("rank").to_pylist(), strict=True
+    ):
+        ranks_of.setdefault(key, []).append(rk)
+    out = []
+    last = data.filter(pc.equal(data.column("rank"), data.column("last_rank")))
+    for x in last.to_pylist():
+        margin = unc.get(x["rank"], 0) + max(
+            (v for o, v in unc.items() if o != x["rank"]), default=0
+        )
+        out.append(
+            {
+                "key": x["key"],
+                "op": x["op"],
+                "step": x["step"],
+                "last_rank": x["rank"],
+                "lateness_ns": x["lateness_ns"],
+                "blameable": x["lateness_ns"] > margin,
+                "transfer": x["transfer_ns"],
+                "A": x["last_arrival_ns"],
+                "ranks": sorted(ranks_of[x["key"]]),
+            }
+        )
+    out.sort(key=lambda m: (m["step"] if m["step"] is not None else -1, m["A"]))
+    return out

@@ -22,8 +22,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from tracelab.analyzers._common import (
     RunContext,
@@ -34,8 +32,10 @@ from tracelab.analyzers._common import (
     rows,
 )
 from tracelab.analyzers._host import host_activity, host_total
+from tracelab.analyzers._replay import GAPS_SQL as _GAPS_SQL
 from tracelab.analyzers._replay import columns as replay_columns
-from tracelab.analyzers._replay import whatif
+from tracelab.analyzers._replay import matches as _matches
+from tracelab.analyzers._replay import whatif, whatif_key
 from tracelab.derived.sqlrows import first
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
@@ -59,19 +59,6 @@ KINDS = {
     "communication": (Code.STRAGGLER_COMM, ("transfer", "memcpy")),
 }
 
-_GAPS_SQL = """
-WITH st AS (SELECT rank, step, start_ns AS s0, end_ns AS s1 FROM step_spans WHERE run_id = $run),
-g AS (
-    SELECT m.rank, m.match_key AS key, m.op, m.step, m.start_ns AS a_ns, m.end_ns AS e_ns,
-           m.ranks AS n, m.last_arrival_ns, m.last_rank, m.transfer_ns, m.wait_ns,
-           m.lateness_ns, st.s0, st.s1,
-           coalesce(lag(m.end_ns) OVER (PARTITION BY m.rank, m.step ORDER BY m.start_ns),
-                    least(st.s0, m.start_ns)) AS prev_ns
-    FROM matched_collectives m LEFT JOIN st ON st.rank = m.rank AND st.step = m.step
-    WHERE m.run_id = $run
-)
-SELECT *, greatest(a_ns - prev_ns, 0) AS gap_ns FROM g ORDER BY step, last_arrival_ns, rank
-"""
 
 #: Per rank, mean per steady step of each part, and of the wait it caused in others.
 _RANK_PARTS_SQL = """
@@ -207,36 +194,6 @@ def _mean_step(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:
     return float(row[0]) if row and row[0] is not None else 0.0
 
 
-def _matches(data: pa.Table, unc: dict[int, int]) -> list[dict[str, Any]]:
-    """One dict per match (its last arriver's row), in step and arrival order."""
-    ranks_of: dict[str, list[int]] = {}
-    for key, rk in zip(
-        data.column("key").to_pylist(), data.column("rank").to_pylist(), strict=True
-    ):
-        ranks_of.setdefault(key, []).append(rk)
-    out = []
-    last = data.filter(pc.equal(data.column("rank"), data.column("last_rank")))
-    for x in last.to_pylist():
-        margin = unc.get(x["rank"], 0) + max(
-            (v for o, v in unc.items() if o != x["rank"]), default=0
-        )
-        out.append(
-            {
-                "key": x["key"],
-                "op": x["op"],
-                "step": x["step"],
-                "last_rank": x["rank"],
-                "lateness_ns": x["lateness_ns"],
-                "blameable": x["lateness_ns"] > margin,
-                "transfer": x["transfer_ns"],
-                "A": x["last_arrival_ns"],
-                "ranks": sorted(ranks_of[x["key"]]),
-            }
-        )
-    out.sort(key=lambda m: (m["step"] if m["step"] is not None else -1, m["A"]))
-    return out
-
-
 def _medians_without(values: dict[int, float]) -> dict[int, float]:
     """Per key, the median of the other keys' values (0 when alone): the others' j-th smallest
     is the j-th of all if j is below the key's own position, else the (j+1)-th. Linear after
@@ -366,7 +323,11 @@ def _straggler(
             time_ranges_ns=tuple((m["A"] - m["lateness_ns"], m["A"]) for m in late[:5]),
             numbers=numbers,
         ),
-        claim=Claim(parts=tuple(claim_parts), cap_ns=round(row["saving_ns_per_step"])),
+        claim=Claim(
+            parts=tuple(claim_parts),
+            cap_ns=round(row["saving_ns_per_step"]),
+            cap_key=whatif_key(rk),
+        ),
         suggestion=f"Rank {rk}: {why}; at the median speed the step would be "
         f"{ms(row['saving_ns_per_step'])} shorter. {fix}",
         analyzer=NAME,

@@ -1,6 +1,6 @@
 """The derived layer: one definition for every number, computed once per run, stored, read by all.
 
-`derive(con, run_id)` fills the derived tables (step spans, clock offsets, matched collectives, p2p ops, pipeline actions, the lost-time parts and the
+`derive(con, run_id)` fills the derived tables (step spans, clock offsets, matched collectives, p2p ops, all-to-all bytes, pipeline actions, the lost-time parts and the
 attribution of exposed communication) from the base tables, inside the ingest's transaction;
 `tracelab rederive` runs it again on stored runs. Every analyzer, the reports and the app read
 these tables (through `tracelab sql` too) and never recompute what they hold. docs/metrics.md
@@ -32,6 +32,7 @@ COMPONENT_TABLES: dict[str, tuple[str, ...]] = {
     "clocks": ("clock_offsets",),
     "steps": ("step_spans",),
     "collectives": ("matched_collectives", "p2p_ops"),
+    "all_to_all": ("all_to_all_ranks",),
     "pipeline": ("pipeline_actions", "pipeline_runs", "pipeline_ranks"),
     "parts": ("time_parts", "step_parts", "comm_attribution"),
 }
@@ -81,6 +82,12 @@ def _collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     collectives.count_violations(con, run_id)
 
 
+def _all_to_all(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    from tracelab.derived import all_to_all, collectives
+
+    all_to_all.derive(con, run_id, collectives.choose_source(con, run_id))
+
+
 def _pipeline(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     from tracelab.derived import pipeline
 
@@ -99,6 +106,7 @@ _STEPS: tuple[
     ("clocks", _clocks, ()),
     ("steps", _steps, ("clocks",)),
     ("collectives", _collectives, ("clocks",)),
+    ("all_to_all", _all_to_all, ("clocks", "collectives")),
     ("pipeline", _pipeline, ("clocks",)),
     ("parts", _parts, ("clocks", "steps")),
 )

@@ -32,6 +32,7 @@ DEFINITIONS = (
     "clock_offsets",
     "matched_collectives",
     "p2p_ops",
+    "all_to_all_ranks",
     "time_parts",
     "step_parts",
     "comm_attribution",

@@ -46,6 +46,8 @@ RECORD_FIELDS = {
     "seq": v.INT64,
     "in_bytes": v.SIZE,
     "out_bytes": v.SIZE,
+    "in_split_bytes": ("ints", 0, v.INT64_MAX),
+    "out_split_bytes": ("ints", 0, v.INT64_MAX),
     "dtype": v.TEXT,
     "peer": v.RANK_ID,
     "enqueue_ns": v.TIME,

@@ -1,7 +1,8 @@
 """Every c10d op kind, with known sizes, inside one recorded window (run under torchrun).
 
 Writes the capture to argv[1] and the expected (op, in_bytes, out_bytes, peer) of each op on
-this rank, in issue order, to argv[1]/expected-rank-N.json for the test to compare with.
+this rank, in issue order, to argv[1]/expected-rank-N.json for the test to compare with, and
+each all-to-all's bytes per peer (sent, received) to expected-splits-rank-N.json.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def main() -> None:
     peer = (rank + 1) % world
     prev = (rank - 1) % world
     expected: list[tuple[str, int, int, int | None]] = []
+    #: (in_split_bytes, out_split_bytes) of each all-to-all, in issue order.
+    splits: list[tuple[list[int], list[int]]] = []
     f32 = 4
 
     def ops() -> None:
@@ -43,6 +46,13 @@ def main() -> None:
         expected.append(("broadcast", 33 * f32, 33 * f32, None))
         dist.all_to_all_single(torch.empty(8 * world), torch.ones(8 * world))
         expected.append(("all_to_all", 8 * world * f32, 8 * world * f32, None))
+        splits.append(([8 * f32] * world, [8 * f32] * world))
+        # uneven: rank r sends (r + 1) * (j + 2) rows of 3 floats to rank j
+        ins = [(rank + 1) * (j + 2) for j in range(world)]
+        outs = [(j + 1) * (rank + 2) for j in range(world)]
+        dist.all_to_all_single(torch.empty(sum(outs), 3), torch.ones(sum(ins), 3), outs, ins)
+        expected.append(("all_to_all", sum(ins) * 3 * f32, sum(outs) * 3 * f32, None))
+        splits.append(([x * 3 * f32 for x in ins], [x * 3 * f32 for x in outs]))
         dist.barrier()
         expected.append(("barrier", 0, 0, None))
         # p2p in a ring: even ranks send first, odd ranks receive first
@@ -83,6 +93,7 @@ def main() -> None:
     for req in reqs:
         req.wait()
     (out / f"expected-rank-{rank}.json").write_text(json.dumps(expected))
+    (out / f"expected-splits-rank-{rank}.json").write_text(json.dumps(splits))
     dist.destroy_process_group()
 
 

@@ -1,0 +1,202 @@
+"""All-to-all workloads on CPU (gloo) profiled with plain torch.profiler, one after another.
+
+Run under torchrun. argv[1] is the output folder, argv[2] a JSON spec {"profiler": {"warmup",
+"active"}, "scenarios": [...]}; each scenario is {"name", "kind": "dlrm" | "moe", ...}:
+
+- dlrm: every rank holds `tables` embedding tables (EmbeddingBag, sum pooling) and rank
+  `heavy["rank"]` holds `heavy["factor"]` times as many (and so that many times the lookups).
+  Each rank pools its tables for the global batch and sends each rank its slice of the batch
+  with all_to_all_single (model-parallel embeddings, as in DLRM): the heavy rank sends
+  `factor` times the bytes, and the others wait for its lookups at the all-to-all.
+- moe: each rank routes `tokens` tokens of width `width` to the ranks' experts with
+  all_to_all_single (dispatch), runs its expert on what it received (an MLP applied
+  `expert_repeat` times) and sends the results back (combine, the reverse splits). With
+  `hot_rank` set, every rank sends `hot_factor` times as many tokens to it as to the others:
+  it receives that many times the tokens and does that much more expert work. With
+  `slow_rank` set, the splits are even and that rank runs its expert `slow_factor` times.
+  With `backward`, the layer is trained: autograd all-to-alls, the expert's backward, and an
+  all-reduce of the expert's gradients (its work time is forward plus backward).
+
+Each writes one Chrome trace per rank (tensorboard_trace_handler, record_shapes=True) to
+<out>/<name>/; no tracelab import here on purpose. Every rank times its lookups (with their indices) or expert work
+in each recorded step, in wall time (perf_counter) and in its thread's CPU time (thread_time:
+on shared cores the wall time is stretched by whatever else runs, the CPU time is the work) and rank 0 writes them all to <out>/<name>.work.json
+({"ranks": {rank: [wall ns per recorded step]}, "cpu": {rank: [CPU ns ...]}, "splits": {rank: {"in": [...], "out": [...]}},
+"elem_bytes"}): the tests compare tracelab's impact with the extra work and its bytes with the
+splits.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+def _now() -> tuple[int, int]:
+    """(wall ns, this thread's CPU ns)."""
+    return time.perf_counter_ns(), time.thread_time_ns()
+
+
+def _since(t0: tuple[int, int]) -> tuple[int, int]:
+    wall, cpu = _now()
+    return wall - t0[0], cpu - t0[1]
+
+
+def _dlrm(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, list[int]]]:
+    heavy = sc["heavy"]
+    tables_of = [
+        sc["tables"] * (heavy["factor"] if r == heavy["rank"] else 1) for r in range(world)
+    ]
+    dim, rows, bag, batch = sc["dim"], sc["rows"], sc["bag"], sc["batch"]
+    bags = nn.ModuleList(nn.EmbeddingBag(rows, dim, mode="sum") for _ in range(tables_of[rank]))
+    gbatch = batch * world
+    in_splits = [batch * tables_of[rank] * dim] * world
+    out_splits = [batch * tables_of[src] * dim for src in range(world)]
+
+    def step(times: list[tuple[int, int]]) -> None:
+        t0 = _now()  # the lookups' indices are per table too
+        idx = [torch.randint(0, rows, (gbatch * bag,)) for _ in bags]
+        offsets = torch.arange(0, gbatch * bag, bag)
+        with torch.no_grad():
+            pooled = torch.stack([b(i, offsets) for b, i in zip(bags, idx, strict=True)], dim=1)
+        times.append(_since(t0))
+        send = pooled.reshape(world, batch, -1).contiguous().reshape(-1)
+        recv = torch.empty(sum(out_splits))
+        dist.all_to_all_single(recv, send, out_splits, in_splits)
+        dense = recv.reshape(-1) @ torch.ones(recv.numel(), 1) / recv.numel()
+        dist.all_reduce(dense)
+
+    return step, {"in": in_splits, "out": out_splits}
+
+
+def _moe(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, list[int]]]:
+    width, tokens = sc["width"], sc["tokens"]
+    hot, factor = sc.get("hot_rank"), sc.get("hot_factor", 1)
+    weight = [factor if dst == hot else 1 for dst in range(world)]
+    # tokens each rank sends to each rank (the same routing on every rank)
+    per = [tokens * w // sum(weight) for w in weight]
+    per[0] += tokens - sum(per)
+    in_tok = per
+    out_tok = [per[rank]] * world
+    repeat = sc["expert_repeat"] * (sc.get("slow_factor", 1) if sc.get("slow_rank") == rank else 1)
+    torch.manual_seed(rank)
+    w1 = torch.randn(width, 4 * width) / width**0.5
+    w2 = torch.randn(4 * width, width) / (4 * width) ** 0.5
+
+    if sc.get("backward"):
+        return _moe_training(sc, in_tok, out_tok, repeat, w1, w2), {
+            "in": [t * width for t in in_tok],
+            "out": [t * width for t in out_tok],
+        }
+
+    def step(times: list[tuple[int, int]]) -> None:
+        x = torch.randn(tokens, width)
+        recv = torch.empty(sum(out_tok), width)
+        dist.all_to_all_single(recv, x, out_tok, in_tok)  # dispatch
+        t0 = _now()
+        h = recv
+        for _ in range(repeat):
+            h = torch.relu(h @ w1) @ w2
+        times.append(_since(t0))
+        back = torch.empty(tokens, width)
+        dist.all_to_all_single(back, h.contiguous(), in_tok, out_tok)  # combine
+        dist.all_reduce(back[:1].clone())
+
+    return step, {"in": [t * width for t in in_tok], "out": [t * width for t in out_tok]}
+
+
+def _moe_training(
+    sc: dict[str, Any],
+    in_tok: list[int],
+    out_tok: list[int],
+    repeat: int,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+) -> Any:
+    """The MoE layer with a backward pass: autograd's all-to-alls (combine's and dispatch's
+    backward) run inside autograd ops, where the other ranks block while the hot rank runs
+    its expert's backward. The expert's forward and backward are timed (the backward between
+    gradient hooks on its output and its input)."""
+    from torch.distributed.nn.functional import all_to_all_single
+
+    width, tokens = sc["width"], sc["tokens"]
+    w1.requires_grad_()
+    w2.requires_grad_()
+
+    def step(times: list[tuple[int, int]]) -> None:
+        x = torch.randn(tokens, width, requires_grad=True)
+        recv = all_to_all_single(torch.empty(sum(out_tok), width), x, out_tok, in_tok)
+        marks: dict[str, tuple[int, int]] = {}
+        recv.register_hook(lambda g: marks.__setitem__("end", _now()))
+        t0 = _now()
+        h = recv
+        for _ in range(repeat):
+            h = torch.relu(h @ w1) @ w2
+        fwd = _since(t0)
+        h.register_hook(lambda g: marks.__setitem__("start", _now()))
+        back = all_to_all_single(torch.empty(tokens, width), h, in_tok, out_tok)
+        back.square().mean().backward()
+        e, b = marks["end"], marks["start"]
+        times.append((fwd[0] + e[0] - b[0], fwd[1] + e[1] - b[1]))
+        grads = torch.cat([w1.grad.flatten(), w2.grad.flatten()])  # type: ignore[union-attr]
+        dist.all_reduce(grads)
+        w1.grad = None
+        w2.grad = None
+
+    return step
+
+
+def run_scenario(out: Path, sc: dict[str, Any], prof_sched: dict[str, int]) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    make = _dlrm if sc["kind"] == "dlrm" else _moe
+    step, splits = make(sc, rank, world)
+    steps = prof_sched["warmup"] + prof_sched["active"]
+    times: list[tuple[int, int]] = []
+    dist.barrier()
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=prof_sched["warmup"], active=prof_sched["active"]),
+        on_trace_ready=tensorboard_trace_handler(str(out / sc["name"]), worker_name=f"rank{rank}"),
+    ) as prof:
+        for _ in range(steps):
+            step(times)
+            prof.step()
+    rec = times[prof_sched["warmup"] :]
+    mine = {"work": [w for w, _ in rec], "cpu": [c for _, c in rec], "splits": splits}
+    every: list[Any] = [None] * world
+    dist.all_gather_object(every, mine)
+    if rank == 0:
+        doc = {
+            "ranks": {r: x["work"] for r, x in enumerate(every)},
+            "cpu": {r: x["cpu"] for r, x in enumerate(every)},
+            "splits": {r: x["splits"] for r, x in enumerate(every)},
+            "elem_bytes": 4,
+        }
+        (out / f"{sc['name']}.work.json").write_text(json.dumps(doc))
+    dist.barrier()
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    spec = json.loads(sys.argv[2])
+    dist.init_process_group("gloo")
+    for sc in spec["scenarios"]:
+        t0 = time.perf_counter()
+        run_scenario(out, sc, spec["profiler"])
+        if dist.get_rank() == 0:
+            print(f"scenario {sc['name']}: {time.perf_counter() - t0:.1f} s", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
