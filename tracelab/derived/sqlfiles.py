@@ -28,6 +28,8 @@ import pyarrow as pa
 
 #: The definitions with a DDL, in the order the schema creates them (views last).
 DEFINITIONS = (
+    "process_groups",
+    "collective_groups",
     "step_spans",
     "clock_offsets",
     "matched_collectives",
