@@ -408,21 +408,25 @@ def _infer(
     inf = _Inference(ops, layouts)
     choice, (bad, unmatched, matches), alt = inf.solve()
     out: list[tuple[int, int, str]] = []
-    unit = "thread class" if inf.by_thread else "all threads"
+    unit = "thread classes" if inf.by_thread else "threads"
+    why: dict[str, tuple[list[int], list[tuple[int, int, int]]]] = {}
     for i, cls in enumerate(sorted(inf.classes)):
-        layout = layouts[choice[i]]
-        group_of = {r: g for g in layout for r in g}
-        other = alt.get(i)
-        why = (
-            f"inferred from timing: the {unit} {cls} of every rank on this layout, "
-            f"{matches} matches of which {bad} fail to overlap"
-            + (f" (the next best layout: {other[0]} of {other[2]})" if other else "")
-        )
+        group_of = {r: g for g in layouts[choice[i]] for r in g}
         for o in inf.classes[cls]:
             g = group_for(group_of[o.rank], "inferred")
-            if g.members_from == "inferred" and why not in g.evidence:
-                g.evidence.append(why)
             out.append((o.rank, o.event_idx, g.key))
+            classes, alts = why.setdefault(g.key, ([], []))
+            if cls not in classes:
+                classes.append(cls)
+                if i in alt:
+                    alts.append(alt[i])
+    for key, (classes, alts) in why.items():
+        nxt = min(alts) if alts else None
+        groups[key].evidence.append(
+            f"its collectives placed by timing ({unit} {', '.join(map(str, classes))} of every "
+            f"rank): {matches} matches, {bad} fail to overlap"
+            + (f"; the next best layout fails {nxt[0]} of {nxt[2]}" if nxt else "")
+        )
     return out
 
 

@@ -43,6 +43,7 @@ DEFINITIONS = (
     "derived_errors",
     "job_steps",
     "job_step_shares",
+    "job_step_dim_shares",
 )
 _STATEMENT = re.compile(r"^(?:INSERT INTO|UPDATE) ", re.M)
 
