@@ -305,10 +305,10 @@ def _exposed_comm(
             "unknown": "communication ops the trace does not name",
             "wait_tensor": "waits for async collectives (wait_tensor)",
         }.get(x["op"], x["op"])
-        if x["dim"] != Dim.UNKNOWN.value:
-            op = f"{op} ({x['dim']})"
+        on = f" ({x['dim']})" if x["dim"] != Dim.UNKNOWN.value else ""
         text = (
-            f"{op} {size_str(x['bytes'])}{group}: {ms(x['exposed_ns_per_step'])} exposed per step"
+            f"{op}{on} {size_str(x['bytes'])}{group}: "
+            f"{ms(x['exposed_ns_per_step'])} exposed per step"
         )
         if b is not None and b["busbw_gbps"] is not None:
             text += f", bus bandwidth {b['busbw_gbps']:.3g} GB/s" + (

@@ -234,7 +234,9 @@ def _layouts(
     return cands
 
 
-def _pattern_dim(ops: set[str], forward_all_reduce: bool) -> tuple[str, str] | None:
+def _pattern_dim(
+    ops: set[str], forward_all_reduce: bool, backward_marked: bool
+) -> tuple[str, str] | None:
     if not ops:
         return None
     listed = ", ".join(sorted(ops))
@@ -250,7 +252,12 @@ def _pattern_dim(ops: set[str], forward_all_reduce: bool) -> tuple[str, str] | N
     if "all_reduce" in ops:
         if forward_all_reduce:
             return Dim.TP.value, "all-reduces in the forward and the backward (tensor parallel)"
-        return Dim.DP.value, "all-reduces in the backward only (data parallel)"
+        if backward_marked:
+            return Dim.DP.value, "all-reduces in the backward only (data parallel)"
+        return Dim.DP.value, (
+            "all-reduces only (data parallel; the trace marks no backward pass that would "
+            "tell tensor parallelism apart)"
+        )
     return None
 
 
@@ -463,7 +470,8 @@ def _apply_patterns(
                 WHERE c.run_id = $run AND coalesce(c.pg_name, a.group_key) IS NOT NULL
             )
             SELECT gk, list(DISTINCT op),
-                   bool_or(op = 'all_reduce' AND bw.bwd_ns IS NOT NULL AND t < bw.bwd_ns)
+                   bool_or(op = 'all_reduce' AND bw.bwd_ns IS NOT NULL AND t < bw.bwd_ns),
+                   bool_or(bw.bwd_ns IS NOT NULL)
             FROM c LEFT JOIN bw USING (rank, step)
             GROUP BY gk
             """,
@@ -472,11 +480,11 @@ def _apply_patterns(
     finally:
         con.unregister("_tl_amap")
     found: dict[tuple[int, str], tuple[str, str]] = {}
-    for gk, ops, fwd in rows:
+    for gk, ops, fwd, marked in rows:
         g = groups.get(gk)
         if g is None or g.source is not None:
             continue
-        hit = _pattern_dim(set(ops), bool(fwd))
+        hit = _pattern_dim(set(ops), bool(fwd), bool(marked))
         if hit is not None:
             g.dim, g.source = hit[0], "inferred"
             g.evidence.append("inferred from its collectives: " + hit[1])
