@@ -322,8 +322,15 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         names, shape = list(mesh.get("names") or []), list(mesh.get("shape") or [])
         try:
             dims = mesh_groups(names, shape, mesh.get("ranks"))
-        except ValueError:
-            continue
+        except ValueError as exc:
+            raise ValueError(f"{said} {names} x {shape} is not a mesh: {exc}") from exc
+        covered = {r for members_list in dims.values() for m in members_list for r in m}
+        if world and len(covered) != world:
+            shape_text = ",".join(f"{n}={s}" for n, s in zip(names, shape, strict=False))
+            raise ValueError(
+                f"{said} ({shape_text}) covers {len(covered)} ranks but the run has {world}: "
+                "give the job's whole mesh (tracelab ingest --replace --mesh ...)"
+            )
         for name, members_list in dims.items():
             dim = DIM_ALIASES.get(name.lower())
             for members in members_list:
@@ -482,9 +489,13 @@ def _apply_patterns(
     found: dict[tuple[int, str], tuple[str, str]] = {}
     for gk, ops, fwd, marked in rows:
         g = groups.get(gk)
-        if g is None or g.source is not None:
+        if g is None:
             continue
         hit = _pattern_dim(set(ops), bool(fwd), bool(marked))
+        if g.source is not None:
+            if hit is not None and hit[0] != g.dim:
+                g.evidence.append(f"but its collectives look like {hit[0]}: {hit[1]}")
+            continue
         if hit is not None:
             g.dim, g.source = hit[0], "inferred"
             g.evidence.append("inferred from its collectives: " + hit[1])
