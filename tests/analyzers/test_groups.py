@@ -1,0 +1,99 @@
+"""Process groups and dimensions without a job: the mesh arithmetic, `--mesh` parsing, and the
+timing inference on hand-made collectives with a known layout."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracelab.derived.groups import (
+    _Inference,
+    _Op,
+    _pattern_dim,
+    _stride_layouts,
+    mesh_groups,
+    parse_mesh,
+)
+
+
+def test_mesh_groups_are_the_slices_of_each_dimension() -> None:
+    got = mesh_groups(["dp_shard", "tp"], [2, 2])
+    assert got == {"dp_shard": [(0, 2), (1, 3)], "tp": [(0, 1), (2, 3)]}
+    # A layout the collector recorded (ranks not row-major) is taken as given.
+    assert mesh_groups(["tp"], [2], [3, 1]) == {"tp": [(3, 1)]}
+    got3 = mesh_groups(["pp", "dp", "tp"], [2, 2, 2])
+    assert got3["dp"] == [(0, 2), (1, 3), (4, 6), (5, 7)]
+    assert got3["pp"] == [(0, 4), (1, 5), (2, 6), (3, 7)]
+
+
+def test_parse_mesh() -> None:
+    assert parse_mesh("dp_shard=2, tp=2") == {"names": ["dp_shard", "tp"], "shape": [2, 2]}
+    for bad in ("dp_shard", "dp=x", "dp=0", "xx=2", "tp=2,tp=2"):
+        with pytest.raises(ValueError, match="--mesh"):
+            parse_mesh(bad)
+
+
+def test_stride_layouts_of_four_ranks() -> None:
+    assert _stride_layouts(range(4), 4) == [
+        [(0, 1), (2, 3)],
+        [(0, 2), (1, 3)],
+        [(0, 1, 2, 3)],
+    ]
+
+
+def _ops(layout: list[tuple[int, ...]], tid: int, op: str, shifts: dict[int, int]) -> list[_Op]:
+    """Three collectives per step on every group of `layout`: ranks of one group overlap, the
+    groups are `shifts[first rank]` ms apart."""
+    out = []
+    for g in layout:
+        for k in range(3):
+            t = k * 10_000_000 + shifts[g[0]] * 1_000_000
+            for i, r in enumerate(g):
+                out.append(
+                    _Op(rank=r, event_idx=100 * tid + 10 * k + i, tid=tid, op=op, step=1,
+                        start_ns=t + i * 100_000, end_ns=t + 2_000_000, bytes=None)
+                )  # fmt: skip
+    return out
+
+
+def test_inference_finds_each_thread_class_its_layout() -> None:
+    """TP all-reduces on {0,1},{2,3} and FSDP all-gathers on {0,2},{1,3}, the second group of
+    each layout 5 ms behind the first: any other layout matches collectives that do not
+    overlap."""
+    tp, fsdp = [(0, 1), (2, 3)], [(0, 2), (1, 3)]
+    ops = _ops(tp, 7, "all_reduce", {0: 0, 2: 5}) + _ops(fsdp, 3, "all_gather", {0: 0, 1: 5})
+    layouts = _stride_layouts(range(4), 4)
+    inf = _Inference(ops, layouts)
+    choice, (bad, unmatched, matches), _ = inf.solve()
+    # Thread classes in thread-id order: tid 3 (FSDP) is class 0, tid 7 (TP) class 1.
+    assert [layouts[c] for c in choice] == [fsdp, tp]
+    assert (bad, unmatched, matches) == (0, 0, 12)
+    # The layouts of the two classes swapped: every match fails to overlap.
+    assert inf.cost([layouts.index(tp), layouts.index(fsdp)])[0] == 12
+
+
+def test_inference_prefers_the_whole_group_when_every_rank_overlaps() -> None:
+    """A collective of the whole world overlaps within its subgroups too: the largest layout
+    that overlaps wins."""
+    world = [(0, 1, 2, 3)]
+    ops = _ops(world, 1, "all_reduce", {0: 0})
+    layouts = _stride_layouts(range(4), 4)
+    choice, (bad, _, _), _ = _Inference(ops, layouts).solve()
+    assert layouts[choice[0]] == world and bad == 0
+
+
+@pytest.mark.parametrize(
+    ("ops", "fwd", "marked", "dim"),
+    [
+        ({"all_gather", "all_reduce"}, True, True, "dp_shard"),
+        ({"reduce_scatter"}, False, True, "dp_shard"),
+        ({"all_reduce"}, True, True, "tp"),
+        ({"all_reduce"}, False, True, "dp"),
+        ({"all_reduce"}, False, False, "dp"),
+        ({"send", "recv"}, False, True, "pp"),
+        ({"all_to_all"}, False, True, "ep"),
+        ({"barrier"}, False, True, None),
+    ],
+)
+def test_pattern_dims(ops: set[str], fwd: bool, marked: bool, dim: str | None) -> None:
+    hit = _pattern_dim(ops, fwd, marked)
+    assert (hit[0] if hit else None) == dim
