@@ -209,3 +209,30 @@ def test_collector_records_the_mesh(tmp_path: Path) -> None:
     assert {g for g, v in got.items() if v[:2] == ("dp_shard", "collector")} == DP_SHARD
     assert _violations(db, "col") == 0
     _check_split(db, "col")
+
+
+def test_one_value_per_dimension_on_every_surface(bare: Path, tmp_path: Path) -> None:
+    """The breakdown, the report's metrics and the Overview's table give one value per
+    dimension."""
+    from tracelab.report.metrics import extract
+    from tracelab.report.thresholds import ReportSettings
+    from tracelab.views.analysis import analyze_run
+    from tracelab.views.overview import dim_split
+
+    db = tmp_path / "s.duckdb"
+    _ingest([bare], db, "surfaces")
+    with open_store(db) as con:
+        rid, _ = resolve_run(con, "surfaces")
+        analysis = analyze_run(con, rid)
+        report = extract(con, rid, ReportSettings())
+    brk = analysis.get("breakdown")
+    assert brk is not None
+    rows = {r.dim: r for r in dim_split(analysis)}
+    assert {"tp", "dp_shard"} <= set(rows)
+    for dim, row in rows.items():
+        assert row.transfer_share == pytest.approx(brk.metrics[f"transfer_share[{dim}]"])
+        assert row.wait_share == pytest.approx(brk.metrics[f"wait_share[{dim}]"])
+        assert report.values[f"dim_comm_share[{dim}]"].value == pytest.approx(
+            brk.metrics[f"dim_comm_share_median[{dim}]"]
+        )
+    assert rows["tp"].label == "tensor parallel (tp)" and rows["tp"].sources == ["inferred"]
