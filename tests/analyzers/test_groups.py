@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracelab.derived.groups import (
-    _Inference,
-    _Op,
-    _pattern_dim,
-    _stride_layouts,
-    mesh_groups,
-    parse_mesh,
-)
+from tracelab.derived.group_inference import Inference, Op, stride_layouts
+from tracelab.derived.groups import _pattern_dim, mesh_groups, parse_mesh
 
 
 def test_mesh_groups_are_the_slices_of_each_dimension() -> None:
@@ -33,14 +27,14 @@ def test_parse_mesh() -> None:
 
 
 def test_stride_layouts_of_four_ranks() -> None:
-    assert _stride_layouts(range(4), 4) == [
+    assert stride_layouts(4) == [
         [(0, 1), (2, 3)],
         [(0, 2), (1, 3)],
         [(0, 1, 2, 3)],
     ]
 
 
-def _ops(layout: list[tuple[int, ...]], tid: int, op: str, shifts: dict[int, int]) -> list[_Op]:
+def _ops(layout: list[tuple[int, ...]], tid: int, op: str, shifts: dict[int, int]) -> list[Op]:
     """Three collectives per step on every group of `layout`: ranks of one group overlap, the
     groups are `shifts[first rank]` ms apart."""
     out = []
@@ -49,7 +43,7 @@ def _ops(layout: list[tuple[int, ...]], tid: int, op: str, shifts: dict[int, int
             t = k * 10_000_000 + shifts[g[0]] * 1_000_000
             for i, r in enumerate(g):
                 out.append(
-                    _Op(rank=r, event_idx=100 * tid + 10 * k + i, tid=tid, op=op, step=1,
+                    Op(rank=r, event_idx=100 * tid + 10 * k + i, tid=tid, op=op, step=1,
                         start_ns=t + i * 100_000, end_ns=t + 2_000_000, bytes=None)
                 )  # fmt: skip
     return out
@@ -61,8 +55,8 @@ def test_inference_finds_each_thread_class_its_layout() -> None:
     overlap."""
     tp, fsdp = [(0, 1), (2, 3)], [(0, 2), (1, 3)]
     ops = _ops(tp, 7, "all_reduce", {0: 0, 2: 5}) + _ops(fsdp, 3, "all_gather", {0: 0, 1: 5})
-    layouts = _stride_layouts(range(4), 4)
-    inf = _Inference(ops, layouts)
+    layouts = stride_layouts(4)
+    inf = Inference(ops, layouts)
     choice, (bad, unmatched, matches), _ = inf.solve()
     # Thread classes in thread-id order: tid 3 (FSDP) is class 0, tid 7 (TP) class 1.
     assert [layouts[c] for c in choice] == [fsdp, tp]
@@ -76,8 +70,8 @@ def test_inference_prefers_the_whole_group_when_every_rank_overlaps() -> None:
     that overlaps wins."""
     world = [(0, 1, 2, 3)]
     ops = _ops(world, 1, "all_reduce", {0: 0})
-    layouts = _stride_layouts(range(4), 4)
-    choice, (bad, _, _), _ = _Inference(ops, layouts).solve()
+    layouts = stride_layouts(4)
+    choice, (bad, _, _), _ = Inference(ops, layouts).solve()
     assert layouts[choice[0]] == world and bad == 0
 
 
@@ -97,3 +91,19 @@ def test_inference_prefers_the_whole_group_when_every_rank_overlaps() -> None:
 def test_pattern_dims(ops: set[str], fwd: bool, marked: bool, dim: str | None) -> None:
     hit = _pattern_dim(ops, fwd, marked)
     assert (hit[0] if hit else None) == dim
+
+
+def test_inference_by_descent_on_eight_ranks() -> None:
+    """Five thread classes on five different layouts of 8 ranks (6^5 assignments: more than
+    the exhaustive search tries) are found by the descent."""
+    cands = stride_layouts(8)
+    want = [cands[i] for i in (0, 1, 2, 3, 4)]
+    ops = []
+    for tid, layout in enumerate(want):
+        shifts = {g[0]: 3 * n for n, g in enumerate(layout)}
+        ops += _ops(layout, tid, "all_reduce", shifts)
+    inf = Inference(ops, cands)
+    assert len(cands) ** len(inf.classes) > 4096
+    choice, (bad, unmatched, _), _ = inf.solve()
+    assert [cands[c] for c in choice] == want
+    assert (bad, unmatched) == (0, 0)

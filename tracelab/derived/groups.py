@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,13 +31,8 @@ import duckdb
 import pyarrow as pa
 
 from tracelab.derived import sqlfiles
+from tracelab.derived.group_inference import Inference, Op, layouts
 from tracelab.vocabulary import DIM_ALIASES, P2P_OPS, Dim
-
-#: Most class-to-layout assignments tried exhaustively; beyond, one class at a time.
-_EXHAUSTIVE = 4096
-#: A match whose last arrival is this much after its first end does not overlap (1 µs, the
-#: resolution of a host clock).
-_TOLERANCE_NS = 1000
 
 
 @dataclass(kw_only=True)
@@ -53,20 +47,6 @@ class Group:
     dim: str = Dim.UNKNOWN.value
     source: str | None = None
     evidence: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Op:
-    """A host collective with no group: one row of `collectives`."""
-
-    rank: int
-    event_idx: int
-    tid: int
-    op: str
-    step: int
-    start_ns: int
-    end_ns: int
-    bytes: int | None
 
 
 def mesh_groups(
@@ -123,115 +103,6 @@ def _dim_of_name(*names: str | None) -> tuple[str, str] | None:
 def _stride_text(ranks: Sequence[int]) -> str:
     steps = {b - a for a, b in itertools.pairwise(ranks)}
     return f"stride {steps.pop()}" if len(steps) == 1 else "irregular strides"
-
-
-class _Inference:
-    """The group layout of the collectives that name no group (see the module docstring)."""
-
-    def __init__(self, ops: list[_Op], layouts: list[list[tuple[int, ...]]]) -> None:
-        self.layouts = layouts
-        by_rank: dict[int, list[int]] = defaultdict(list)
-        for o in ops:
-            if o.tid not in by_rank[o.rank]:
-                by_rank[o.rank].append(o.tid)
-        counts = {len(t) for t in by_rank.values()}
-        self.by_thread = len(counts) == 1
-        cls_of: dict[tuple[int, int], int] = {}
-        for rank, tids in by_rank.items():
-            for i, tid in enumerate(sorted(tids)):
-                cls_of[(rank, tid)] = i if self.by_thread else 0
-        self.classes: dict[int, list[_Op]] = defaultdict(list)
-        for o in ops:
-            self.classes[cls_of[(o.rank, o.tid)]].append(o)
-        self.ranks = sorted(by_rank)
-
-    def cost(self, choice: Sequence[int]) -> tuple[int, int, int]:
-        """(matches that do not overlap, collectives left unmatched, matches) when class i
-        takes layout choice[i]."""
-        seqs: dict[tuple[int, tuple[int, ...], str, int], list[_Op]] = defaultdict(list)
-        for cls, layout_i in zip(sorted(self.classes), choice, strict=True):
-            layout = self.layouts[layout_i]
-            group_of = {r: g for g in layout for r in g}
-            for o in self.classes[cls]:
-                seqs[(o.rank, group_of[o.rank], o.op, o.step)].append(o)
-        bad = unmatched = matches = 0
-        per_group: dict[tuple[tuple[int, ...], str, int], dict[int, list[_Op]]] = defaultdict(dict)
-        for (rank, g, op, step), lst in seqs.items():
-            per_group[(g, op, step)][rank] = sorted(lst, key=lambda o: o.start_ns)
-        for (g, _op, _step), by_rank in per_group.items():
-            present = [r for r in g if r in self.ranks]
-            n = max(len(by_rank.get(r, [])) for r in present)
-            for k in range(n):
-                members = [by_rank[r][k] for r in present if k < len(by_rank.get(r, []))]
-                unmatched += len(present) - len(members)
-                if len(members) < 2:
-                    continue
-                matches += 1
-                last = max(m.start_ns for m in members)
-                if any(m.end_ns + _TOLERANCE_NS < last for m in members):
-                    bad += 1
-        return bad, unmatched, matches
-
-    def solve(self) -> tuple[list[int], tuple[int, int, int], dict[int, tuple[int, int, int]]]:
-        """The chosen layout per class, its cost, and per class the best cost with any other
-        layout (the evidence that the choice is not a coin toss)."""
-        n_cls, n_lay = len(self.classes), len(self.layouts)
-
-        def score(choice: Iterable[int]) -> tuple[int, int, int]:
-            choice = list(choice)
-            bad, unmatched, _ = self.cost(choice)
-            # Fewest failures first; among layouts that all overlap, the largest groups (a
-            # collective of the whole world also overlaps within any of its subgroups).
-            return bad + unmatched, -sum(len(self.layouts[c][0]) for c in choice), 0
-
-        if n_lay**n_cls <= _EXHAUSTIVE:
-            best = list(min(itertools.product(range(n_lay), repeat=n_cls), key=score))
-        else:
-            best = [0] * n_cls
-            for _ in range(3):
-                for i in range(n_cls):
-                    best[i] = min(range(n_lay), key=lambda j: score(best[:i] + [j] + best[i + 1 :]))
-        alt: dict[int, tuple[int, int, int]] = {}
-        for i in range(n_cls):
-            others = [
-                self.cost(best[:i] + [j] + best[i + 1 :]) for j in range(n_lay) if j != best[i]
-            ]
-            if others:
-                alt[i] = min(others)
-        return best, self.cost(best), alt
-
-
-def _stride_layouts(ranks: Sequence[int], world: int) -> list[list[tuple[int, ...]]]:
-    """Every mesh-like partition of 0..world-1: groups of g ranks at stride s (g * s divides
-    the world), as a DeviceMesh's dimensions slice it."""
-    out = []
-    for g in range(2, world + 1):
-        for s in range(1, world // g + 1):
-            if world % (g * s):
-                continue
-            groups = sorted(
-                {
-                    tuple(b + s * i for i in range(g))
-                    for blk in range(0, world, g * s)
-                    for b in range(blk, blk + s)
-                }
-            )
-            out.append(groups)
-    return out
-
-
-def _layouts(
-    groups: Iterable[Group], world: int, ranks: Sequence[int]
-) -> list[list[tuple[int, ...]]]:
-    """Candidate partitions for the inference: the stride partitions whose every group is a
-    known group (when groups are known at all), else every stride partition."""
-    known = {g.ranks for g in groups if len(g.ranks) > 1}
-    cands = _stride_layouts(ranks, world)
-    if known:
-        kept = [lay for lay in cands if all(g in known for g in lay)]
-        if kept:
-            return kept
-    return cands
 
 
 def _pattern_dim(
@@ -404,7 +275,7 @@ def _infer(
         {"run": run_id},
     ).fetchall()
     ops = [
-        _Op(
+        Op(
             rank=r[0],
             event_idx=r[1],
             tid=r[2] or 0,
@@ -418,14 +289,14 @@ def _infer(
     ]
     if world < 2 or len({o.rank for o in ops}) < 2:
         return []
-    layouts = _layouts(groups.values(), world, ranks)
-    inf = _Inference(ops, layouts)
+    cands = layouts([g.ranks for g in groups.values()], world)
+    inf = Inference(ops, cands)
     choice, (bad, unmatched, matches), alt = inf.solve()
     out: list[tuple[int, int, str]] = []
     unit = "thread classes" if inf.by_thread else "threads"
     why: dict[str, tuple[list[int], list[tuple[int, int, int]]]] = {}
     for i, cls in enumerate(sorted(inf.classes)):
-        group_of = {r: g for g in layouts[choice[i]] for r in g}
+        group_of = {r: g for g in cands[choice[i]] for r in g}
         for o in inf.classes[cls]:
             g = group_for(group_of[o.rank], "inferred")
             out.append((o.rank, o.event_idx, g.key))

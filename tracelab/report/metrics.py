@@ -10,7 +10,7 @@ gate needs, which `tracelab analyze` shows as steps' `step_ns_median`):
 - exposed_comm_share: over ranks, communication not under compute / step time (step_parts).
 - comm_overlap: over ranks, communication under compute / communication.
 - dim_comm_share[dim]: over ranks, the transfer and wait of one parallel dimension / step time
-  (job_step_dim_shares).
+  (job_step_dim_shares); only for runs with two or more known dimensions.
 - straggler_wait: over ranks, the wait part / step time (time waiting for the last arriver).
 - bubble_share[stage=s]: the rank holding stage s, (bubble + stall) / its step time.
 - collective_bandwidth[op]: matched collectives of at least 256 KiB: sum(bytes x bus factor)
@@ -217,6 +217,10 @@ def _step_metrics(
     dim_params = {"run": run_id, "min_ordinal": min_ordinal}
     for step, dim, share in con.execute(DIM_COMM_SHARES_SQL, dim_params).fetchall():
         by_dim[str(dim)][int(step)] = float(share)
+    # Per dimension only where the run has several: with one, the figure is exposed
+    # communication again, and a regression would be reported twice.
+    if len([d for d in by_dim if d != "unknown"]) < 2:
+        by_dim.clear()
     for dim, dim_shares in sorted(by_dim.items()):
         key = f"dim_comm_share[{dim}]"
         values[key] = _sampled(
