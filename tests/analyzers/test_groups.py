@@ -3,10 +3,15 @@ timing inference on hand-made collectives with a known layout."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tracelab.derived.group_inference import Inference, Op, stride_layouts
 from tracelab.derived.groups import _pattern_dim, mesh_groups, parse_mesh
+from tracelab.ingest import ingest
+from tracelab.store import open_store
+from tracelab.testing.synth import MS, RankTrace, write_ranks
 
 
 def test_mesh_groups_are_the_slices_of_each_dimension() -> None:
@@ -107,3 +112,35 @@ def test_inference_by_descent_on_eight_ranks() -> None:
     choice, (bad, unmatched, _), _ = inf.solve()
     assert [cands[c] for c in choice] == want
     assert (bad, unmatched) == (0, 0)
+
+
+def test_a_group_named_only_by_its_ranks(tmp_path: Path) -> None:
+    """Kernels that give `Process Group Ranks` but no name: each call matches within its
+    ranks' group, though every rank's call has the same `Seq` (two groups, 0 and 1 ms apart:
+    matched across the groups, rank 0's would end before rank 2 arrived)."""
+    traces = [RankTrace(rank=r, world_size=4) for r in range(4)]
+    for t in traces:
+        t.step(1, 0, 20 * MS)
+        group = [0, 1] if t.rank < 2 else [2, 3]
+        start = (1 if t.rank < 2 else 5) * MS
+        ev = t.nccl("all_reduce", start, start + 2 * MS, nbytes=1 << 20, group_ranks=group,
+                    seq=1)  # fmt: skip
+        del ev["args"]["Process Group Name"], ev["args"]["Process Group Description"]
+    paths = write_ranks(tmp_path / "cap", traces)
+    db = tmp_path / "s.duckdb"
+    ingest(paths, db=db, run="r", workers=1, progress=False)
+    with open_store(db) as con:
+        keys = con.execute(
+            "SELECT match_key, list(rank ORDER BY rank) FROM matched_collectives GROUP BY 1 "
+            "ORDER BY 1"
+        ).fetchall()
+        (violations,) = con.execute(
+            "SELECT sum(causality_violations) FROM clock_offsets"
+        ).fetchall()[0]
+        groups = con.execute(
+            "SELECT group_key, members_from FROM process_groups ORDER BY 1"
+        ).fetchall()
+    assert keys == [("ranks:0,1:1", [0, 1]), ("ranks:2,3:1", [2, 3])]
+    assert violations == 0
+    # The default group (the trace's pg_config) and the two named by their ranks.
+    assert groups == [("0", "trace"), ("ranks:0,1", "trace"), ("ranks:2,3", "trace")]

@@ -221,8 +221,18 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                 g.dim, g.source = hit[0], "trace"
                 g.evidence.append(f"the trace names the group {hit[1]!r}")
 
+    # Collectives that name their group's ranks only (no name): that group.
+    assigned = [
+        (int(r), int(i), group_for(tuple(sorted(m)), "trace").key)
+        for r, i, m in con.execute(
+            """SELECT rank, event_idx, TRY_CAST(pg_ranks AS INTEGER[]) FROM collectives
+               WHERE run_id = $run AND pg_name IS NULL AND event_idx IS NOT NULL
+                 AND len(TRY_CAST(pg_ranks AS INTEGER[])) > 1""",
+            params,
+        ).fetchall()
+    ]
     # Collectives that name no group: infer the layout.
-    assigned = _infer(con, run_id, groups, world, ranks, group_for)
+    assigned += _infer(con, run_id, groups, world, ranks, group_for)
 
     # The pattern of each group's collectives, for groups nothing else names.
     _apply_patterns(con, run_id, groups, assigned)
@@ -269,6 +279,7 @@ def _infer(
         FROM collectives c JOIN events e ON e.run_id = c.run_id AND e.rank = c.rank
              AND e.idx = c.event_idx
         WHERE c.run_id = $run AND c.source = 'host' AND c.pg_name IS NULL
+          AND c.pg_ranks IS NULL
           AND c.start_ns IS NOT NULL AND c.end_ns IS NOT NULL AND c.event_idx IS NOT NULL
           AND c.op NOT IN ('send', 'recv', 'send_recv')
         """,

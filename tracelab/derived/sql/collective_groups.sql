@@ -1,6 +1,7 @@
--- The process group of each collective whose trace names none (plain torch.profiler traces
--- of gloo jobs): inferred from timing by tracelab/derived/groups.py. matched_collectives
--- matches such a collective only within this group.
+-- The process group of each collective whose trace does not name it: the group of its ranks
+-- when the trace gives only those, else (plain torch.profiler traces of gloo jobs) the group
+-- inferred from timing by tracelab/derived/groups.py. matched_collectives matches such a
+-- collective only within this group.
 CREATE TABLE IF NOT EXISTS collective_groups (
     -- The run.
     run_id INTEGER NOT NULL,
