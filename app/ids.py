@@ -21,6 +21,7 @@ OV_FINDINGS = "overview-findings"
 OV_SUMMARY = "overview-summary"
 OV_HEADLINE = "overview-headline"
 OV_PARTS = "overview-parts"
+OV_DIMS = "overview-dims"
 OV_CLICK_SINK = "overview-click-sink"
 OV_HANG = "overview-hang"
 

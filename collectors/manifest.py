@@ -105,12 +105,15 @@ def parallelism_from_mesh(mesh: Any) -> tuple[dict[str, Any], dict[str, int | No
     """
     names = tuple(mesh.mesh_dim_names or ())
     shape = tuple(int(s) for s in mesh.mesh.shape)
+    # The global rank at every mesh coordinate: the groups of each dimension are its slices
+    # (tracelab.derived.groups), whatever order the ranks were laid out in.
+    layout = {"names": list(names), "shape": list(shape), "ranks": mesh.mesh.tolist()}
     if not names or len(names) != len(shape) or any(n not in _MESH_ALIASES for n in names):
         return (
             {
                 "dims": None,
                 "source": "unknown",
-                "mesh": {"names": list(names), "shape": list(shape)},
+                "mesh": layout,
             },
             {d: None for d in DIMS},
         )
@@ -129,7 +132,7 @@ def parallelism_from_mesh(mesh: Any) -> tuple[dict[str, Any], dict[str, int | No
         {
             "dims": dims,
             "source": "device_mesh",
-            "mesh": {"names": list(names), "shape": list(shape)},
+            "mesh": layout,
         },
         coords,
     )

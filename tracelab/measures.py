@@ -39,3 +39,13 @@ COLLECTIVE_BANDWIDTH_SQL = f"""(
         FROM matched_collectives WHERE run_id = $run GROUP BY match_key
     )
 )"""
+
+
+#: Per steady step (ordinal >= $min_ordinal) and parallel dimension: the dimension's exposed
+#: communication, transfer and wait, over the step time, pooled over ranks (the derived view
+#: job_step_dim_shares; docs/metrics.md, "Process groups and parallel dimensions"). Rows:
+#: step, dim, share. The report samples it per step; the breakdown shows its median.
+DIM_COMM_SHARES_SQL = """
+SELECT step, dim, transfer_share + wait_share AS share FROM job_step_dim_shares
+WHERE run_id = $run AND ordinal >= $min_ordinal ORDER BY step, dim
+"""

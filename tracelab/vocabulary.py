@@ -121,6 +121,59 @@ DTYPE_BYTES = {
 }
 
 
+# --- Parallel dimensions (docs/metrics.md, "Process groups and parallel dimensions") ---------
+
+
+class Dim(str, enum.Enum):
+    """The parallel dimension a process group serves (process_groups.dim)."""
+
+    #: Data parallel, replicated (DDP, FSDP's replicate dimension): gradient all-reduces.
+    DP = "dp"
+    #: Data parallel, sharded (FSDP / ZeRO-3): parameter all-gathers, gradient reduce-scatters.
+    DP_SHARD = "dp_shard"
+    #: Tensor parallel: activation all-reduces inside each layer's forward and backward.
+    TP = "tp"
+    #: Pipeline parallel: send/recv between stages.
+    PP = "pp"
+    #: Context parallel: all-to-all or ring exchange of sequence shards.
+    CP = "cp"
+    #: Expert parallel: all-to-all dispatch and combine.
+    EP = "ep"
+    #: Nothing says which.
+    UNKNOWN = "unknown"
+
+
+#: DeviceMesh and process-group names folded into one dimension (torchtitan's names, and the
+#: `mesh_<name>` descriptions DeviceMesh gives its groups).
+DIM_ALIASES = {
+    "dp": Dim.DP,
+    "ddp": Dim.DP,
+    "dp_replicate": Dim.DP,
+    "replicate": Dim.DP,
+    "dp_shard": Dim.DP_SHARD,
+    "fsdp": Dim.DP_SHARD,
+    "shard": Dim.DP_SHARD,
+    "dp_shard_cp": Dim.DP_SHARD,
+    "dp_cp": Dim.DP,
+    "tp": Dim.TP,
+    "pp": Dim.PP,
+    "cp": Dim.CP,
+    "ep": Dim.EP,
+}
+#: What each dimension is called where space allows.
+DIM_LABELS = {
+    Dim.DP: "data parallel (dp)",
+    Dim.DP_SHARD: "FSDP (dp_shard)",
+    Dim.TP: "tensor parallel (tp)",
+    Dim.PP: "pipeline (pp)",
+    Dim.CP: "context parallel (cp)",
+    Dim.EP: "expert parallel (ep)",
+    Dim.UNKNOWN: "unknown group",
+}
+#: Where a group's dimension came from (process_groups.source), strongest first.
+DIM_SOURCES = ("mesh", "collector", "trace", "inferred")
+
+
 # --- Findings -----------------------------------------------------------------------------------
 
 

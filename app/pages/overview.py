@@ -17,7 +17,7 @@ from tracelab.figures.overview import step_heatmap, time_split_figure
 from tracelab.render.text import duration
 from tracelab.views.findings import step_windows, targets
 from tracelab.views.hang import HangBanner, hang_banner
-from tracelab.views.overview import TimeSplit, step_matrix, summary, time_split
+from tracelab.views.overview import DimRow, TimeSplit, dim_split, step_matrix, summary, time_split
 
 
 def analyzer_errors(errors: dict[str, str]) -> list[Any]:
@@ -141,6 +141,47 @@ def parts_table(split: TimeSplit | None, links: dict[str, str]) -> Any:
     return html.Table([head, html.Tbody(rows)], className="table parts", id=ids.OV_PARTS)
 
 
+def dims_table(rows: list[DimRow]) -> Any:
+    """Exposed communication by parallel dimension: which dimension's transfer and waiting
+    the 'communication (exposed)' and 'waiting' parts hold."""
+    if not rows:
+        return html.Div()
+    body = [
+        html.Tr(
+            [
+                html.Td(r.label),
+                html.Td(f"{duration(r.transfer_ns)}", className="num"),
+                html.Td(f"{100 * r.transfer_share:.1f}%", className="num"),
+                html.Td(f"{duration(r.wait_ns)}", className="num"),
+                html.Td(f"{100 * r.wait_share:.1f}%", className="num"),
+                html.Td(", ".join(r.groups) or "-"),
+                html.Td(", ".join(r.sources) or "-"),
+            ],
+            **data_attr("dim", r.dim),
+        )
+        for r in rows
+    ]
+    head = html.Thead(
+        html.Tr(
+            [
+                html.Th("dimension"),
+                html.Th("transfer per step"),
+                html.Th("share"),
+                html.Th("waiting per step"),
+                html.Th("share"),
+                html.Th("process groups"),
+                html.Th("named by"),
+            ]
+        )
+    )
+    return html.Div(
+        [
+            html.H2("Communication by parallel dimension"),
+            html.Table([head, html.Tbody(body)], className="table dims", id=ids.OV_DIMS),
+        ]
+    )
+
+
 def _color(part: str) -> str:
     from tracelab.vocabulary import PART_COLORS
 
@@ -182,6 +223,7 @@ def layout(**kwargs: Any) -> html.Div:
         graph(ids.OV_BREAKDOWN, time_split_figure(split, links)),
         html.Div(id=ids.OV_CLICK_SINK, style={"display": "none"}),
         parts_table(split, links),
+        dims_table(dim_split(found)),
         html.H2(f"Findings ({len(found_targets)}), largest impact first"),
         findings_list(found_targets, run, id=ids.OV_FINDINGS, all_ranks=ctx.ranks),
         graph(ids.OV_HEATMAP, step_heatmap(matrix)),

@@ -75,6 +75,9 @@ def test_pages_wait_for_analysis_then_draw(app_module: Any) -> None:
         assert time.monotonic() < deadline, "analysis did not finish in 120 s"
         time.sleep(0.2)
     assert find_text(out, "Overview of stragglers") and find_text(out, "STRAGGLER_COMPUTE")
+    # Exposed communication by parallel dimension (the breakdown's by_dim).
+    assert find_text(out, "Communication by parallel dimension")
+    assert find_text(out, "data parallel (dp)")
     assert pending.poll(1, {"path": "/elsewhere"}) is dash.no_update
     assert ids.PENDING_BODY == tree.id
 

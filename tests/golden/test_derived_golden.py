@@ -43,6 +43,8 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 #: Every derived table and view, in the order derive() fills them.
 TABLES = (
+    "process_groups",
+    "collective_groups",
     "clock_offsets",
     "step_spans",
     "matched_collectives",
@@ -56,6 +58,7 @@ TABLES = (
     "derived_errors",
     "job_steps",
     "job_step_shares",
+    "job_step_dim_shares",
 )
 NULL = r"\N"
 

@@ -14,6 +14,7 @@ each rank's [first kernel start, last kernel end] (tests/analyzers/test_hta_cros
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,9 +32,9 @@ from tracelab.analyzers._common import (
 )
 from tracelab.analyzers._host import host_activity, host_total
 from tracelab.derived.intervals import breakdown_sql
-from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL
+from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL, DIM_COMM_SHARES_SQL
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
-from tracelab.vocabulary import Code
+from tracelab.vocabulary import DIM_LABELS, Code, Dim
 
 NAME = "breakdown"
 TITLE = "Where the step goes: lost-time parts and comm/compute overlap"
@@ -97,13 +98,54 @@ GROUP BY op, pg_name, bytes, n, source ORDER BY count(*) * median(transfer_ns) D
 #: part of the budget: every transfer segment lies under a communication interval).
 _EXPOSED_BY_SQL = """
 WITH n AS (SELECT count(*) AS rs FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal)
-SELECT op, pg_name, bytes, sum(exposed_ns) / any_value(n.rs) AS exposed_ns_per_step,
+SELECT op, dim, pg_name, bytes, sum(exposed_ns) / any_value(n.rs) AS exposed_ns_per_step,
        list(DISTINCT rank ORDER BY rank) AS ranks
 FROM comm_attribution, n
 WHERE run_id = $run AND part = 'transfer'
   AND step IN (SELECT step FROM step_spans WHERE run_id = $run AND ordinal >= $min_ordinal)
-GROUP BY op, pg_name, bytes ORDER BY exposed_ns_per_step DESC
+GROUP BY op, dim, pg_name, bytes ORDER BY exposed_ns_per_step DESC, op, dim
 """
+
+
+#: Per parallel dimension: its transfer and wait per steady step (the mean over ranks and
+#: steady steps, as the budget's parts) and as shares of the step; over the dims they add up to
+#: the budget's transfer and wait (comm_attribution; docs/metrics.md).
+_BY_DIM_SQL = """
+WITH n AS (SELECT count(*) AS rs, sum(step_ns) AS st FROM step_parts
+           WHERE run_id = $run AND ordinal >= $min_ordinal)
+SELECT dim, sum(transfer_ns) / any_value(n.rs) AS transfer_ns,
+       sum(wait_ns) / any_value(n.rs) AS wait_ns,
+       sum(transfer_ns) / any_value(n.st) AS transfer_share,
+       sum(wait_ns) / any_value(n.st) AS wait_share,
+       (SELECT list(DISTINCT g.group_key ORDER BY g.group_key) FROM process_groups g
+        WHERE g.run_id = $run AND g.dim = d.dim) AS groups,
+       (SELECT list(DISTINCT g.source ORDER BY g.source) FROM process_groups g
+        WHERE g.run_id = $run AND g.dim = d.dim) AS sources
+FROM job_step_dim_shares d, n
+WHERE run_id = $run AND ordinal >= $min_ordinal
+GROUP BY dim ORDER BY sum(transfer_ns + wait_ns) DESC, dim
+"""
+
+#: What to do about exposed transfer of each dimension.
+DIM_FIXES = {
+    Dim.TP.value: "Tensor-parallel all-reduces sit inside every layer's forward and backward, "
+    "on the critical path: overlap them with compute (async tensor parallelism / "
+    "micro-pipelined TP), use sequence parallelism (reduce-scatter + all-gather instead of "
+    "all-reduce, smaller messages), or keep the TP group inside one node's fast links.",
+    Dim.DP_SHARD.value: "FSDP's parameter all-gathers and gradient reduce-scatters are not "
+    "hidden: prefetch the next layer's all-gather (forward_prefetch / "
+    "set_modules_to_forward_prefetch, backward prefetch), wrap fewer, larger units, or "
+    "reshard_after_forward=False for the last blocks.",
+    Dim.DP.value: "Data-parallel gradient all-reduces are not hidden: tune the bucket size "
+    "(DDP bucket_cap_mb: smaller buckets start during backward, larger ones cost fewer "
+    "calls), reduce in bf16, or accumulate gradients over more microbatches per all-reduce.",
+    Dim.PP.value: "Pipeline send/recv are exposed: pick a schedule that overlaps them "
+    "(interleaved 1F1B, zero-bubble), use more microbatches, or balance the stages.",
+    Dim.EP.value: "Expert-parallel all-to-alls are exposed: overlap dispatch/combine with "
+    "expert compute, balance the routing, or shrink the EP group to a node.",
+    Dim.CP.value: "Context-parallel exchanges are exposed: overlap the ring's KV exchange "
+    "with attention compute, or shrink the CP degree.",
+}
 
 
 def _hta_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, Any]]:
@@ -193,13 +235,23 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
             "wait_share_median": medians["w"],
         }
     )
+    by_dim = rows(con, _BY_DIM_SQL, ctx.params)
+    for x in by_dim:
+        metrics[f"transfer_share[{x['dim']}]"] = x["transfer_share"]
+        metrics[f"wait_share[{x['dim']}]"] = x["wait_share"]
+    dim_steps: dict[str, list[float]] = {}
+    for _step, dim, share in con.execute(DIM_COMM_SHARES_SQL, ctx.params).fetchall():
+        dim_steps.setdefault(str(dim), []).append(float(share))
+    for dim, shares in sorted(dim_steps.items()):
+        # The report's dim_comm_share[dim] (its median over steady steps).
+        metrics[f"dim_comm_share_median[{dim}]"] = float(statistics.median(shares))
     bandwidth = rows(con, _BANDWIDTH_SQL, {"run": ctx.run_id})
     exposed_by = rows(con, _EXPOSED_BY_SQL, ctx.params)
     findings = []
     transfer = bud["transfer_ns"] or 0.0
     if step_ns and transfer > p["exposed_comm_threshold"] * step_ns:
         findings.append(
-            _exposed_comm(ctx, transfer, step_ns, metrics, exposed_by, bandwidth, ranks_tbl)
+            _exposed_comm(ctx, transfer, step_ns, metrics, exposed_by, bandwidth, ranks_tbl, by_dim)
         )
     host = bud["host_ns"] or 0.0
     if step_ns and host > p["host_bound_threshold"] * step_ns:
@@ -221,6 +273,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
             "ranks": ranks_tbl,
             "steps": steps_tbl,
             "exposed_by_collective": exposed_by,
+            "by_dim": by_dim,
             "bandwidth": bandwidth,
         },
         findings=tuple(findings),
@@ -236,6 +289,7 @@ def _exposed_comm(
     exposed_by: list[dict[str, Any]],
     bandwidth: list[dict[str, Any]],
     ranks_tbl: list[dict[str, Any]],
+    by_dim: list[dict[str, Any]],
 ) -> Finding:
     bw = {(b["op"], b["pg_name"], b["bytes"]): b for b in bandwidth}
     numbers: dict[str, float | int | str | None] = {
@@ -251,8 +305,10 @@ def _exposed_comm(
             "unknown": "communication ops the trace does not name",
             "wait_tensor": "waits for async collectives (wait_tensor)",
         }.get(x["op"], x["op"])
+        on = f" ({x['dim']})" if x["dim"] != Dim.UNKNOWN.value else ""
         text = (
-            f"{op} {size_str(x['bytes'])}{group}: {ms(x['exposed_ns_per_step'])} exposed per step"
+            f"{op}{on} {size_str(x['bytes'])}{group}: "
+            f"{ms(x['exposed_ns_per_step'])} exposed per step"
         )
         if b is not None and b["busbw_gbps"] is not None:
             text += f", bus bandwidth {b['busbw_gbps']:.3g} GB/s" + (
@@ -265,8 +321,7 @@ def _exposed_comm(
     low_overlap = overlap is None or overlap < LOW_OVERLAP
     ranks = tuple(x["rank"] for x in ranks_tbl if (x.get("transfer_ns") or 0) > 0)
     if low_overlap:
-        fix = (
-            f"Not overlapped: only {pct(overlap)} of communication runs under compute. "
+        fix = f"Not overlapped: only {pct(overlap)} of communication runs under compute. " + (
             "Start gradient all-reduces during backward (DDP: smaller bucket_cap_mb so the "
             "first buckets go early; FSDP: backward_prefetch, forward_prefetch), prefetch "
             "parameters a layer ahead, and keep collectives on their own stream."
@@ -279,11 +334,26 @@ def _exposed_comm(
             "and topology settings; otherwise move fewer bytes (bf16 gradients, fewer "
             "sharded parameters, larger buckets)."
         )
+    # The known dimension whose transfer is most exposed names the finding and its own fix.
+    known = [x for x in by_dim if x["dim"] != Dim.UNKNOWN.value]
+    top = max(known, key=lambda x: x["transfer_ns"] or 0.0, default=None)
+    dim = top["dim"] if top is not None and (top["transfer_ns"] or 0) > 0 else None
+    if dim is not None:
+        numbers["dim"] = dim
+        for x in by_dim:
+            if x["transfer_ns"]:
+                numbers[f"transfer_ns_per_step[{x['dim']}]"] = x["transfer_ns"]
+    if dim in DIM_FIXES and low_overlap:
+        fix = f"Not overlapped: only {pct(overlap)} of communication runs under compute. "
+        fix += DIM_FIXES[dim]
+    elif dim in DIM_FIXES:
+        fix = DIM_FIXES[dim] + " " + fix
+    label = DIM_LABELS.get(Dim(dim), dim) if dim in {d.value for d in Dim} else None
     return Finding(
         code=Code.EXPOSED_COMM,
         severity=Severity.WARNING,
-        title=f"Communication transfer not hidden by compute costs {{impact_pct}} of the step "
-        f"({what})",
+        title="Communication transfer not hidden by compute costs {impact_pct} of the step "
+        + (f"(most on {label}: {what})" if label and dim != Dim.UNKNOWN.value else f"({what})"),
         evidence=Evidence(ranks=ranks, numbers=numbers),
         claim=Claim(parts=(("transfer", round(transfer)),)),
         suggestion=fix + " Waiting for late ranks is not counted here (see the stragglers).",

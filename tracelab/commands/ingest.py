@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracelab.commands._common import add_db_option
 from tracelab.errors import UsageError
@@ -43,6 +43,18 @@ def _print_report(report: IngestReport, db: str) -> None:
         print(f"ignored {len(report.ignored)} files that are not traces: {shown}")
 
 
+def _mesh(text: str | None) -> dict[str, Any] | None:
+    """`--mesh "dp_shard=2,tp=2"` as run metadata (tracelab.derived.groups.parse_mesh)."""
+    if text is None:
+        return None
+    from tracelab.derived.groups import parse_mesh
+
+    try:
+        return parse_mesh(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def _engine(args: argparse.Namespace) -> Engine | None:
     from tracelab.ingest.pool import Engine
 
@@ -66,6 +78,7 @@ def ingest_paths(args: argparse.Namespace) -> list[IngestReport]:
         "skip_bad": args.skip_bad,
         "workers": args.workers,
         "engine": _engine(args),
+        "mesh": _mesh(getattr(args, "mesh", None)),
     }
     captures = capture_runs(args.paths)
     if captures is None:
@@ -108,6 +121,13 @@ def add_ingest_options(p: argparse.ArgumentParser) -> None:
         "name, or a tensorboard_trace_handler worker name such as host_1234)",
     )
     p.add_argument("--replace", action="store_true", help="replace a run of the same name")
+    p.add_argument(
+        "--mesh",
+        metavar="DIMS",
+        help='the job\'s device mesh, outermost dimension first, e.g. "dp_shard=2,tp=2" '
+        "(init_device_mesh's order): names each process group's parallel dimension where "
+        "the traces do not (stored in the run's metadata; docs/metrics.md)",
+    )
     p.add_argument(
         "--skip-bad",
         action="store_true",

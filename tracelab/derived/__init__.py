@@ -1,6 +1,6 @@
 """The derived layer: one definition for every number, computed once per run, stored, read by all.
 
-`derive(con, run_id)` fills the derived tables (step spans, clock offsets, matched collectives, p2p ops, all-to-all bytes, pipeline actions, the lost-time parts and the
+`derive(con, run_id)` fills the derived tables (process groups and their dimensions, step spans, clock offsets, matched collectives, p2p ops, all-to-all bytes, pipeline actions, the lost-time parts and the
 attribution of exposed communication) from the base tables, inside the ingest's transaction;
 `tracelab rederive` runs it again on stored runs. Every analyzer, the reports and the app read
 these tables (through `tracelab sql` too) and never recompute what they hold. docs/metrics.md
@@ -29,6 +29,7 @@ from tracelab.errors import failure_reason
 
 #: Derived tables per component, in the order derive() fills them.
 COMPONENT_TABLES: dict[str, tuple[str, ...]] = {
+    "groups": ("process_groups", "collective_groups"),
     "clocks": ("clock_offsets",),
     "steps": ("step_spans",),
     "collectives": ("matched_collectives", "p2p_ops"),
@@ -55,6 +56,12 @@ class DeriveReport:
     """What derive() did: the components that failed on the run (component -> reason)."""
 
     errors: dict[str, str]
+
+
+def _groups(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    from tracelab.derived import groups
+
+    groups.derive(con, run_id)
 
 
 def _clocks(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
@@ -103,6 +110,7 @@ def _parts(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
 _STEPS: tuple[
     tuple[str, Callable[[duckdb.DuckDBPyConnection, int], None], tuple[str, ...]], ...
 ] = (
+    ("groups", _groups, ()),
     ("clocks", _clocks, ()),
     ("steps", _steps, ("clocks",)),
     ("collectives", _collectives, ("clocks",)),

@@ -110,7 +110,8 @@ def choose_source(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
 def keyed_sql() -> str:
     """Matched group collectives on the ranks' own clocks, one row per (match, rank): the body
     of the macro keyed_collectives(_run, _source) (tracelab.derived.sqlfiles.create_macros).
-    Columns: rank, key, op, pg_name, step (the match's), start_ns, end_ns,
+    Columns: rank, key, op, pg_name, group_key (pg_name, else the group
+    tracelab.derived.groups inferred, collective_groups), step (the match's), start_ns, end_ns,
     bytes (nccl-tests size; for kernels without record_param_comms, from the host op's
     inputs, HOST_OP_IN_BYTES_SQL), group_size (the trace's, else the ranks matched), matched
     (ranks matched), transfer_ns (shortest duration), event_idx.
@@ -146,29 +147,33 @@ def keyed_sql() -> str:
         GROUP BY c0.rank, c0.start_ns, c0.op
     ),
     c AS (
-        SELECT c0.rank, c0.op, pg_name, step, c0.start_ns, end_ns, seq, c0.event_idx,
+        SELECT c0.rank, c0.op, pg_name, coalesce(pg_name, cg.group_key) AS grp, step,
+               c0.start_ns, end_ns, seq, c0.event_idx,
                coalesce(in_bytes, hb.host_in_bytes, ob.o_in) AS in_bytes,
                coalesce(out_bytes, CASE WHEN hb.host_in_bytes IS NULL THEN ob.o_out END)
                    AS out_bytes, group_size,
-               row_number() OVER (PARTITION BY c0.rank, coalesce(pg_name, ''), c0.op, step
-                                  ORDER BY c0.start_ns, seq) - 1 AS occ
+               row_number() OVER (PARTITION BY c0.rank, coalesce(pg_name, cg.group_key, ''),
+                                  c0.op, step ORDER BY c0.start_ns, seq) - 1 AS occ
         FROM c0 LEFT JOIN hb ON hb.rank = c0.rank AND hb.event_idx = c0.event_idx
+        -- The group of a collective whose trace names none (tracelab.derived.groups).
+        LEFT JOIN collective_groups cg ON cg.run_id = _run AND cg.rank = c0.rank
+             AND cg.event_idx = c0.event_idx
         LEFT JOIN ob ON ob.rank = c0.rank AND ob.start_ns = c0.start_ns AND ob.op = c0.op
     ),
     k AS (
         SELECT c.*,
                CASE WHEN (SELECT bool_and(seq IS NOT NULL) FROM c)
-                    THEN concat_ws(':', coalesce(pg_name, ''), seq::VARCHAR)
-                    ELSE concat_ws(':', coalesce(pg_name, ''), op, coalesce(step, -1)::VARCHAR,
+                    THEN concat_ws(':', coalesce(grp, ''), seq::VARCHAR)
+                    ELSE concat_ws(':', coalesce(grp, ''), op, coalesce(step, -1)::VARCHAR,
                                    occ::VARCHAR) END AS key
         FROM c
     ),
     g AS (SELECT key, count(*) AS n, min(end_ns - start_ns) AS transfer_ns,
                  min(step) AS match_step
           FROM k GROUP BY key HAVING count(*) >= 2 AND count(DISTINCT rank) = count(*))
-    SELECT rank, key, op, pg_name, step, start_ns, end_ns, {NCCL_TESTS_BYTES_SQL} AS bytes,
-           n AS group_size, matched, transfer_ns, event_idx
-    FROM (SELECT k.rank, key, k.op, k.pg_name, g.match_step AS step, k.start_ns, k.end_ns,
+    SELECT rank, key, op, pg_name, grp AS group_key, step, start_ns, end_ns,
+           {NCCL_TESTS_BYTES_SQL} AS bytes, n AS group_size, matched, transfer_ns, event_idx
+    FROM (SELECT k.rank, key, k.op, k.pg_name, k.grp, g.match_step AS step, k.start_ns, k.end_ns,
                  k.in_bytes, k.out_bytes, coalesce(k.group_size, g.n) AS n, g.n AS matched,
                  g.transfer_ns, k.event_idx
           FROM k JOIN g USING (key))

@@ -48,6 +48,10 @@ _CLASS_NAMES = (
     "sync",
     "p2p_transfer",
 )
+#: A host op that issues a collective takes the dimension of its op's first host collective
+#: on the rank starting at most this long after it (10 ms: gloo's worker picks it up at once
+#: unless earlier work of its group is still queued).
+ISSUE_WINDOW_NS = 10_000_000
 #: Part labels of segments, in time_parts.part and step_parts' columns.
 PARTS = TIME_PARTS
 #: The communication classes and the part their exposed time is attributed under.
@@ -68,13 +72,23 @@ def _device_ranks_sql() -> str:
 
 
 #: Every interval of the run on the reference clock, classed and keyed: rank, t0, t1, cls,
-#: op, pg_name, bytes, culprit. Named parameters: $run, $op_patterns and $op_names (OP_RULES).
+#: op, pg_name, bytes, culprit, dim (the parallel dimension of a communication interval: its
+#: group's, process_groups.dim; send/recv are the pipeline's). Named parameters: $run, $op_patterns and $op_names (OP_RULES).
 INTERVALS_SQL = f"""
 WITH dev AS ({_device_ranks_sql()}),
 off AS (FROM run_offsets($run)),
 hs AS ({HOST_OPS_SQL} AND rank NOT IN (FROM dev)),
+hostc AS (
+    SELECT k.rank, k.start_ns, k.op, pg.dim FROM collectives k
+    LEFT JOIN collective_groups cg ON cg.run_id = k.run_id AND cg.rank = k.rank
+         AND cg.event_idx = k.event_idx
+    JOIN process_groups pg ON pg.run_id = k.run_id
+         AND pg.group_key = coalesce(k.pg_name, cg.group_key)
+    WHERE k.run_id = $run AND k.source = 'host' AND k.start_ns IS NOT NULL
+),
 comm AS (
-    SELECT e.rank, e.idx, e.name, ref_ns(e.ts_ns, off.o) AS a, ref_ns(e.ts_ns + e.dur_ns, off.o) AS b
+    SELECT e.rank, e.idx, e.name, e.ts_ns AS ts, ref_ns(e.ts_ns, off.o) AS a,
+           ref_ns(e.ts_ns + e.dur_ns, off.o) AS b
     FROM events e JOIN off USING (rank)
     WHERE e.run_id = $run AND e.category = 'communication'
       AND e.on_device = (e.rank IN (FROM dev))
@@ -82,46 +96,63 @@ comm AS (
 SELECT e.rank, ref_ns(e.ts_ns, off.o) AS t0, ref_ns(e.ts_ns + e.dur_ns, off.o) AS t1,
        CASE e.category WHEN 'compute' THEN {C} ELSE {Y} END AS cls,
        NULL::VARCHAR AS op, NULL::VARCHAR AS pg_name, NULL::BIGINT AS bytes,
-       NULL::INTEGER AS culprit
+       NULL::INTEGER AS culprit, NULL::VARCHAR AS dim
 FROM events e JOIN off USING (rank)
 WHERE e.run_id = $run AND e.on_device AND e.category IN ('compute', 'memcpy', 'memset')
 UNION ALL
-SELECT h.rank, ref_ns(h.t0, off.o), ref_ns(h.t1, off.o), {C}, NULL, NULL, NULL, NULL
+SELECT h.rank, ref_ns(h.t0, off.o), ref_ns(h.t1, off.o), {C}, NULL, NULL, NULL, NULL, NULL
 FROM ({host_compute_sql("SELECT * FROM hs", "rank, step, tid")}) h JOIN off USING (rank)
 UNION ALL
-SELECT e.rank, ref_ns(e.ts_ns, off.o), ref_ns(e.ts_ns + e.dur_ns, off.o), {S}, NULL, NULL, NULL, NULL
+SELECT e.rank, ref_ns(e.ts_ns, off.o), ref_ns(e.ts_ns + e.dur_ns, off.o), {S}, NULL, NULL, NULL, NULL,
+       NULL
 FROM events e JOIN off USING (rank)
 WHERE e.run_id = $run AND NOT e.on_device AND e.category = 'sync' AND e.rank IN (FROM dev)
 UNION ALL
 -- Matched group collectives (from events or the collector's records): wait, then transfer.
-SELECT rank, start_ns, start_ns + wait_ns, {W}, op, pg_name, bytes, last_rank
+SELECT rank, start_ns, start_ns + wait_ns, {W}, op, pg_name, bytes, last_rank, dim
 FROM matched_collectives WHERE run_id = $run AND wait_ns > 0
 UNION ALL
-SELECT rank, start_ns + wait_ns, end_ns, {T}, op, pg_name, bytes, NULL
+SELECT rank, start_ns + wait_ns, end_ns, {T}, op, pg_name, bytes, NULL, dim
 FROM matched_collectives WHERE run_id = $run
 UNION ALL
-SELECT rank, start_ns, start_ns + wait_ns, {P}, op, NULL, bytes, peer
+SELECT rank, start_ns, start_ns + wait_ns, {P}, op, NULL, bytes, peer, 'pp'
 FROM p2p_ops WHERE run_id = $run AND wait_ns > 0
 UNION ALL
-SELECT rank, start_ns + wait_ns, end_ns, {PT}, op, NULL, bytes, peer
+SELECT rank, start_ns + wait_ns, end_ns, {PT}, op, NULL, bytes, peer, 'pp'
 FROM p2p_ops WHERE run_id = $run
 UNION ALL
 -- Communication events that neither table explains; the op is the collectives row's (an
--- all-to-all's SendRecv kernels are named by their host op), else the event name's.
-SELECT c.rank, c.a, c.b, {U},
-       CASE WHEN c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
-            THEN 'wait_tensor'
-            ELSE coalesce((SELECT any_value(k.op) FROM collectives k
-                           WHERE k.run_id = $run AND k.rank = c.rank AND k.event_idx = c.idx),
-                          collective_op(c.name, $op_patterns, $op_names)) END,
-       NULL, NULL, NULL
-FROM comm c
-WHERE NOT EXISTS (SELECT 1 FROM matched_collectives m WHERE m.run_id = $run
-                  AND m.rank = c.rank AND m.event_idx = c.idx)
-  AND NOT EXISTS (SELECT 1 FROM p2p_ops p WHERE p.run_id = $run AND p.rank = c.rank
-                  AND p.event_idx = c.idx)
+-- all-to-all's SendRecv kernels are named by their host op), else the event name's. The dim
+-- is its group's; a host op issuing a collective (c10d::allreduce_ on the main thread) takes
+-- the group of the first host collective of its op on its rank that starts after it (FSDP2 on
+-- gloo runs a reduce-scatter as an all-reduce).
+SELECT u.rank, u.a, u.b, {U}, u.op, NULL, NULL, NULL,
+       coalesce(u.dim, (SELECT arg_min(h.dim, h.start_ns) FROM hostc h
+                        WHERE h.rank = u.rank AND h.start_ns >= u.ts
+                          AND h.start_ns <= u.ts + $issue_window_ns
+                          AND (h.op = u.op OR (u.op = 'reduce_scatter' AND h.op = 'all_reduce'))),
+                'unknown')
+FROM (
+    SELECT c.rank, c.a, c.b, c.ts,
+           CASE WHEN c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
+                THEN 'wait_tensor'
+                ELSE coalesce((SELECT any_value(k.op) FROM collectives k
+                               WHERE k.run_id = $run AND k.rank = c.rank AND k.event_idx = c.idx),
+                              collective_op(c.name, $op_patterns, $op_names)) END AS op,
+           (SELECT any_value(pg.dim) FROM collectives k
+            LEFT JOIN collective_groups cg ON cg.run_id = k.run_id AND cg.rank = k.rank
+                 AND cg.event_idx = k.event_idx
+            JOIN process_groups pg ON pg.run_id = k.run_id
+                 AND pg.group_key = coalesce(k.pg_name, cg.group_key)
+            WHERE k.run_id = $run AND k.rank = c.rank AND k.event_idx = c.idx) AS dim
+    FROM comm c
+    WHERE NOT EXISTS (SELECT 1 FROM matched_collectives m WHERE m.run_id = $run
+                      AND m.rank = c.rank AND m.event_idx = c.idx)
+      AND NOT EXISTS (SELECT 1 FROM p2p_ops p WHERE p.run_id = $run AND p.rank = c.rank
+                      AND p.event_idx = c.idx)
+) u
 UNION ALL
-SELECT rank, window_start_ns, window_end_ns, {PW}, NULL, NULL, NULL, NULL
+SELECT rank, window_start_ns, window_end_ns, {PW}, NULL, NULL, NULL, NULL, NULL
 FROM pipeline_ranks WHERE run_id = $run
 """
 
@@ -132,6 +163,7 @@ def intervals(con: duckdb.DuckDBPyConnection, run_id: int) -> pa.Table:
         "run": run_id,
         "op_patterns": [pattern for pattern, _ in OP_RULES],
         "op_names": [op for _, op in OP_RULES],
+        "issue_window_ns": ISSUE_WINDOW_NS,
     }
     return con.sql(INTERVALS_SQL, params=params).to_arrow_table()
 

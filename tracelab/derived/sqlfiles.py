@@ -28,6 +28,8 @@ import pyarrow as pa
 
 #: The definitions with a DDL, in the order the schema creates them (views last).
 DEFINITIONS = (
+    "process_groups",
+    "collective_groups",
     "step_spans",
     "clock_offsets",
     "matched_collectives",
@@ -42,6 +44,7 @@ DEFINITIONS = (
     "derived_errors",
     "job_steps",
     "job_step_shares",
+    "job_step_dim_shares",
 )
 _STATEMENT = re.compile(r"^(?:INSERT INTO|UPDATE) ", re.M)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracelab.defaults import DEFAULT_DB
 from tracelab.errors import InputError, TracelabError, UsageError
@@ -73,6 +73,7 @@ def ingest(
     workers: int | None = None,
     progress: bool | None = None,
     engine: Engine | None = None,
+    mesh: Mapping[str, Any] | None = None,
 ) -> IngestReport:
     """Ingest trace files, folders or a capture folder into the store as one run.
 
@@ -80,6 +81,8 @@ def ingest(
     from byte-identical files, in which case nothing changes; "replace" swaps it atomically.
     skip_bad: ingest the good ranks and record the bad files in the run; by default any bad
     file aborts and the store is left unchanged.
+    mesh: the job's device mesh, {"names": [...], "shape": [...]} (`--mesh`), kept in the
+    run's metadata; it names the process groups' parallel dimensions.
     """
     if not paths:
         raise UsageError("give at least one trace file or folder.")
@@ -132,6 +135,7 @@ def ingest(
             if_exists,
             world=1 if note else None,
             extra=None if hang is None else partial(hang_store.write, hang=hang),
+            extra_metadata={"mesh": dict(mesh)} if mesh else None,
         )
         if note:
             report.notes.append(note)

@@ -67,6 +67,13 @@ def _identical(con: duckdb.DuckDBPyConnection, rid: int, by_rank: dict[int, Conv
     return stored == new
 
 
+def _same_mesh(con: duckdb.DuckDBPyConnection, rid: int, extra: dict[str, Any] | None) -> bool:
+    """Whether the stored run was ingested with the same `--mesh` (or none)."""
+    row = con.execute("SELECT metadata->'mesh' FROM runs WHERE run_id = ?", [rid]).fetchall()
+    stored = json.loads(row[0][0]) if row and row[0][0] is not None else None
+    return stored == (extra or {}).get("mesh")
+
+
 def write_run(
     db_path: Path,
     staging: Path,
@@ -79,6 +86,7 @@ def write_run(
     if_exists: IfExists,
     world: int | None = None,
     extra: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
+    extra_metadata: dict[str, Any] | None = None,
 ) -> IngestReport:
     """Write the run in one transaction; `extra(con, run_id)` adds more of its rows in it
     (the hang verdict, tracelab.hang.stored)."""
@@ -106,7 +114,11 @@ def write_run(
             try:
                 row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchone()
                 if row is not None:
-                    if _identical(con, int(row[0]), by_rank) and not skipped:
+                    if (
+                        _identical(con, int(row[0]), by_rank)
+                        and not skipped
+                        and _same_mesh(con, int(row[0]), extra_metadata)
+                    ):
                         con.execute("ROLLBACK")
                         report.run_id, report.unchanged = int(row[0]), True
                         return report
@@ -117,7 +129,7 @@ def write_run(
                         )
                     delete_run(con, int(row[0]))
                 rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
-                _insert_run(con, rid, name, paths, capture, by_rank, skipped, world)
+                _insert_run(con, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
                 _load(con, rid, staging, by_rank, capture, skip)
                 if extra is not None:
                     extra(con, rid)
@@ -150,8 +162,9 @@ def _insert_run(
     by_rank: dict[int, ConvertedRank],
     skipped: list[dict[str, str]],
     world: int | None,
+    extra_metadata: dict[str, Any] | None = None,
 ) -> None:
-    meta: dict[str, Any] = {"tracelab_version": __version__}
+    meta: dict[str, Any] = {"tracelab_version": __version__, **(extra_metadata or {})}
     if capture is not None:
         meta["manifest"] = capture.manifest
         meta["pipeline"] = capture.manifest.get("pipeline")

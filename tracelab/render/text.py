@@ -69,6 +69,7 @@ def value(key: str, v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, (int, float)):
+        key = key.split("[", 1)[0]  # `transfer_share[tp]` is a share
         if key.endswith("_ns") or "_ns_" in key:
             return duration(v)
         if key.endswith("_bytes"):

@@ -9,6 +9,8 @@ gate needs, which `tracelab analyze` shows as steps' `step_ns_median`):
 - step_time: job_steps.dur_ns, the mean over ranks of each rank's (tiled) step.
 - exposed_comm_share: over ranks, communication not under compute / step time (step_parts).
 - comm_overlap: over ranks, communication under compute / communication.
+- dim_comm_share[dim]: over ranks, the transfer and wait of one parallel dimension / step time
+  (job_step_dim_shares); only for runs with two or more known dimensions.
 - straggler_wait: over ranks, the wait part / step time (time waiting for the last arriver).
 - bubble_share[stage=s]: the rank holding stage s, (bubble + stall) / its step time.
 - collective_bandwidth[op]: matched collectives of at least 256 KiB: sum(bytes x bus factor)
@@ -33,7 +35,7 @@ import duckdb
 import numpy as np
 
 from tracelab.errors import InputError
-from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL
+from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL, DIM_COMM_SHARES_SQL
 from tracelab.report.compare import MetricValue, RunMetrics, RunSummary
 from tracelab.report.thresholds import ReportSettings
 from tracelab.vocabulary import P2P_OPS
@@ -210,6 +212,19 @@ def _step_metrics(
     ):
         values["straggler_wait"] = _sampled(
             "straggler_wait", "straggler_wait", "Straggler wait (share of step)", wait
+        )
+    by_dim: dict[str, dict[int, float]] = defaultdict(dict)
+    dim_params = {"run": run_id, "min_ordinal": min_ordinal}
+    for step, dim, share in con.execute(DIM_COMM_SHARES_SQL, dim_params).fetchall():
+        by_dim[str(dim)][int(step)] = float(share)
+    # Per dimension only where the run has several: with one, the figure is exposed
+    # communication again, and a regression would be reported twice.
+    if len([d for d in by_dim if d != "unknown"]) < 2:
+        by_dim.clear()
+    for dim, dim_shares in sorted(by_dim.items()):
+        key = f"dim_comm_share[{dim}]"
+        values[key] = _sampled(
+            key, "dim_comm_share", f"Exposed communication, {dim} (share of step)", dim_shares
         )
     acc: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     host_timed: dict[str, bool] = {}

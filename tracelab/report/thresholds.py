@@ -121,6 +121,15 @@ GATES: dict[str, Gate] = {
             "as a share of the step (mean over ranks)",
         ),
         Gate(
+            name="dim_comm_share",
+            title="Communication per dimension",
+            unit="share",
+            bad_direction=+1,
+            default="+2pp",
+            description="exposed communication (transfer and waiting) of one parallel "
+            "dimension (dp, dp_shard, tp, pp, cp, ep), as a share of the step",
+        ),
+        Gate(
             name="collective_bandwidth",
             title="Collective bandwidth",
             unit="GB/s",

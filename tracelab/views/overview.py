@@ -17,7 +17,7 @@ from tracelab.render.text import duration
 from tracelab.results import Finding
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
-from tracelab.vocabulary import PART_LABELS, STEP_PARTS
+from tracelab.vocabulary import DIM_LABELS, PART_LABELS, STEP_PARTS, Dim
 
 #: Most ranks and steps in the heatmap (the rest is summarized in the title).
 MAX_HEAT_RANKS = 256
@@ -163,6 +163,44 @@ def time_split(analysis: Analysis, max_ranks: int = MAX_PART_RANKS) -> TimeSplit
         parts=parts,
         total_ranks=len(rows),
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DimRow:
+    """Exposed communication of one parallel dimension per steady step (the breakdown's
+    `by_dim` table: comm_attribution by process_groups.dim; docs/metrics.md)."""
+
+    dim: str
+    label: str
+    transfer_ns: float
+    wait_ns: float
+    transfer_share: float
+    wait_share: float
+    #: The dimension's process groups (process_groups.group_key) and where its name came from.
+    groups: list[str]
+    sources: list[str]
+
+
+def dim_split(analysis: Analysis) -> list[DimRow]:
+    """The breakdown's per-dimension transfer and wait, largest first; empty without
+    communication."""
+    out = []
+    for x in analysis.table("breakdown", "by_dim"):
+        dim = str(x["dim"])
+        label = DIM_LABELS[Dim(dim)] if dim in {d.value for d in Dim} else dim
+        out.append(
+            DimRow(
+                dim=dim,
+                label=label,
+                transfer_ns=float(x.get("transfer_ns") or 0.0),
+                wait_ns=float(x.get("wait_ns") or 0.0),
+                transfer_share=float(x.get("transfer_share") or 0.0),
+                wait_share=float(x.get("wait_share") or 0.0),
+                groups=[str(g) for g in x.get("groups") or []],
+                sources=[str(g) for g in x.get("sources") or []],
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
--- Exposed communication split by the operation behind it: each 'transfer', 'wait' and
+-- Exposed communication split by the operation behind it and its parallel dimension: each 'transfer', 'wait' and
 -- 'pipeline' segment of time_parts, shared among the communication intervals that cover it, in
 -- proportion to their overlap with it. Per (rank, step, part) the rows add up to that part's
 -- time in step_parts when every segment of it lies under communication ('pipeline' time with
@@ -16,6 +16,9 @@ CREATE TABLE IF NOT EXISTS comm_attribution (
     op VARCHAR NOT NULL,
     -- Its process group, when known.
     pg_name VARCHAR,
+    -- Its parallel dimension (process_groups.dim of its group; 'pp' for send/recv; 'unknown'
+    -- when no group is known): per (rank, step, part) the rows of every dim add up as above.
+    dim VARCHAR NOT NULL,
     -- Its message size (matched_collectives.bytes), when known.
     bytes BIGINT,
     -- For 'wait': the rank that arrived last (whom this rank waited for); for 'pipeline': the
@@ -27,7 +30,7 @@ CREATE TABLE IF NOT EXISTS comm_attribution (
 
 INSERT INTO comm_attribution BY NAME
 -- Each exposed segment shared among the communication intervals of its part that cover it
--- (Arrow table _tl_comm: rank, t0, t1, op, pg_name, bytes, culprit, part). Parameters: $run.
+-- (Arrow table _tl_comm: rank, t0, t1, op, pg_name, bytes, culprit, dim, part). Parameters: $run.
 WITH seg AS (
     SELECT rank, step, start_ns, end_ns, part FROM time_parts
     WHERE run_id = $run AND part IN ('transfer', 'wait', 'pipeline')
@@ -35,13 +38,14 @@ WITH seg AS (
 ov AS (
     SELECT seg.rank, seg.step, seg.part, seg.start_ns, seg.end_ns - seg.start_ns AS len,
            coalesce(iv.op, 'unknown') AS op, iv.pg_name, iv.bytes, iv.culprit,
+           coalesce(iv.dim, 'unknown') AS dim,
            least(seg.end_ns, iv.t1) - greatest(seg.start_ns, iv.t0) AS ov
     FROM seg JOIN _tl_comm iv ON iv.rank = seg.rank AND iv.part = seg.part
          AND iv.t0 < seg.end_ns AND iv.t1 > seg.start_ns
 ),
 tot AS (SELECT rank, start_ns, sum(ov) AS s FROM ov GROUP BY rank, start_ns)
-SELECT $run AS run_id, ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.bytes,
+SELECT $run AS run_id, ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.dim, ov.bytes,
        ov.culprit AS culprit_rank,
        round(sum(ov.len * ov.ov / tot.s))::BIGINT AS exposed_ns
 FROM ov JOIN tot USING (rank, start_ns)
-GROUP BY ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.bytes, ov.culprit;
+GROUP BY ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.dim, ov.bytes, ov.culprit;

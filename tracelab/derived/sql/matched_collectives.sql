@@ -1,6 +1,7 @@
 -- Group collectives matched across the ranks that took part, one row per (match, rank).
 -- Matching key: (process group, sequence number) when every row of the source has one, else
--- (process group, op, step, occurrence in the step). One source per run: the collector's
+-- (process group, op, step, occurrence in the step); a collective is matched only within its
+-- own group (the trace's, else the one tracelab.derived.groups inferred). One source per run: the collector's
 -- timings, else NCCL/RCCL kernels, else host annotations (gloo), whichever times the most
 -- collectives on the most ranks.
 CREATE TABLE IF NOT EXISTS matched_collectives (
@@ -16,6 +17,11 @@ CREATE TABLE IF NOT EXISTS matched_collectives (
     op VARCHAR NOT NULL,
     -- Process group name; NULL when the trace does not say.
     pg_name VARCHAR,
+    -- The group the match is within (process_groups.group_key): pg_name, else the group
+    -- inferred for a collective whose trace names none (collective_groups); NULL when neither.
+    group_key VARCHAR,
+    -- The group's parallel dimension (process_groups.dim); 'unknown' when no group is known.
+    dim VARCHAR NOT NULL,
     -- The step of the match (the lowest any rank put it in); NULL outside steps.
     step INTEGER,
     -- Arrival: start of this rank's operation.
@@ -59,7 +65,8 @@ l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS 
       FROM m GROUP BY key),
 s AS (SELECT m.key, max(m.a_ns) AS second_ns
       FROM m JOIN l USING (key) WHERE m.rank <> l.last_rank GROUP BY m.key)
-SELECT $run AS run_id, m.key AS match_key, m.rank, $source AS source, m.op, m.pg_name, m.step,
+SELECT $run AS run_id, m.key AS match_key, m.rank, $source AS source, m.op, m.pg_name,
+       m.group_key, coalesce(pg.dim, 'unknown') AS dim, m.step,
        m.a_ns AS start_ns, m.e_ns AS end_ns,
        m.end_ns - m.start_ns AS dur_ns, m.bytes, m.group_size, m.matched AS ranks,
        m.transfer_ns, (m.end_ns - m.start_ns) - m.transfer_ns AS wait_ns, l.last_rank,
@@ -67,4 +74,5 @@ SELECT $run AS run_id, m.key AS match_key, m.rank, $source AS source, m.op, m.pg
        CASE WHEN m.rank = l.last_rank THEN l.last_arrival_ns - s.second_ns ELSE 0 END
            AS lateness_ns,
        m.event_idx
-FROM m JOIN l USING (key) LEFT JOIN s USING (key);
+FROM m JOIN l USING (key) LEFT JOIN s USING (key)
+LEFT JOIN process_groups pg ON pg.run_id = $run AND pg.group_key = m.group_key;
