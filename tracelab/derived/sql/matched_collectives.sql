@@ -32,10 +32,13 @@ CREATE TABLE IF NOT EXISTS matched_collectives (
     group_size INTEGER NOT NULL,
     -- Ranks in the match.
     ranks INTEGER NOT NULL,
-    -- The data movement itself: the shortest duration of the match across its ranks (the
-    -- TensorBoard plugin's "data transfer time"; needs no clock alignment).
+    -- The data movement itself: from the last effective arrival (a rank's arrival, or the end
+    -- of its previous collective of the group when that is later) to the first end, at most
+    -- the shortest duration of the match (the TensorBoard plugin's "data transfer time"), at
+    -- least 0. A late rank's collectives queued behind its own earlier ones do not count.
     transfer_ns BIGINT NOT NULL,
-    -- dur_ns - transfer_ns: this rank waiting for its peers (the plugin's "synchronizing time").
+    -- dur_ns - transfer_ns: this rank waiting for its peers (the plugin's "synchronizing time"),
+    -- or queued behind its own earlier collectives.
     wait_ns BIGINT NOT NULL,
     -- The rank that arrived last: the one every other rank waited for (the lowest such rank
     -- when several arrived at the same instant).
@@ -53,16 +56,28 @@ INSERT INTO matched_collectives BY NAME
 -- The matches of keyed_collectives (tracelab.derived.collectives.keyed_sql), aligned to the
 -- reference clock. Parameters: $run, $source.
 WITH x AS (FROM keyed_collectives($run, $source)),
-m AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_ns
-      FROM x JOIN run_offsets($run) o ON o.rank = x.rank),
-l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS last_rank
+m0 AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_ns, e.stream
+       FROM x JOIN run_offsets($run) o ON o.rank = x.rank
+       LEFT JOIN events e ON e.run_id = $run AND e.rank = x.rank AND e.idx = x.event_idx),
+-- Effective arrival: the later of a rank's arrival and the ends of its earlier collectives of
+-- the same group (docs/metrics.md): gloo runs a group's works on a few worker threads of its
+-- own, so a late rank's later collectives start while its earlier ones still run; a device
+-- stream serializes its own kernels, so there the group's collectives on other streams are
+-- not waited for.
+m AS (SELECT m0.*,
+             greatest(a_ns, coalesce(max(e_ns) OVER (
+                 PARTITION BY rank, coalesce(pg_name, ''), stream ORDER BY a_ns, key
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), a_ns)) AS eff_ns
+      FROM m0),
+l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS last_rank,
+             greatest(0, least(min(transfer_ns), min(e_ns) - max(eff_ns))) AS moved_ns
       FROM m GROUP BY key),
 s AS (SELECT m.key, max(m.a_ns) AS second_ns
       FROM m JOIN l USING (key) WHERE m.rank <> l.last_rank GROUP BY m.key)
 SELECT $run AS run_id, m.key AS match_key, m.rank, $source AS source, m.op, m.pg_name, m.step,
        m.a_ns AS start_ns, m.e_ns AS end_ns,
        m.end_ns - m.start_ns AS dur_ns, m.bytes, m.group_size, m.matched AS ranks,
-       m.transfer_ns, (m.end_ns - m.start_ns) - m.transfer_ns AS wait_ns, l.last_rank,
+       l.moved_ns AS transfer_ns, (m.end_ns - m.start_ns) - l.moved_ns AS wait_ns, l.last_rank,
        l.last_arrival_ns,
        CASE WHEN m.rank = l.last_rank THEN l.last_arrival_ns - s.second_ns ELSE 0 END
            AS lateness_ns,
