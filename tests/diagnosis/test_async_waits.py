@@ -7,9 +7,12 @@ of FSDP2, DTensor tensor parallelism and many-bucket DDP, one rank slower in eac
   gloo worker thread. That waiting must be read as waiting for rank 1 (comm_attribution's
   culprit), and the top finding must be STRAGGLER_COMPUTE blaming rank 1, at its measured cost
   +-30%, with EXPOSED_COMM below it.
-- ddp_sleep_buckets: rank 2 sleeps 40 ms a step before backward in a DDP job with seven
+- ddp_sleep_buckets: rank 2 sleeps 50 ms a step before backward in a DDP job with seven
   gradient buckets. Its buckets then queue on its gloo threads behind one another; the others'
   waiting must not be read as transfer: the top finding is STRAGGLER_HOST blaming rank 2.
+
+The invariants (parts add up to the step, impacts to at most the step) are test_invariants.py's,
+over these captures too (conftest.CAPTURES).
 """
 
 from __future__ import annotations
@@ -109,17 +112,3 @@ def test_slow_rank_causes_most_of_the_waiting(diagnose: Any, name: str) -> None:
     )[0]["n"]
     measured = statistics.median(d.fault["recorded_ns"])
     assert mine / pairs >= 0.5 * measured, (mine / pairs / MS, measured / MS)
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_parts_add_up(diagnose: Any, name: str) -> None:
-    d = diagnose(name)
-    _ok(d)
-    bad = d.sql(
-        "SELECT rank, step FROM step_parts WHERE run_id = $run AND compute_ns + transfer_ns "
-        "+ memcpy_ns + wait_ns + bubble_ns + stall_ns + host_ns + idle_ns <> step_ns"
-    )
-    assert not bad, bad
-    step = d.doc["lost_time"]["step_ns"]
-    impacts = sum(f.get("impact_ns_per_step") or 0 for f in d.findings)
-    assert impacts <= step * (1 + 1e-9), d.summary(8)

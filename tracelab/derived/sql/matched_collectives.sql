@@ -33,9 +33,11 @@ CREATE TABLE IF NOT EXISTS matched_collectives (
     -- Ranks in the match.
     ranks INTEGER NOT NULL,
     -- The data movement itself: from the last effective arrival (a rank's arrival, or the end
-    -- of its previous collective of the group when that is later) to the first end, at most
-    -- the shortest duration of the match (the TensorBoard plugin's "data transfer time"), at
-    -- least 0. A late rank's collectives queued behind its own earlier ones do not count.
+    -- of its earlier collectives of the group when later) to the first end, plus twice the
+    -- largest clock uncertainty of the match's ranks; at most the shortest duration of the
+    -- match (the TensorBoard plugin's "data transfer time", also the value when a clock is
+    -- unbounded), at least 0. A late rank's collectives queued behind its own earlier ones
+    -- and its lateness do not count.
     transfer_ns BIGINT NOT NULL,
     -- dur_ns - transfer_ns: this rank waiting for its peers (the plugin's "synchronizing time"),
     -- or queued behind its own earlier collectives.
@@ -56,8 +58,10 @@ INSERT INTO matched_collectives BY NAME
 -- The matches of keyed_collectives (tracelab.derived.collectives.keyed_sql), aligned to the
 -- reference clock. Parameters: $run, $source.
 WITH x AS (FROM keyed_collectives($run, $source)),
-m0 AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_ns, e.stream
+m0 AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_ns, e.stream,
+              u.uncertainty_ns
        FROM x JOIN run_offsets($run) o ON o.rank = x.rank
+       JOIN clock_offsets u ON u.run_id = $run AND u.rank = x.rank
        LEFT JOIN events e ON e.run_id = $run AND e.rank = x.rank AND e.idx = x.event_idx),
 -- Effective arrival: the later of a rank's arrival and the ends of its earlier collectives of
 -- the same group (docs/metrics.md): gloo runs a group's works on a few worker threads of its
@@ -69,8 +73,14 @@ m AS (SELECT m0.*,
                  PARTITION BY rank, coalesce(pg_name, ''), stream ORDER BY a_ns, key
                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), a_ns)) AS eff_ns
       FROM m0),
+-- Data movement: from the last effective arrival to the first end, widened by the clocks'
+-- uncertainty (twice the largest of the match's ranks: no wider than any two clocks may
+-- disagree), at most the shortest duration; the shortest duration when a clock is unbounded.
 l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS last_rank,
-             greatest(0, least(min(transfer_ns), min(e_ns) - max(eff_ns))) AS moved_ns
+             CASE WHEN bool_and(uncertainty_ns IS NOT NULL)
+                  THEN greatest(0, least(min(transfer_ns),
+                                         min(e_ns) - max(eff_ns) + 2 * max(uncertainty_ns)))
+                  ELSE min(transfer_ns) END AS moved_ns
       FROM m GROUP BY key),
 s AS (SELECT m.key, max(m.a_ns) AS second_ns
       FROM m JOIN l USING (key) WHERE m.rank <> l.last_rank GROUP BY m.key)
