@@ -6,7 +6,8 @@ boundaries gives elementary segments with the set of classes covering each. A se
 the first that applies:
 
     compute    a compute interval covers it (device kernels; host-only ranks: cpu_ops minus the
-               thread's own communication ops)
+               thread's own communication ops, and a parent op's own time only while no
+               collective of the rank is in flight: else the thread is blocked in a wait())
     transfer   the data-movement portion of a communication op (its last transfer_ns)
     memcpy     a device memcpy/memset
     wait       the waiting portion of a matched group collective (its first wait_ns); a wait
