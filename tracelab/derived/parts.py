@@ -97,8 +97,8 @@ comm AS (
       AND e.on_device = (e.rank IN (FROM dev))
 ),
 -- A wait for an async collective (`_c10d_functional::wait_tensor`, a work's `c10d::wait`)
--- waits for the collective that releases it: the rank's matched collective, started before
--- the wait ended, whose end is nearest the wait's end (docs/metrics.md, "Waits").
+-- waits for the collective that releases it: of the rank's matched collectives in flight
+-- during the wait, the one whose end is nearest the wait's end (docs/metrics.md, "Waits").
 waits AS (
     SELECT c.rank, c.idx, c.a, c.b FROM comm c
     WHERE c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
@@ -108,7 +108,7 @@ linked AS (
            arg_min({{'op': m.op, 'pg_name': m.pg_name, 'bytes': m.bytes,
                      'last_rank': m.last_rank}}, abs(m.end_ns - w.b)) AS m
     FROM waits w JOIN matched_collectives m ON m.run_id = $run AND m.rank = w.rank
-         AND m.start_ns < w.b
+         AND m.start_ns < w.b AND m.end_ns > w.a
     GROUP BY w.rank, w.idx
 )
 SELECT e.rank, ref_ns(e.ts_ns, off.o) AS t0, ref_ns(e.ts_ns + e.dur_ns, off.o) AS t1,
