@@ -98,18 +98,28 @@ comm AS (
 ),
 -- A wait for an async collective (`_c10d_functional::wait_tensor`, a work's `c10d::wait`)
 -- waits for the collective that releases it: of the rank's matched collectives in flight
--- during the wait, the one whose end is nearest the wait's end (docs/metrics.md, "Waits").
+-- during the wait, the one whose end is nearest the wait's end; with none in flight (a wait
+-- for a collective already done, a few us), the last one to end before it
+-- (docs/metrics.md, "Waits").
 waits AS (
     SELECT c.rank, c.idx, c.a, c.b FROM comm c
     WHERE c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
 ),
-linked AS (
-    SELECT w.rank, w.idx, any_value(w.a) AS a, any_value(w.b) AS b,
-           arg_min({{'op': m.op, 'pg_name': m.pg_name, 'bytes': m.bytes,
-                     'last_rank': m.last_rank}}, abs(m.end_ns - w.b)) AS m
-    FROM waits w JOIN matched_collectives m ON m.run_id = $run AND m.rank = w.rank
-         AND m.start_ns < w.b AND m.end_ns > w.a
+mc AS (
+    SELECT rank, start_ns, end_ns,
+           {{'op': op, 'pg_name': pg_name, 'bytes': bytes, 'last_rank': last_rank}} AS m
+    FROM matched_collectives WHERE run_id = $run
+),
+in_flight AS (
+    SELECT w.rank, w.idx, arg_min(mc.m, abs(mc.end_ns - w.b)) AS m
+    FROM waits w JOIN mc ON mc.rank = w.rank AND mc.start_ns < w.b AND mc.end_ns > w.a
     GROUP BY w.rank, w.idx
+),
+linked AS (
+    SELECT w.rank, w.idx, w.a, w.b, coalesce(f.m, d.m) AS m
+    FROM waits w LEFT JOIN in_flight f ON f.rank = w.rank AND f.idx = w.idx
+    ASOF LEFT JOIN mc d ON d.rank = w.rank AND w.a >= d.end_ns
+    WHERE f.m IS NOT NULL OR d.m IS NOT NULL
 )
 SELECT e.rank, ref_ns(e.ts_ns, off.o) AS t0, ref_ns(e.ts_ns + e.dur_ns, off.o) AS t1,
        CASE e.category WHEN 'compute' THEN {C} ELSE {Y} END AS cls,
