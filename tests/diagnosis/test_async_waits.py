@@ -8,7 +8,7 @@ of FSDP2, DTensor tensor parallelism and many-bucket DDP, one rank slower in eac
   culprit), and the top finding must be STRAGGLER_COMPUTE blaming rank 1, at its measured cost
   +-30%, with EXPOSED_COMM below it.
 - ddp_sleep_buckets: rank 2 sleeps 50 ms a step before backward in a DDP job with seven
-  gradient buckets. Its buckets then queue on its gloo threads behind one another; the others'
+  gradient buckets (conftest.SLEEP_BUCKETS). Its buckets then queue on its gloo threads behind one another; the others'
   waiting must not be read as transfer: the top finding is STRAGGLER_HOST blaming rank 2.
 
 The invariants (parts add up to the step, impacts to at most the step) are test_invariants.py's,
