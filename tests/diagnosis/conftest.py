@@ -5,10 +5,11 @@ would (torch.profiler with a schedule and tensorboard_trace_handler, one trace f
 no tracelab.profile, no collector), are ingested with `tracelab ingest` and analyzed with
 `tracelab analyze --format json`. The tests compare the diagnosis with the injected fault.
 
-Everything the tests assert against is in this file: PROFILER (steps), DDP_SCENARIOS (the
-faults) and PIPELINE (the schedules). Two torchrun launches make all captures:
-scripts/ddp_faults.py runs the DDP scenarios one after another in one process group, and
-scripts/pipelines.py every pipelining schedule. Each capture is then ingested into its own
+Everything the tests assert against is in this file: PROFILER (steps), DDP_SCENARIOS and
+ASYNC_SCENARIOS (the faults) and PIPELINE (the schedules). Three torchrun launches make all
+captures: scripts/ddp_faults.py runs the DDP scenarios one after another in one process group,
+scripts/async_faults.py the FSDP2 and tensor-parallel ones, and scripts/pipelines.py every
+pipelining schedule. Each capture is then ingested into its own
 store and analyzed once per session.
 
 Environment:
@@ -66,6 +67,12 @@ EXTRA_COMPUTE = {"rank": 1, "count": 40, "size": 320}
 #: the first bucket and the others catch up at the later ones (issue 11's failure case).
 SMALL_MODEL = {"width": 256, "layers": 4}
 SMALL_BUCKET_MB = 0.2
+#: A host stall of 30-50 ms on one rank of a model with several buckets (issue 21, section 3):
+#: 6 layers of 256x256 in 0.25 MB buckets, 7 all-reduces a step. With BUCKETS' 1 MiB layers the
+#: healthy model's own exposed transfer was 38-74 ms a step under load, as large as the fault;
+#: with these 256 KiB ones 24 ms (main's shortest-duration transfer: 33 ms, with a 40 ms sleep).
+BUCKET_SLEEP = {"rank": 2, "ms": 50}
+SLEEP_BUCKETS = {"model": {"width": 256, "layers": 6}, "bucket_cap_mb": 0.25}
 #: Several layers of 512x512 (1 MiB of gradients each) and 0.25 MB buckets: one all-reduce
 #: per layer, 7 a step, each started as soon as its layer's gradients are ready.
 BUCKETS = {"model": {"width": 512, "layers": 6}, "bucket_cap_mb": 0.25}
@@ -79,6 +86,38 @@ DDP_SCENARIOS: dict[str, dict[str, Any]] = {
         "extra_matmuls": EXTRA_COMPUTE,
     },
     "ddp_buckets": BUCKETS,
+    # Issue 21: the sleeping rank's several buckets queue on its gloo threads behind one
+    # another; the others' waiting must not read as transfer.
+    "ddp_sleep_buckets": {**SLEEP_BUCKETS, "sleep": BUCKET_SLEEP},
+}
+
+#: Issue 20: FSDP2 and DTensor TP issue collectives asynchronously and block later (in
+#: `_c10d_functional::wait_tensor`, or a work's untraced wait() inside an autograd hook).
+#: One rank computes more between forward and backward, where the ranks have just met: at the
+#: step's start the fault would overlap the others' ends of the previous step, which vary by
+#: tens of ms on 2 shared cores. Each gloo collective costs ~5-10 ms there whatever its size
+#: (worker threads waiting for a core), so the models are small in collectives: FSDP2 shards
+#: the root module only (one all-gather and one reduce-scatter a step; with every block
+#: sharded too the healthy job's exposed transfer was as large as the fault), TP two MLP
+#: blocks (three all-reduces a step).
+FSDP_COMPUTE = {"rank": 1, "count": 22, "size": 320}  # ~30 ms on an idle core
+TP_COMPUTE = {"rank": 1, "count": 28, "size": 320}  # ~40 ms on an idle core
+ASYNC_SCENARIOS: dict[str, dict[str, Any]] = {
+    "fsdp_compute": {
+        "kind": "fsdp",
+        "width": 256,
+        "layers": 2,
+        "batch": 64,
+        "shard_blocks": False,
+        "extra_matmuls": FSDP_COMPUTE,
+    },
+    "tp_compute": {
+        "kind": "tp",
+        "width": 256,
+        "layers": 2,
+        "batch": 32,
+        "extra_matmuls": TP_COMPUTE,
+    },
 }
 
 #: Every torch.distributed.pipelining schedule (scripts/pipelines.py places the stages) and the
@@ -149,7 +188,12 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
     },
 }
 
-CAPTURES = [*DDP_SCENARIOS, *(f"pp_{s}" for s in PIPELINE_SCHEDULES), *A2A_SCENARIOS]
+CAPTURES = [
+    *DDP_SCENARIOS,
+    *ASYNC_SCENARIOS,
+    *(f"pp_{s}" for s in PIPELINE_SCHEDULES),
+    *A2A_SCENARIOS,
+]
 
 
 @dataclass
@@ -248,6 +292,12 @@ def _captures(tmp: pytest.TempPathFactory, kind: str) -> Path:
             "scenarios": [{"name": n, **sc} for n, sc in A2A_SCENARIOS.items()],
         }
         run_torchrun(SCRIPTS / "all_to_all.py", str(out), json.dumps(spec), nproc=WORLD)
+    elif kind == "async":
+        spec = {
+            "profiler": PROFILER,
+            "scenarios": [{"name": n, **sc} for n, sc in ASYNC_SCENARIOS.items()],
+        }
+        run_torchrun(SCRIPTS / "async_faults.py", str(out), json.dumps(spec), nproc=WORLD)
     else:
         spec = {"profiler": PROFILER, "pipeline": PIPELINE, "schedules": list(PIPELINE_SCHEDULES)}
         run_torchrun(SCRIPTS / "pipelines.py", str(out), json.dumps(spec), nproc=WORLD)
@@ -271,6 +321,11 @@ def ddp_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def async_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _captures(tmp_path_factory, "async")
+
+
+@pytest.fixture(scope="session")
 def pipeline_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _captures(tmp_path_factory, "pipelines")
 
@@ -290,13 +345,14 @@ def diagnose(
 
     def get(name: str) -> Diagnosis:
         if name not in cache:
-            launch = (
-                "pipeline_captures"
-                if name.startswith("pp_")
-                else "a2a_captures"
-                if name.startswith("a2a_")
-                else "ddp_captures"
-            )
+            if name.startswith("pp_"):
+                launch = "pipeline_captures"
+            elif name in ASYNC_SCENARIOS:
+                launch = "async_captures"
+            elif name.startswith("a2a_"):
+                launch = "a2a_captures"
+            else:
+                launch = "ddp_captures"
             root: Path = request.getfixturevalue(launch)
             traces = root / name
             if not traces.is_dir() or not any(traces.iterdir()):

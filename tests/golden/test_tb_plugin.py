@@ -17,7 +17,11 @@ tracelab's lost-time model has parts compute, transfer, memcpy, wait, bubble, st
     overlap graph: computation ∩ communication  = step_parts.overlapped_comm_ns
     overlap graph: communication                = step_parts.comm_ns
     wait graph / comm view: data transfer time  = matched_collectives.transfer_ns (shortest
-                                                  duration of the op across the ranks)
+                                                  duration of the op across the ranks;
+                                                  tracelab's, from the last effective
+                                                  arrival, is at most that: a gloo broadcast
+                                                  queued behind another gets 10 us, not 30,
+                                                  and the unions tested here agree)
     wait graph: synchronizing time              = matched_collectives.wait_ns (dur - transfer)
 
 Where tracelab differs on purpose, a test says so and why.

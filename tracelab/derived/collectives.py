@@ -114,7 +114,8 @@ def keyed_sql() -> str:
     tracelab.derived.groups inferred, collective_groups), step (the match's), start_ns, end_ns,
     bytes (nccl-tests size; for kernels without record_param_comms, from the host op's
     inputs, HOST_OP_IN_BYTES_SQL), group_size (the trace's, else the ranks matched), matched
-    (ranks matched), transfer_ns (shortest duration), event_idx.
+    (ranks matched), transfer_ns (shortest duration: matched_collectives.sql measures the
+    data movement within it, on aligned clocks), event_idx.
     Per-match values are a GROUP BY joined back, not windows over the key: DuckDB's
     partitioned windows cost about a microsecond a row, its hash aggregate a fraction."""
     return f"""

@@ -6,10 +6,12 @@ boundaries gives elementary segments with the set of classes covering each. A se
 the first that applies:
 
     compute    a compute interval covers it (device kernels; host-only ranks: cpu_ops minus the
-               thread's own communication ops)
+               thread's own communication ops, and a parent op's own time only while no
+               collective of the rank is in flight: else the thread is blocked in a wait())
     transfer   the data-movement portion of a communication op (its last transfer_ns)
     memcpy     a device memcpy/memset
-    wait       the waiting portion of a matched group collective (its first wait_ns)
+    wait       the waiting portion of a matched group collective (its first wait_ns); a wait
+               for an async collective (wait_tensor, c10d::wait) linked to that collective
     pipeline   the waiting portion of a send/recv; and the rest of it inside the pipeline's
                window on a pipeline rank (stage-to-stage latency is part of the pipeline's idle
                time, as in the textbook bubble and the schedule replay)
@@ -36,7 +38,7 @@ from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, union
 from tracelab.vocabulary import OP_RULES, TIME_PARTS
 
 #: Interval classes of the sweep, one bit each.
-C, T, Y, W, P, U, PW, S, PT = range(9)
+C, T, Y, W, P, U, PW, S, PT, CN = range(10)
 _CLASS_NAMES = (
     "compute",
     "transfer",
@@ -47,6 +49,7 @@ _CLASS_NAMES = (
     "pipeline_window",
     "sync",
     "p2p_transfer",
+    "op_self",
 )
 #: A host op that issues a collective takes the dimension of its op's first host collective
 #: on the rank starting at most this long after it (10 ms: gloo's worker picks it up at once
@@ -71,6 +74,14 @@ def _device_ranks_sql() -> str:
     )
 
 
+#: Host compute of host-only ranks' threads: of leaf operators only (see `hp` below), and of
+#: every operator (HOST_OPS_SQL's classes; `hs` and `hp` are INTERVALS_SQL's relations).
+_LEAF_COMPUTE_SQL = host_compute_sql(
+    "SELECT rank, step, tid, t0, t1, cls FROM hp WHERE NOT (parent AND cls = 'compute')",
+    "rank, step, tid",
+)
+_OP_COMPUTE_SQL = host_compute_sql("SELECT * FROM hs", "rank, step, tid")
+
 #: Every interval of the run on the reference clock, classed and keyed: rank, t0, t1, cls,
 #: op, pg_name, bytes, culprit, dim (the parallel dimension of a communication interval: its
 #: group's, process_groups.dim; send/recv are the pipeline's). Named parameters: $run, $op_patterns and $op_names (OP_RULES).
@@ -86,12 +97,44 @@ hostc AS (
          AND pg.group_key = coalesce(k.pg_name, cg.group_key)
     WHERE k.run_id = $run AND k.source = 'host' AND k.start_ns IS NOT NULL
 ),
+-- An operator with another (non-empty) operator of its thread starting inside it is a
+-- parent: its own time between its children may be the thread blocked in an untraced wait (a
+-- work's wait() inside an autograd hook: FSDP2's all-gather in backward), not computing.
+hp AS (SELECT *, coalesce(lead(t0) OVER (PARTITION BY rank, tid ORDER BY t0, t1 DESC) < t1,
+                          false) AS parent
+       FROM hs WHERE t1 > t0),
 comm AS (
     SELECT e.rank, e.idx, e.name, e.ts_ns AS ts, ref_ns(e.ts_ns, off.o) AS a,
            ref_ns(e.ts_ns + e.dur_ns, off.o) AS b
     FROM events e JOIN off USING (rank)
     WHERE e.run_id = $run AND e.category = 'communication'
       AND e.on_device = (e.rank IN (FROM dev))
+),
+-- A wait for an async collective (`_c10d_functional::wait_tensor`, a work's `c10d::wait`)
+-- waits for the collective that releases it: of the rank's matched collectives in flight
+-- during the wait, the one whose end is nearest the wait's end; with none in flight (a wait
+-- for a collective already done, a few us), the last one to end before it
+-- (docs/metrics.md, "Waits").
+waits AS (
+    SELECT c.rank, c.idx, c.a, c.b FROM comm c
+    WHERE c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
+),
+mc AS (
+    SELECT rank, start_ns, end_ns,
+           {{'op': op, 'pg_name': pg_name, 'bytes': bytes, 'last_rank': last_rank,
+             'dim': dim}} AS m
+    FROM matched_collectives WHERE run_id = $run
+),
+in_flight AS (
+    SELECT w.rank, w.idx, arg_min(mc.m, abs(mc.end_ns - w.b)) AS m
+    FROM waits w JOIN mc ON mc.rank = w.rank AND mc.start_ns < w.b AND mc.end_ns > w.a
+    GROUP BY w.rank, w.idx
+),
+linked AS (
+    SELECT w.rank, w.idx, w.a, w.b, coalesce(f.m, d.m) AS m
+    FROM waits w LEFT JOIN in_flight f ON f.rank = w.rank AND f.idx = w.idx
+    ASOF LEFT JOIN mc d ON d.rank = w.rank AND w.a >= d.end_ns
+    WHERE f.m IS NOT NULL OR d.m IS NOT NULL
 )
 SELECT e.rank, ref_ns(e.ts_ns, off.o) AS t0, ref_ns(e.ts_ns + e.dur_ns, off.o) AS t1,
        CASE e.category WHEN 'compute' THEN {C} ELSE {Y} END AS cls,
@@ -100,8 +143,13 @@ SELECT e.rank, ref_ns(e.ts_ns, off.o) AS t0, ref_ns(e.ts_ns + e.dur_ns, off.o) A
 FROM events e JOIN off USING (rank)
 WHERE e.run_id = $run AND e.on_device AND e.category IN ('compute', 'memcpy', 'memset')
 UNION ALL
+-- Host-only ranks: leaf operators compute (minus the thread's communication ops); a parent's
+-- own time computes unless a collective of the rank is in flight (op_self, see sweep()).
 SELECT h.rank, ref_ns(h.t0, off.o), ref_ns(h.t1, off.o), {C}, NULL, NULL, NULL, NULL, NULL
-FROM ({host_compute_sql("SELECT * FROM hs", "rank, step, tid")}) h JOIN off USING (rank)
+FROM ({_LEAF_COMPUTE_SQL}) h JOIN off USING (rank)
+UNION ALL
+SELECT h.rank, ref_ns(h.t0, off.o), ref_ns(h.t1, off.o), {CN}, NULL, NULL, NULL, NULL, NULL
+FROM ({_OP_COMPUTE_SQL}) h JOIN off USING (rank)
 UNION ALL
 SELECT e.rank, ref_ns(e.ts_ns, off.o), ref_ns(e.ts_ns + e.dur_ns, off.o), {S}, NULL, NULL, NULL, NULL,
        NULL
@@ -114,6 +162,10 @@ FROM matched_collectives WHERE run_id = $run AND wait_ns > 0
 UNION ALL
 SELECT rank, start_ns + wait_ns, end_ns, {T}, op, pg_name, bytes, NULL, dim
 FROM matched_collectives WHERE run_id = $run
+UNION ALL
+-- Waits for async collectives: waiting, for the collective's last rank, except where that
+-- collective's own transfer covers them (transfer comes first).
+SELECT rank, a, b, {W}, m.op, m.pg_name, m.bytes, m.last_rank, m.dim FROM linked
 UNION ALL
 SELECT rank, start_ns, start_ns + wait_ns, {P}, op, NULL, bytes, peer, 'pp'
 FROM p2p_ops WHERE run_id = $run AND wait_ns > 0
@@ -150,6 +202,7 @@ FROM (
                       AND m.rank = c.rank AND m.event_idx = c.idx)
       AND NOT EXISTS (SELECT 1 FROM p2p_ops p WHERE p.run_id = $run AND p.rank = c.rank
                       AND p.event_idx = c.idx)
+      AND NOT EXISTS (SELECT 1 FROM linked l WHERE l.rank = c.rank AND l.idx = c.idx)
 ) u
 UNION ALL
 SELECT rank, window_start_ns, window_end_ns, {PW}, NULL, NULL, NULL, NULL, NULL
@@ -202,9 +255,12 @@ def sweep(iv: pa.Table, spans: pa.Table, device_ranks: set[int]) -> dict[str, np
         return (mask & (1 << c)) != 0
 
     dev = np.isin(seg_r, np.fromiter(device_ranks, dtype=np.int64, count=len(device_ranks)))
+    # A parent operator's own time while a collective of the rank is in flight is the thread
+    # blocked in that collective's wait, not compute: the collective's wait or transfer.
+    compute = has(C) | (has(CN) & ~has(T) & ~has(W))
     part = np.select(
         [
-            has(C),
+            compute,
             has(T),
             has(Y),
             has(W),
@@ -240,7 +296,7 @@ def sweep(iv: pa.Table, spans: pa.Table, device_ranks: set[int]) -> dict[str, np
         "t1": seg_b,
         "part": part,
         "comm": comm,
-        "overlapped": comm & has(C),
+        "overlapped": comm & compute,
     }
 
 

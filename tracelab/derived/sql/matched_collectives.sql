@@ -38,10 +38,15 @@ CREATE TABLE IF NOT EXISTS matched_collectives (
     group_size INTEGER NOT NULL,
     -- Ranks in the match.
     ranks INTEGER NOT NULL,
-    -- The data movement itself: the shortest duration of the match across its ranks (the
-    -- TensorBoard plugin's "data transfer time"; needs no clock alignment).
+    -- The data movement itself: from the last effective arrival (a rank's arrival, or the end
+    -- of its earlier collectives of the group when later) to the first end, plus twice the
+    -- largest clock uncertainty of the match's ranks; at most the shortest duration of the
+    -- match (the TensorBoard plugin's "data transfer time", also the value when a clock is
+    -- unbounded), at least 0. A late rank's collectives queued behind its own earlier ones
+    -- and its lateness do not count.
     transfer_ns BIGINT NOT NULL,
-    -- dur_ns - transfer_ns: this rank waiting for its peers (the plugin's "synchronizing time").
+    -- dur_ns - transfer_ns: this rank waiting for its peers (the plugin's "synchronizing time"),
+    -- or queued behind its own earlier collectives.
     wait_ns BIGINT NOT NULL,
     -- The rank that arrived last: the one every other rank waited for (the lowest such rank
     -- when several arrived at the same instant).
@@ -59,9 +64,30 @@ INSERT INTO matched_collectives BY NAME
 -- The matches of keyed_collectives (tracelab.derived.collectives.keyed_sql), aligned to the
 -- reference clock. Parameters: $run, $source.
 WITH x AS (FROM keyed_collectives($run, $source)),
-m AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_ns
-      FROM x JOIN run_offsets($run) o ON o.rank = x.rank),
-l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS last_rank
+m0 AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_ns, e.stream,
+              u.uncertainty_ns
+       FROM x JOIN run_offsets($run) o ON o.rank = x.rank
+       JOIN clock_offsets u ON u.run_id = $run AND u.rank = x.rank
+       LEFT JOIN events e ON e.run_id = $run AND e.rank = x.rank AND e.idx = x.event_idx
+            AND e.on_device),
+-- Effective arrival: the later of a rank's arrival and the ends of its earlier collectives of
+-- the same group (docs/metrics.md): gloo runs a group's works on a few worker threads of its
+-- own, so a late rank's later collectives start while its earlier ones still run; a device
+-- stream serializes its own kernels, so there the group's collectives on other streams are
+-- not waited for.
+m AS (SELECT m0.*,
+             greatest(a_ns, coalesce(max(e_ns) OVER (
+                 PARTITION BY rank, coalesce(group_key, pg_name, ''), stream ORDER BY a_ns, key
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), a_ns)) AS eff_ns
+      FROM m0),
+-- Data movement: from the last effective arrival to the first end, widened by the clocks'
+-- uncertainty (twice the largest of the match's ranks: no wider than any two clocks may
+-- disagree), at most the shortest duration; the shortest duration when a clock is unbounded.
+l AS (SELECT key, max(a_ns) AS last_arrival_ns, arg_max(rank, [a_ns, -rank]) AS last_rank,
+             CASE WHEN bool_and(uncertainty_ns IS NOT NULL)
+                  THEN greatest(0, least(min(transfer_ns),
+                                         min(e_ns) - max(eff_ns) + 2 * max(uncertainty_ns)))
+                  ELSE min(transfer_ns) END AS moved_ns
       FROM m GROUP BY key),
 s AS (SELECT m.key, max(m.a_ns) AS second_ns
       FROM m JOIN l USING (key) WHERE m.rank <> l.last_rank GROUP BY m.key)
@@ -69,7 +95,7 @@ SELECT $run AS run_id, m.key AS match_key, m.rank, $source AS source, m.op, m.pg
        m.group_key, coalesce(pg.dim, 'unknown') AS dim, m.step,
        m.a_ns AS start_ns, m.e_ns AS end_ns,
        m.end_ns - m.start_ns AS dur_ns, m.bytes, m.group_size, m.matched AS ranks,
-       m.transfer_ns, (m.end_ns - m.start_ns) - m.transfer_ns AS wait_ns, l.last_rank,
+       l.moved_ns AS transfer_ns, (m.end_ns - m.start_ns) - l.moved_ns AS wait_ns, l.last_rank,
        l.last_arrival_ns,
        CASE WHEN m.rank = l.last_rank THEN l.last_arrival_ns - s.second_ns ELSE 0 END
            AS lateness_ns,
