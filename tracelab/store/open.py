@@ -21,6 +21,7 @@ import duckdb
 
 from tracelab.defaults import DEFAULT_DB, env_seconds
 from tracelab.errors import StoreError, StoreLockedError
+from tracelab.store.files import follow_moved_store, sweep
 from tracelab.store.schema import ensure_schema
 from tracelab.store.versions import (
     check_duckdb_storage,
@@ -91,6 +92,14 @@ def open_store(
             con.execute("SET enable_progress_bar = false")
             ensure_schema(con, path, check_derived=not stale_derived_ok)
         check_duckdb_storage(con, path)
-        yield con
+        follow_moved_store(con, read_only=read_only)
+        if not read_only:
+            sweep(con)  # what a killed writer left in the store folder
+        try:
+            yield con
+        finally:
+            if not read_only:  # a deleted or replaced run's files; never fails the caller
+                with contextlib.suppress(duckdb.Error, OSError):
+                    sweep(con)
     finally:
         con.close()
