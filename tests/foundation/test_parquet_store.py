@@ -283,3 +283,21 @@ def test_sql_reads_the_store_folder_only(tmp_path: Path) -> None:
     outside = tmp_path / "t" / "rank-0.json"
     bad = cli("sql", f"SELECT * FROM read_text('{outside}')", "--db", str(db))
     assert bad.code == 2 and "the query failed" in bad.err, bad.err
+
+
+def test_a_converted_capture_is_registered_not_copied(tmp_path: Path) -> None:
+    """What the collector's convert=True leaves (`tracelab convert TRACE` on each rank) is the
+    store's own layout: the ingest links those events files into the store folder, no parse
+    and no copy (the same inode where the capture and the store share a file system)."""
+    from tracelab.ingest.converted import converted_dir
+
+    data = run_set(tmp_path / "cap", ranks=2)
+    for r in range(2):
+        assert cli("convert", str(data / f"rank-{r}.json")).code == 0
+    db = tmp_path / "s.duckdb"
+    ingest([data], db=db, run="a", progress=False)
+    for r in range(2):
+        assert (parquet_root(db) / f"run=1/rank={r}/events-0.parquet").samefile(
+            converted_dir(data / f"rank-{r}.json") / "events.parquet"
+        )
+    assert check_catalog(db) == {"a": 8}
