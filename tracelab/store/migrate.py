@@ -21,8 +21,8 @@ from tracelab.store.files import (
     make_root,
     register_files,
 )
-from tracelab.store.open import DEFAULT_LOCK_TIMEOUT_S, _connect_with_retry
-from tracelab.store.schema import SCHEMA_FILES, _apply_comments
+from tracelab.store.open import DEFAULT_LOCK_TIMEOUT_S, connect_with_retry
+from tracelab.store.schema import SCHEMA_FILES, apply_comments
 from tracelab.store.versions import SCHEMA_VERSION, first_row
 
 #: Row groups of the migrated files, as the converter writes them (tracelab.ingest.convert).
@@ -43,7 +43,7 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
     path = os.fspath(path)
     if not Path(path).is_file():
         raise StoreError(f"{path}: no store here. Give the store file with --db.")
-    con = _connect_with_retry(path, False, DEFAULT_LOCK_TIMEOUT_S)
+    con = connect_with_retry(path, False, DEFAULT_LOCK_TIMEOUT_S)
     try:
         row = first_row(con.execute("SELECT value FROM tracelab_meta WHERE key = 'schema_version'"))
         found = int(row[0]) if row else None
@@ -81,7 +81,7 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
                 for f in SCHEMA_FILES
             )
             con.execute(tables)  # parquet_files, and the empty events view
-            _apply_comments(con, tables)
+            apply_comments(con, tables)
             by_run: dict[int, list[tuple[int, int, int]]] = {}
             for rid, rank, n in files:
                 by_run.setdefault(rid, []).append((rank, 0, n))

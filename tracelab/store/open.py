@@ -42,7 +42,7 @@ def _is_lock_conflict(exc: Exception) -> bool:
     return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
 
 
-def _connect_with_retry(path: str, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+def connect_with_retry(path: str, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + timeout_s
     delay = 0.02
     while True:
@@ -82,7 +82,7 @@ def open_store(
         raise StoreError(
             f"{path}: no store here. Create one with `tracelab ingest TRACES --db {path}`."
         )
-    con = _connect_with_retry(path, read_only, timeout_s)
+    con = connect_with_retry(path, read_only, timeout_s)
     try:
         if read_only:
             check_version(con, path, check_derived=not stale_derived_ok)
