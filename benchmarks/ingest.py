@@ -2,7 +2,8 @@
 
     python benchmarks/ingest.py [--reps 3] [--scaling 8,64]
 
-Cases: (a) the single 54 MB `df_index_resolver` trace, (b) 8 copies of it with the rank rewritten
+Each case also times the decode floor (FLOOR: gunzip + scan of every rank, in the ingest's
+number of processes) in the same repetition. Cases: (a) the single 54 MB `df_index_resolver` trace, (b) 8 copies of it with the rank rewritten
 (benchmarks/datasets.py), (c) the same 8 files gzipped, the form the collector and
 torch.profiler write. Each repetition runs each tool as a fresh process, interleaved, so
 both see the same machine load; we report medians, events/s, the peak RSS of each tool's whole
@@ -24,6 +25,24 @@ from benchmarks.datasets import rank_set  # noqa: E402
 from benchmarks.measure import Sample, median, run_measured  # noqa: E402
 
 HTA_PARSE = "from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir={folder!r})"
+#: The decode floor: what any ingest must do, and no more: read each rank's file, gunzip it and
+#: scan it into columns (tracelab's C scanner), in as many processes as the ingest uses. No
+#: validation, no Parquet, no store. An ingest "within 1.5x of the floor" is the issue's target.
+FLOOR = """
+import os, sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from tracelab.ingest.convert import _decompress, _mapped
+from tracelab.ingest.decode import decode
+
+def scan(path):
+    with _mapped(Path(path)) as raw:
+        return decode(_decompress(raw, Path(path)), Path(path)).n
+
+files = sorted(str(p) for p in Path({folder!r}).glob("*.json*"))
+with ProcessPoolExecutor(min(os.cpu_count() or 1, len(files))) as pool:
+    print(sum(pool.map(scan, files)))
+"""
 EVENTS_PER_RANK = 216_092  # all events of df_index_resolver
 X_EVENTS_PER_RANK = 123_379  # its complete (X) events, the ones both tools keep
 
@@ -58,14 +77,25 @@ def hta_parse(folder: Path) -> Sample:
     return sample
 
 
+def decode_floor(folder: Path) -> Sample:
+    warm(folder)
+    sample = run_measured([sys.executable, "-c", FLOOR.format(folder=str(folder))])
+    if sample.returncode != 0:
+        raise SystemExit(f"the decode floor failed:\n{sample.stdout[-2000:]}")
+    return sample
+
+
 def bench_case(name: str, folder: Path, ranks: int, reps: int, work: Path) -> dict[str, object]:
     tl: list[Sample] = []
     hta: list[Sample] = []
+    floor: list[Sample] = []
     for _ in range(reps):
         tl.append(tracelab_ingest(folder, work))
         hta.append(hta_parse(folder))
+        floor.append(decode_floor(folder))
     tl_s = median([s.wall_s for s in tl])
     hta_s = median([s.wall_s for s in hta])
+    floor_s = median([s.wall_s for s in floor])
     x_events = X_EVENTS_PER_RANK * ranks
     return {
         "case": name,
@@ -76,6 +106,9 @@ def bench_case(name: str, folder: Path, ranks: int, reps: int, work: Path) -> di
         "tracelab_s": tl_s,
         "hta_s": hta_s,
         "speedup": hta_s / tl_s,
+        "floor_s": floor_s,
+        "over_floor": tl_s / floor_s,
+        "floor_runs_s": [round(s.wall_s, 3) for s in floor],
         "tracelab_events_per_s": x_events / tl_s,
         "hta_events_per_s": x_events / hta_s,
         "tracelab_peak_rss_mb": median([s.peak_rss_bytes for s in tl]) / 2**20,
@@ -102,14 +135,14 @@ def scaling(ranks: list[int], reps: int, work: Path) -> list[dict[str, object]]:
 
 def table(rows: list[dict[str, object]]) -> str:
     lines = [
-        "| case | ranks | input | X events | tracelab (median) | HTA (median) | speed-up | tracelab events/s | HTA events/s | tracelab peak RSS | HTA peak RSS |",
+        "| case | ranks | input | X events | tracelab (median) | HTA (median) | speed-up | decode floor | tracelab / floor | tracelab peak RSS | HTA peak RSS |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['ranks']} | {r['bytes'] / 1e6:.0f} MB | {r['x_events']:,} | "
             f"{r['tracelab_s']:.2f} s | {r['hta_s']:.2f} s | {r['speedup']:.1f}x | "
-            f"{r['tracelab_events_per_s'] / 1e3:,.0f}k | {r['hta_events_per_s'] / 1e3:,.0f}k | "
+            f"{r['floor_s']:.2f} s | {r['over_floor']:.2f}x | "
             f"{r['tracelab_peak_rss_mb']:.0f} MB | {r['hta_peak_rss_mb']:.0f} MB |"
         )
     return "\n".join(lines)
@@ -120,13 +153,18 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--scaling", default="", help="comma-separated rank counts, e.g. 8,64")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ingest.json"))
+    parser.add_argument("--cases", default="a,b,c", help="which cases, e.g. b,c")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tracelab-bench-"))
+    cases = {
+        "a": ("(a) df_index_resolver", lambda: rank_set(1), 1),
+        "b": ("(b) 8-rank set", lambda: rank_set(8), 8),
+        "c": ("(c) 8-rank set, gzipped", lambda: rank_set(8, gz=True), 8),
+    }
     try:
         rows = [
-            bench_case("(a) df_index_resolver", rank_set(1), 1, args.reps, work),
-            bench_case("(b) 8-rank set", rank_set(8), 8, args.reps, work),
-            bench_case("(c) 8-rank set, gzipped", rank_set(8, gz=True), 8, args.reps, work),
+            bench_case(cases[c][0], cases[c][1](), cases[c][2], args.reps, work)
+            for c in args.cases.split(",")
         ]
         scale = scaling([int(n) for n in args.scaling.split(",") if n], args.reps, work)
     finally:

@@ -32,6 +32,7 @@ COMMANDS = (
     "tracelab.commands.delete",
     "tracelab.commands.sql",
     "tracelab.commands.rederive",
+    "tracelab.commands.migrate",
     "tracelab.commands.export",
     "tracelab.commands.analyze",
     "tracelab.commands.serve",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tracelab.store.files import parquet_root
 from tracelab.testing.synth import build_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,6 +105,8 @@ def test_app_keeps_serving_while_another_process_ingests(
     request still answers, and the new run shows up once the ingest commits."""
     db = tmp_path / "live.duckdb"
     shutil.copy(app_store, db)
+    # A store is the file and its Parquet folder (docs/store.md): copy both.
+    shutil.copytree(parquet_root(app_store), parquet_root(db))
     new = build_run(tmp_path / "new", "overlap", ranks=4, steps=20)
     proc, url = start_app_server(db, tmp_path / "serve.log")
     errors: list[str] = []

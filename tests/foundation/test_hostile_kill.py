@@ -16,6 +16,7 @@ import pytest
 
 from tracelab.ingest import ingest
 from tracelab.store import open_store
+from tracelab.store.files import MARKER, parquet_root
 
 from .hostile import REPO, snapshot
 from .kineto import run_set
@@ -126,3 +127,9 @@ def test_killed_ingest_leaves_nothing_behind(
         assert snapshot(db) == before
     ingest([run_set(tmp_path / "next", ranks=1)], db=db, run="next", progress=False)
     assert not list(tmp_path.glob(".tracelab-ingest-*")), "the next ingest removes orphans"
+    # ... and the store folder holds exactly the files the catalog lists (tracelab.store.files).
+    root = parquet_root(db)
+    with open_store(db) as con:
+        listed = {r[0] for r in con.execute("SELECT path FROM parquet_files").fetchall()}
+    on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    assert on_disk - {MARKER} == listed

@@ -97,11 +97,15 @@ def run(args: argparse.Namespace) -> int:
     import duckdb
 
     from tracelab.store import open_store
+    from tracelab.store.files import store_root
 
     query = check_query(args.query)
     if args.limit < 0:
         raise UsageError(f"--limit must be 0 (all rows) or more, not {args.limit}.")
     with open_store(args.db) as con:
+        # The query reads the store and the store folder's files (the events view), no more.
+        root = store_root(con)
+        con.execute("SET allowed_directories = ?", [[str(root) + "/"] if root else []])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         try:

@@ -1,4 +1,5 @@
-"""The SQL that loads converted ranks (Parquet) into the store, inside the ingest transaction.
+"""The SQL that loads converted ranks (Parquet) into the store, inside the ingest transaction
+(the events themselves stay Parquet files, listed by the store: tracelab.store.files).
 
 Everything derived is computed here, once, in DuckDB: the category of each event (from
 tracelab.ingest.classify's rules), correlation/stream ids from the args JSON, the profiler step of each
@@ -46,32 +47,9 @@ PARTS = r"""(SELECT *,
     FROM read_parquet(?, filename = true, hive_partitioning = false))"""
 
 
-def load_events(
-    con: duckdb.DuckDBPyConnection, run_id: int, files: list[str], steps: list[str]
-) -> None:
-    """Copy converted events and steps into the store (files named as PARTS says).
-
-    The events statement runs on all threads without preserving insertion order: an
-    order-preserving parallel insert writes each thread's row groups separately and the commit
-    rewrites them (as slow as one thread, and a file twice as big), while without it each thread
-    appends whole Parquet row groups (122,880 rows of one rank, sorted by time), so rows stay
-    clustered by (rank, time) in blocks and DuckDB's zone maps stay useful for time ranges.
-    Nothing reads events in insertion order: every reader sorts.
-    """
-    keep = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
-    con.execute("SET preserve_insertion_order = false")
-    try:
-        con.execute(
-            f"""
-            INSERT INTO events
-            SELECT ?, rank, idx + off, cat, name, pid, tid, lane_label, ts_ns, dur_ns, category,
-                   on_device, stream, correlation, external_id, step, args
-            FROM {PARTS}
-            """,
-            [run_id, files],
-        )
-    finally:
-        con.execute(f"SET preserve_insertion_order = {'true' if keep else 'false'}")
+def load_steps(con: duckdb.DuckDBPyConnection, run_id: int, steps: list[str]) -> None:
+    """Copy the converted steps into the store (files named as PARTS says). The events stay in
+    their Parquet files (tracelab.store.files): the store lists them, it does not copy them."""
     con.execute(
         f"""
         INSERT INTO steps

@@ -1,5 +1,6 @@
-"""The ingest's one write transaction: the run's rows, its converted Parquet files loaded into
-the store, and the derived layer, committed together or not at all."""
+"""The ingest's one write transaction: the run's rows, its converted events files moved into the
+store folder and listed, its small tables loaded, and the derived layer, committed together or
+not at all."""
 
 from __future__ import annotations
 
@@ -91,6 +92,7 @@ def write_run(
     """Write the run in one transaction; `extra(con, run_id)` adds more of its rows in it
     (the hang verdict, tracelab.hang.stored)."""
     from tracelab.store import delete_run, open_store
+    from tracelab.store.files import place_run, register_files
 
     world = world or _world_size(capture, by_rank)
     report = IngestReport(
@@ -105,31 +107,38 @@ def write_run(
     from tracelab.derived import ComponentFailed
     from tracelab.derived import errors as derived_errors
 
+    # The run's events files are staged (outside the lock), then moved into the store folder
+    # with one rename and listed in the transaction that commits the run (tracelab.store.files).
+    staged, files = _stage_events(staging, by_rank)
     # A derived component that fails inside DuckDB aborts the transaction: the whole write is
     # tried again without it (its failure recorded in derived_errors), so the run still lands.
     skip: dict[str, str] = {}
     with open_store(db_path, read_only=False) as con:
+        row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchall()
+        old = int(row[0][0]) if row else None
+        if old is not None:
+            if (
+                _identical(con, old, by_rank)
+                and not skipped
+                and _same_mesh(con, old, extra_metadata)
+            ):
+                report.run_id, report.unchanged = old, True
+                return report
+            if if_exists == "refuse":
+                raise UsageError(
+                    f"a run named {name!r} already exists with different content. "
+                    "Use --replace to overwrite it, or --run NEW_NAME to keep both."
+                )
+        # Sequences are not transactional: an id is never handed out twice.
+        rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+        place_run(con, staged, rid)
         while True:
             con.execute("BEGIN TRANSACTION")
             try:
-                row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchone()
-                if row is not None:
-                    if (
-                        _identical(con, int(row[0]), by_rank)
-                        and not skipped
-                        and _same_mesh(con, int(row[0]), extra_metadata)
-                    ):
-                        con.execute("ROLLBACK")
-                        report.run_id, report.unchanged = int(row[0]), True
-                        return report
-                    if if_exists == "refuse":
-                        raise UsageError(
-                            f"a run named {name!r} already exists with different content. "
-                            "Use --replace to overwrite it, or --run NEW_NAME to keep both."
-                        )
-                    delete_run(con, int(row[0]))
-                rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+                if old is not None:
+                    delete_run(con, old)
                 _insert_run(con, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
+                register_files(con, rid, files)
                 _load(con, rid, staging, by_rank, capture, skip)
                 if extra is not None:
                     extra(con, rid)
@@ -144,6 +153,31 @@ def write_run(
                 raise
     report.run_id = rid
     return report
+
+
+def _stage_events(
+    staging: Path, by_rank: dict[int, ConvertedRank]
+) -> tuple[Path, list[tuple[int, int, int]]]:
+    """The run's events files laid out as the store folder holds them (staged_event_file),
+    linked from the converted folders (copied where a link cannot be made, e.g. a collector's
+    folder on another file system): the staged folder, and (rank, offset, rows) per file."""
+    from tracelab.store.files import staged_event_file
+
+    staged = staging / "run"
+    shutil.rmtree(staged, ignore_errors=True)
+    files = []
+    for rank, cr in sorted(by_rank.items()):
+        offset = 0
+        for info, folder in zip(cr.infos, cr.dirs, strict=True):
+            target = staged_event_file(staged, rank, offset)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(folder / "events.parquet", target)
+            except OSError:
+                shutil.copyfile(folder / "events.parquet", target)
+            files.append((rank, offset, info.event_count))
+            offset += info.event_count
+    return staged, files
 
 
 def _world_size(capture: Capture | None, by_rank: dict[int, ConvertedRank]) -> int | None:
@@ -218,14 +252,14 @@ def _insert_run(
 def _parts(staging: Path, by_rank: dict[int, ConvertedRank]) -> dict[str, list[str]]:
     """Each converted file linked as `parts/rR-oK.KIND.parquet` (load_sql.PARTS), so that the
     load reads a file's rank and idx offset from its name: kind -> paths."""
-    out: dict[str, list[str]] = {kind: [] for kind in PARQUET_KINDS}
+    out: dict[str, list[str]] = {kind: [] for kind in PARQUET_KINDS if kind != "events"}
     parts = staging / "parts"
     shutil.rmtree(parts, ignore_errors=True)  # a retried write links them again
     parts.mkdir()
     for rank, cr in sorted(by_rank.items()):
         offset = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
-            for kind in PARQUET_KINDS:
+            for kind in out:
                 link = parts / f"r{rank}-o{offset}.{kind}.parquet"
                 try:
                     link.symlink_to((folder / f"{kind}.parquet").resolve())
@@ -245,7 +279,7 @@ def _load(
     skip: dict[str, str],
 ) -> None:
     parts = _parts(staging, by_rank)
-    load_sql.load_events(con, rid, parts["events"], parts["steps"])
+    load_sql.load_steps(con, rid, parts["steps"])
     loaded = dict(
         con.execute(
             "SELECT rank, count(*) FROM events WHERE run_id = ? GROUP BY rank", [rid]

@@ -22,7 +22,8 @@ from tracelab.store import resolve_run
 #: The file that marks a folder as a tracelab export (JSON: run, tracelab version).
 MARKER = ".tracelab-export"
 
-#: Tables exported, and whether they are partitioned by rank.
+#: Tables exported, and whether they are partitioned by rank (events: the store's own files,
+#: copied).
 EXPORT_TABLES = {
     "events": True,
     "steps": False,
@@ -30,6 +31,7 @@ EXPORT_TABLES = {
     "collectives": False,
     "memory": False,
     "lanes": False,
+    "hang_verdicts": False,
     "runs": False,
 }
 
@@ -52,8 +54,10 @@ def export_run(
         raise UsageError(
             f"{root}: cannot write the export here ({exc.strerror}). Choose another --out."
         ) from None
-    written: dict[str, int] = {}
+    written: dict[str, int] = {"events": _copy_events(con, rid, root / "events")}
     for table, by_rank in EXPORT_TABLES.items():
+        if table == "events":
+            continue
         target = root / table if by_rank else root / f"{table}.parquet"
         opts = "FORMAT parquet, COMPRESSION zstd" + (", PARTITION_BY (rank)" if by_rank else "")
         # Table names come from the constant above; the run id and path are bound.
@@ -72,6 +76,33 @@ def export_run(
             con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [rid]).fetchall()[0][0]
         )
     return written
+
+
+def _copy_events(con: duckdb.DuckDBPyConnection, rid: int, target: Path) -> int:
+    """The run's events files, copied from the store folder as they are (tracelab.store.files):
+    `events/rank=R/events-OFFSET.parquet`, the run's id and rank in the path rather than in the
+    rows, OFFSET added to `idx` as in the store. Returns the events copied."""
+    from tracelab.store.files import store_root
+
+    root = store_root(con)
+    listed = con.execute(
+        "SELECT path, row_count FROM parquet_files WHERE run_id = ? AND kind = 'events' "
+        "ORDER BY rank, path",
+        [rid],
+    ).fetchall()
+    count = 0
+    for path, rows in listed:
+        rel = Path(str(path))
+        out = target / rel.parent.name / rel.name  # rank=R/events-OFFSET.parquet
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(str(root)) / rel, out)
+        except OSError as exc:
+            raise UsageError(
+                f"{out}: cannot write the export ({exc.strerror}). Choose another --out."
+            ) from None
+        count += int(rows)
+    return count
 
 
 def _quote(path: Path) -> str:

@@ -21,6 +21,7 @@ import duckdb
 
 from tracelab.defaults import DEFAULT_DB, env_seconds
 from tracelab.errors import StoreError, StoreLockedError
+from tracelab.store.files import follow_moved_store, sweep
 from tracelab.store.schema import ensure_schema
 from tracelab.store.versions import (
     check_duckdb_storage,
@@ -41,7 +42,7 @@ def _is_lock_conflict(exc: Exception) -> bool:
     return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
 
 
-def _connect_with_retry(path: str, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+def connect_with_retry(path: str, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + timeout_s
     delay = 0.02
     while True:
@@ -81,7 +82,7 @@ def open_store(
         raise StoreError(
             f"{path}: no store here. Create one with `tracelab ingest TRACES --db {path}`."
         )
-    con = _connect_with_retry(path, read_only, timeout_s)
+    con = connect_with_retry(path, read_only, timeout_s)
     try:
         if read_only:
             check_version(con, path, check_derived=not stale_derived_ok)
@@ -91,6 +92,14 @@ def open_store(
             con.execute("SET enable_progress_bar = false")
             ensure_schema(con, path, check_derived=not stale_derived_ok)
         check_duckdb_storage(con, path)
-        yield con
+        follow_moved_store(con, read_only=read_only)
+        if not read_only:
+            sweep(con)  # what a killed writer left in the store folder
+        try:
+            yield con
+        finally:
+            if not read_only:  # a deleted or replaced run's files; never fails the caller
+                with contextlib.suppress(duckdb.Error, OSError):
+                    sweep(con)
     finally:
         con.close()

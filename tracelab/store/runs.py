@@ -6,6 +6,7 @@ import duckdb
 
 from tracelab.derived import TABLES as DERIVED_TABLES
 from tracelab.errors import RunNotFoundError
+from tracelab.store.files import refresh_events_view
 from tracelab.store.versions import first_row
 
 
@@ -29,7 +30,7 @@ def resolve_run(con: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, 
     return int(row[0]), str(row[1])
 
 
-#: Tables holding per-run rows, deleted together with the run (derived ones first).
+#: Tables (and the events view) holding per-run rows, deleted with the run (derived ones first).
 RUN_TABLES = DERIVED_TABLES + (
     "hang_verdicts",
     "events",
@@ -40,12 +41,22 @@ RUN_TABLES = DERIVED_TABLES + (
     "ranks",
     "runs",
 )
+#: What delete_run deletes from: the tables of RUN_TABLES, and the catalog of the run's files
+#: in place of the events view over them.
+_DELETED = tuple(t for t in RUN_TABLES if t not in ("events", "ranks", "runs")) + (
+    "parquet_files",
+    "ranks",
+    "runs",
+)
 
 
 def delete_run(con: duckdb.DuckDBPyConnection, rid: int) -> None:
-    """Delete every row of one run. Call inside a transaction to make it atomic with more work."""
-    for table in RUN_TABLES:
+    """Delete every row of one run, and unlist its Parquet files (removed from the store folder
+    when the writer closes the store: tracelab.store.files.sweep). Call inside a transaction to
+    make it atomic with more work."""
+    for table in _DELETED:
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
+    refresh_events_view(con)
 
 
 def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:

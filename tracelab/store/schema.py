@@ -66,8 +66,10 @@ def schema_comments(sql: str) -> list[tuple[str, str, str | None, str]]:
     return out
 
 
-def _apply_comments(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+def apply_comments(con: duckdb.DuckDBPyConnection, sql: str, only: str | None = None) -> None:
     for kind, table, column, text in schema_comments(sql):
+        if only is not None and table != only:
+            continue
         quoted = "'" + text.replace("'", "''") + "'"
         if kind == "table":
             is_view = con.execute(
@@ -76,6 +78,15 @@ def _apply_comments(con: duckdb.DuckDBPyConnection, sql: str) -> None:
             con.execute(f"COMMENT ON {'VIEW' if is_view else 'TABLE'} {table} IS {quoted}")
         else:
             con.execute(f"COMMENT ON COLUMN {table}.{column} IS {quoted}")
+
+
+def apply_view_comments(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Copy the comments of one table or view of the store's own schema files into DuckDB's
+    catalog again (a replaced view loses them)."""
+    sql = "\n".join(
+        resources.files("tracelab").joinpath(f"store/schema/{f}").read_text() for f in SCHEMA_FILES
+    )
+    apply_comments(con, sql, only=name)
 
 
 def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -92,7 +103,7 @@ def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
         for name, is_view in sorted(made, key=lambda x: not x[1]):  # views first
             con.execute(f"DROP {'VIEW' if is_view else 'TABLE'} IF EXISTS {name}")
         con.execute(sql)
-        _apply_comments(con, sql)
+        apply_comments(con, sql)
         con.execute(
             "INSERT OR REPLACE INTO tracelab_meta VALUES ('derived_version', ?)",
             [str(DERIVED_VERSION)],
@@ -122,7 +133,7 @@ def ensure_schema(
     con.execute("BEGIN")
     sql = schema_sql()
     con.execute(sql)
-    _apply_comments(con, sql)
+    apply_comments(con, sql)
     con.execute(
         "INSERT INTO tracelab_meta VALUES ('schema_version', ?), ('derived_version', ?)",
         [str(SCHEMA_VERSION), str(DERIVED_VERSION)],

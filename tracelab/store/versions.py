@@ -12,7 +12,9 @@ import duckdb
 
 from tracelab.errors import StoreError
 
-SCHEMA_VERSION = 3
+#: 4: events are Parquet files in the store folder, `events` a view over them (3: a table,
+#: with hang_verdicts; 2: a table, no hang_verdicts). `tracelab migrate` takes 2 and 3 to 4.
+SCHEMA_VERSION = 4
 #: Version of what tracelab.derived computes into the derived tables. Bumped whenever a
 #: definition changes, so that a store derived by an older tracelab is re-derived
 #: (`tracelab rederive`) rather than shown with numbers that no longer mean the same.
@@ -35,6 +37,12 @@ def check_version(con: duckdb.DuckDBPyConnection, path: str, check_derived: bool
             "Point --db at a tracelab store or at a new file."
         ) from exc
     found = int(row[0]) if row else None
+    if found in (2, 3):
+        raise StoreError(
+            f"{path}: store schema version {found} (events inside the DuckDB file); this tracelab "
+            f"reads version {SCHEMA_VERSION} (events as Parquet files beside it). Migrate it in "
+            f"place, keeping every run: tracelab migrate --db {path}"
+        )
     if found != SCHEMA_VERSION:
         raise StoreError(
             f"{path}: store schema version {found} but this tracelab reads version "

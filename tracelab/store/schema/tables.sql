@@ -1,4 +1,11 @@
--- tracelab store schema: the base tables (version 3 with derived.sql; tracelab.store.SCHEMA_VERSION).
+-- tracelab store schema: the base tables (version 4 with derived.sql; tracelab.store.SCHEMA_VERSION).
+--
+-- Version 4 keeps the events out of the DuckDB file: they are Parquet files in the store's folder
+-- (`STORE.duckdb` -> `STORE.parquet/run=ID/rank=R/events-OFFSET.parquet`, tracelab/store/files.py),
+-- listed in `parquet_files`, and `events` is a view over exactly the files listed there. The view
+-- is replaced in the transaction that commits a run, so a reader sees a run's files whole or not
+-- at all. Versions 2 and 3 held the events in a table (3 added hang_verdicts); `tracelab migrate`
+-- turns such a store into this one.
 --
 -- Conventions: every time is an integer number of nanoseconds since the Unix epoch (`*_ns`),
 -- every duration an integer number of nanoseconds (`dur_ns`), every size a number of bytes
@@ -78,45 +85,61 @@ CREATE TABLE IF NOT EXISTS ranks (
     PRIMARY KEY (run_id, rank)
 );
 
--- Every complete (ph = 'X') event of every rank.
-CREATE TABLE IF NOT EXISTS events (
+-- The Parquet files of the runs' per-rank tables, the store's catalog of them: a file is listed
+-- only once it is whole and in place, and removed from the folder once no row lists it.
+CREATE TABLE IF NOT EXISTS parquet_files (
     -- The run.
     run_id INTEGER NOT NULL,
-    -- The rank whose trace held the event.
+    -- The rank.
     rank INTEGER NOT NULL,
-    -- Position of the event in the rank's traceEvents list (stable id within the rank).
-    idx BIGINT NOT NULL,
-    -- Kineto category as written (kernel, cpu_op, cuda_runtime, user_annotation, ...).
-    cat VARCHAR,
-    -- Event name as written (never trusted: escape before rendering).
-    name VARCHAR NOT NULL,
-    -- Kineto pid: the OS process for host events, the device index for GPU events.
-    pid BIGINT,
-    -- Kineto tid: the OS thread for host events, the stream for GPU events.
-    tid BIGINT,
-    -- pid/tid when the trace wrote them as strings (e.g. 'Spans'); NULL otherwise.
-    lane_label VARCHAR,
-    -- Start, absolute: baseTimeNanoseconds + ts * 1000, rounded to the nanosecond.
-    ts_ns BIGINT NOT NULL,
-    -- Duration.
-    dur_ns BIGINT NOT NULL,
-    -- tracelab's classification, applied once at ingest (see tracelab/ingest/classify.py):
-    -- compute, communication, memcpy, memset, sync, runtime, cpu_op, annotation, python, other.
-    category VARCHAR NOT NULL,
-    -- True for events that run on the device (kernels, GPU memcpy/memset, GPU annotations).
-    on_device BOOLEAN NOT NULL,
-    -- CUDA/HIP stream for device events (args.stream, else tid); NULL for host events.
-    stream BIGINT,
-    -- args.correlation: links a runtime launch to the device work it launched.
-    correlation BIGINT,
-    -- args['External id']: links device work to the host op that issued it.
-    external_id BIGINT,
-    -- ProfilerStep number the event belongs to (host: enclosing step; device: its launch's step).
-    step INTEGER,
-    -- The event's args, verbatim JSON. Stored with zstd: args are mostly unique text, where
-    -- zstd is both smaller and faster to write than DuckDB's default string compression.
-    args JSON USING COMPRESSION zstd
+    -- Which table's rows the file holds ('events').
+    kind VARCHAR NOT NULL,
+    -- Path inside the store's folder, '/'-separated (run=ID/rank=R/events-OFFSET.parquet).
+    path VARCHAR NOT NULL PRIMARY KEY,
+    -- Rows in the file.
+    row_count BIGINT NOT NULL,
+    -- Size of the file.
+    file_bytes BIGINT NOT NULL
 );
+
+-- Every complete (ph = 'X') event of every rank: a view over the Parquet files that
+-- parquet_files lists (tracelab/store/files.py writes it; this empty form is a store's first).
+CREATE OR REPLACE VIEW events AS SELECT
+    CAST(NULL AS INTEGER) AS run_id,
+    CAST(NULL AS INTEGER) AS rank,
+    CAST(NULL AS BIGINT) AS idx,
+    CAST(NULL AS VARCHAR) AS cat,
+    CAST(NULL AS VARCHAR) AS name,
+    CAST(NULL AS BIGINT) AS pid,
+    CAST(NULL AS BIGINT) AS tid,
+    CAST(NULL AS VARCHAR) AS lane_label,
+    CAST(NULL AS BIGINT) AS ts_ns,
+    CAST(NULL AS BIGINT) AS dur_ns,
+    CAST(NULL AS VARCHAR) AS category,
+    CAST(NULL AS BOOLEAN) AS on_device,
+    CAST(NULL AS BIGINT) AS stream,
+    CAST(NULL AS BIGINT) AS correlation,
+    CAST(NULL AS BIGINT) AS external_id,
+    CAST(NULL AS INTEGER) AS step,
+    CAST(NULL AS JSON) AS args
+WHERE false;
+-- @column run_id: The run (the file's run= folder).
+-- @column rank: The rank whose trace held the event (the file's rank= folder).
+-- @column idx: Position of the event in the rank's traceEvents list (stable id within the rank): the file's own idx plus the OFFSET in its name, the events of the rank's earlier windows.
+-- @column cat: Kineto category as written (kernel, cpu_op, cuda_runtime, user_annotation, ...).
+-- @column name: Event name as written (never trusted: escape before rendering).
+-- @column pid: Kineto pid: the OS process for host events, the device index for GPU events.
+-- @column tid: Kineto tid: the OS thread for host events, the stream for GPU events.
+-- @column lane_label: pid/tid when the trace wrote them as strings (e.g. 'Spans'); NULL otherwise.
+-- @column ts_ns: Start, absolute: baseTimeNanoseconds + ts * 1000, rounded to the nanosecond.
+-- @column dur_ns: Duration.
+-- @column category: tracelab's classification, applied once at ingest (see tracelab/ingest/classify.py): compute, communication, memcpy, memset, sync, runtime, cpu_op, annotation, python, other.
+-- @column on_device: True for events that run on the device (kernels, GPU memcpy/memset, GPU annotations).
+-- @column stream: CUDA/HIP stream for device events (args.stream, else tid); NULL for host events.
+-- @column correlation: args.correlation: links a runtime launch to the device work it launched.
+-- @column external_id: args['External id']: links device work to the host op that issued it.
+-- @column step: ProfilerStep number the event belongs to (host: enclosing step; device: its launch's step).
+-- @column args: The event's args, verbatim JSON (a string column of the Parquet file).
 
 -- ProfilerStep#N spans per rank.
 CREATE TABLE IF NOT EXISTS steps (

@@ -1,0 +1,351 @@
+"""Issue 22: the events as Parquet files in the store folder, the store as their catalog
+(tracelab/store/files.py). Every test runs the real CLI or ingest on a real DuckDB file."""
+
+from __future__ import annotations
+
+import filecmp
+import gzip
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tracelab.errors import StoreError
+from tracelab.ingest import ingest
+from tracelab.store import open_store
+from tracelab.store.files import MARKER, parquet_root
+
+from .hostile import REPO, cli, snapshot
+from .kineto import run_set
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _files_on_disk(db: Path) -> set[str]:
+    root = parquet_root(db)
+    if not root.is_dir():
+        return set()
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} - {MARKER}
+
+
+def check_catalog(db: Path) -> dict[str, int]:
+    """The invariants of the layout, read as a reader reads them: every file the catalog lists
+    is there and whole (its row count as listed), each run's events are its ranks' events, and
+    the events view reads exactly the listed rows. Returns events per run name."""
+    root = parquet_root(db)
+    with open_store(db) as con:
+        listed = con.execute("SELECT path, row_count, file_bytes FROM parquet_files").fetchall()
+        for path, rows, size in listed:
+            assert (root / path).stat().st_size == size, path
+            assert pq.ParquetFile(root / path).metadata.num_rows == rows, path
+        per_run = dict(
+            con.execute(
+                "SELECT r.name, (SELECT count(*) FROM events e WHERE e.run_id = r.run_id) "
+                "FROM runs r"
+            ).fetchall()
+        )
+        ranks = dict(
+            con.execute(
+                "SELECT r.name, sum(k.event_count) FROM runs r JOIN ranks k USING (run_id) "
+                "GROUP BY r.name"
+            ).fetchall()
+        )
+        assert per_run == ranks
+        assert con.execute("SELECT count(*) FROM events").fetchall()[0][0] == sum(
+            r[1] for r in listed
+        )
+    return {str(k): int(v) for k, v in per_run.items()}
+
+
+def test_events_live_in_the_store_folder_and_read_as_before(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=3)], db=db, run="a", progress=False)
+    assert _files_on_disk(db) == {f"run=1/rank={r}/events-0.parquet" for r in range(3)}
+    assert check_catalog(db) == {"a": 12}
+    with open_store(db) as con:
+        # The view has the columns, types and comments the empty form documents.
+        described = con.execute(
+            "SELECT column_name, data_type, comment FROM duckdb_columns() "
+            "WHERE table_name = 'events' ORDER BY column_index"
+        ).fetchall()
+    empty = tmp_path / "empty.duckdb"
+    with open_store(empty, read_only=False):
+        pass
+    with open_store(empty) as con:
+        assert con.execute("SELECT count(*) FROM events").fetchall() == [(0,)]
+        assert (
+            con.execute(
+                "SELECT column_name, data_type, comment FROM duckdb_columns() "
+                "WHERE table_name = 'events' ORDER BY column_index"
+            ).fetchall()
+            == described
+        )
+    assert all(c for *_, c in described)
+
+
+def test_windows_of_one_rank_keep_their_idx(tmp_path: Path) -> None:
+    """Two windows of rank 0: the second file's idx continue after the first's events."""
+    from .kineto import trace, write
+
+    cap = tmp_path / "cap"
+    for w in range(2):  # one tensorboard_trace_handler worker's two windows, no rank
+        write(cap / f"host_1.{1000 + w}.pt.trace.json", trace(rank=None, world=1))
+    db = tmp_path / "s.duckdb"
+    ingest([cap], db=db, run="w", progress=False)
+    assert _files_on_disk(db) == {"run=1/rank=0/events-0.parquet", "run=1/rank=0/events-4.parquet"}
+    with open_store(db) as con:
+        idx = [r[0] for r in con.execute("SELECT idx FROM events ORDER BY idx").fetchall()]
+    assert idx == list(range(8))
+
+
+def test_delete_and_replace_remove_the_files(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "a", ranks=2)], db=db, run="a", progress=False)
+    ingest([run_set(tmp_path / "b", ranks=3)], db=db, run="b", progress=False)
+    assert {p.split("/")[0] for p in _files_on_disk(db)} == {"run=1", "run=2"}
+    assert cli("delete", "a", "--db", str(db)).code == 0
+    assert {p.split("/")[0] for p in _files_on_disk(db)} == {"run=2"}
+    assert check_catalog(db) == {"b": 12}
+    ingest([run_set(tmp_path / "b2", ranks=1)], db=db, run="b", progress=False, if_exists="replace")
+    assert _files_on_disk(db) == {"run=3/rank=0/events-0.parquet"}
+    assert check_catalog(db) == {"b": 4}
+
+
+def test_export_copies_the_files(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=2)], db=db, run="a", progress=False)
+    out = tmp_path / "out"
+    assert cli("export", "--db", str(db), "--run", "a", "--out", str(out)).code == 0
+    for r in range(2):
+        assert filecmp.cmp(
+            parquet_root(db) / f"run=1/rank={r}/events-0.parquet",
+            out / "events" / f"rank={r}" / "events-0.parquet",
+            shallow=False,
+        )
+
+
+def test_a_moved_store_reads_its_files_where_they_are(tmp_path: Path) -> None:
+    db = tmp_path / "a" / "s.duckdb"
+    db.parent.mkdir()
+    ingest([run_set(tmp_path / "t", ranks=2)], db=db, run="a", progress=False)
+    moved = tmp_path / "b"
+    shutil.move(tmp_path / "a", moved)
+    assert check_catalog(moved / "s.duckdb") == {"a": 8}  # a reader: a temporary view
+    ingest([run_set(tmp_path / "u", ranks=1)], db=moved / "s.duckdb", run="u", progress=False)
+    assert check_catalog(moved / "s.duckdb") == {"a": 8, "u": 4}
+
+
+def test_a_folder_of_the_users_is_never_taken_for_the_store_folder(tmp_path: Path) -> None:
+    (tmp_path / "s.parquet").mkdir()
+    (tmp_path / "s.parquet" / "mine.txt").write_text("keep me")
+    with pytest.raises(StoreError, match="not a tracelab store folder"):
+        ingest([run_set(tmp_path / "t")], db=tmp_path / "s.duckdb", run="a", progress=False)
+    assert (tmp_path / "s.parquet" / "mine.txt").read_text() == "keep me"
+
+
+def test_a_version_2_store_is_refused_then_migrated(tmp_path: Path) -> None:
+    """tests/foundation/fixtures/v2_store.duckdb.gz: made by tracelab at e4b8424 (schema 2) from
+    run_set(ranks=2) as run 'a' and run_set(ranks=3) as run 'b'."""
+    db = tmp_path / "old.duckdb"
+    db.write_bytes(gzip.decompress((FIXTURES / "v2_store.duckdb.gz").read_bytes()))
+    with pytest.raises(StoreError, match=f"tracelab migrate --db {db}"):
+        with open_store(db):
+            pass
+    with pytest.raises(StoreError, match="tracelab migrate"):
+        ingest([run_set(tmp_path / "x")], db=db, run="x", progress=False)
+    res = cli("migrate", "--db", str(db))
+    assert res.code == 0 and "20 events moved into 5 Parquet files" in res.err, res.err
+    assert check_catalog(db) == {"a": 8, "b": 12}
+    fresh = tmp_path / "new.duckdb"
+    ingest([run_set(tmp_path / "ta", ranks=2)], db=fresh, run="a", progress=False)
+    ingest([run_set(tmp_path / "tb", ranks=3)], db=fresh, run="b", progress=False)
+    old, new = snapshot(db), snapshot(fresh)
+    assert old["events"] == new["events"]
+    assert old["steps"] == new["steps"] and old["collectives"] == new["collectives"]
+    assert cli("analyze", "--db", str(db), "--run", "a").code == 0
+    assert "nothing to do" in cli("migrate", "--db", str(db)).out
+    ingest([run_set(tmp_path / "c", ranks=1)], db=db, run="c", progress=False)
+    assert check_catalog(db) == {"a": 8, "b": 12, "c": 4}
+
+
+def _raw_rows(db: Path) -> dict[str, list[str]]:
+    """The events' and hang verdicts' rows, read past tracelab's version check."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {
+            "events": sorted(
+                map(
+                    repr,
+                    con.execute(
+                        "SELECT run_id, rank, idx, name, ts_ns, dur_ns, step, "
+                        "CAST(args AS VARCHAR) FROM events"
+                    ).fetchall(),
+                )
+            ),
+            "hang_verdicts": sorted(
+                map(repr, con.execute("SELECT * FROM hang_verdicts").fetchall())
+            ),
+        }
+    finally:
+        con.close()
+
+
+def test_a_version_3_store_keeps_its_hang_verdicts_through_the_migration(tmp_path: Path) -> None:
+    """tests/foundation/fixtures/v3_store.duckdb.gz: made by tracelab at ac7a405 (schema 3,
+    derived 4) from run_set(ranks=2) as run 'a' and tests/hang/captures.capture('skip') as 'h'
+    (8 and 24 events; one hang verdict)."""
+    db = tmp_path / "v3.duckdb"
+    db.write_bytes(gzip.decompress((FIXTURES / "v3_store.duckdb.gz").read_bytes()))
+    with pytest.raises(StoreError, match="store schema version 3 .*tracelab migrate --db"):
+        with open_store(db):
+            pass
+    before = _raw_rows(db)
+    res = cli("migrate", "--db", str(db))
+    assert res.code == 0 and "32 events moved into 4 Parquet files" in res.err, res.err
+    assert "rederived" not in res.err  # its derived tables are this tracelab's: kept as they are
+    assert check_catalog(db) == {"a": 8, "h": 24}
+    after = _raw_rows(db)
+    assert after["hang_verdicts"] == before["hang_verdicts"] and len(after["hang_verdicts"]) == 1
+    assert after["events"] == before["events"] and len(after["events"]) == 32
+    with open_store(db) as con:  # opens: the schema and derived versions are this tracelab's
+        assert con.execute("SELECT count(*) FROM job_steps").fetchall()[0][0] > 0
+    out = tmp_path / "export"
+    assert cli("export", "--db", str(db), "--run", "h", "--out", str(out)).code == 0
+    assert pq.read_table(out / "hang_verdicts.parquet").num_rows == 1
+
+
+def _ingest_cmd(data: Path, db: Path, run: str) -> list[str]:
+    return [sys.executable, "-m", "tracelab.cli", "ingest", str(data), "--db", str(db)] + [
+        "--run",
+        run,
+        "--workers",
+        "2",
+    ]
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> Path:
+    """Two copies of a real 54 MB trace (benchmarks/datasets.py), long enough to kill."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.datasets import rank_set
+
+    if not Path(rank_set.__globals__["SOURCE"]).is_file():
+        pytest.skip("needs the shared HTA traces")
+    return rank_set(2)
+
+
+def _stage(tmp_path: Path, db: Path) -> str:
+    """Where the ingest is now, as seen from outside."""
+    if any(p.name.startswith("run=") and p.name != "run=1" for p in parquet_root(db).glob("*")):
+        return "placed"
+    if list(tmp_path.glob(".tracelab-ingest-*/run")):
+        return "staged"
+    return "converting"
+
+
+@pytest.mark.parametrize("at", ["converting", "staged", "placed"])
+def test_sigkill_never_leaves_a_listed_file_incomplete(
+    at: str, two_ranks: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "good")], db=db, run="good", progress=False)
+    proc = subprocess.Popen(
+        _ingest_cmd(two_ranks, db, "big"), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    order = ["converting", "staged", "placed"]
+    seen = "converting"
+    while proc.poll() is None:
+        seen = _stage(tmp_path, db)
+        if order.index(seen) >= order.index(at):
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.002)
+    proc.communicate(timeout=60)
+    if proc.returncode != -signal.SIGKILL:
+        pytest.skip(f"the ingest ended ({proc.returncode}) before it was seen {at}")
+    assert seen == at
+    runs = check_catalog(db)  # the committed runs whole, whatever the moment of the kill
+    assert runs.get("good") == 8 and set(runs) <= {"good", "big"}
+    if at != "placed":
+        assert "big" not in runs, "a run commits only after its files are placed"
+    # The next writer removes what the killed one left; the folder holds the listed files only.
+    ingest([run_set(tmp_path / "next", ranks=1)], db=db, run="next", progress=False)
+    with open_store(db) as con:
+        listed = {r[0] for r in con.execute("SELECT path FROM parquet_files").fetchall()}
+    assert _files_on_disk(db) == listed
+
+
+def test_readers_see_a_run_whole_or_not_at_all(two_ranks: Path, tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "good")], db=db, run="good", progress=False)
+    proc = subprocess.Popen(
+        _ingest_cmd(two_ranks, db, "big"), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    seen: list[int] = []
+    while proc.poll() is None:
+        with open_store(db) as con:
+            seen.append(
+                con.execute(
+                    "SELECT count(*) FROM events WHERE run_id IN "
+                    "(SELECT run_id FROM runs WHERE name = 'big')"
+                ).fetchall()[0][0]
+            )
+        time.sleep(0.01)
+    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+    full = check_catalog(db)["big"]
+    assert set(seen) <= {0, full} and seen.count(0) > 5, set(seen)
+
+
+def test_concurrent_ingests_both_land(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "first")], db=db, run="first", progress=False)
+    procs = [
+        subprocess.Popen(
+            _ingest_cmd(run_set(tmp_path / n, ranks=3), db, n),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for n in ("x", "y", "z")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()[-2000:]
+    assert check_catalog(db) == {"first": 8, "x": 12, "y": 12, "z": 12}
+    with open_store(db) as con:
+        listed = {r[0] for r in con.execute("SELECT path FROM parquet_files").fetchall()}
+    assert _files_on_disk(db) == listed
+
+
+def test_sql_reads_the_store_folder_only(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t")], db=db, run="a", progress=False)
+    ok = cli("sql", "SELECT count(*) AS n FROM events", "--db", str(db), "--format", "csv")
+    assert ok.code == 0 and ok.out.splitlines() == ["n", "8"]
+    outside = tmp_path / "t" / "rank-0.json"
+    bad = cli("sql", f"SELECT * FROM read_text('{outside}')", "--db", str(db))
+    assert bad.code == 2 and "the query failed" in bad.err, bad.err
+
+
+def test_a_converted_capture_is_registered_not_copied(tmp_path: Path) -> None:
+    """What the collector's convert=True leaves (`tracelab convert TRACE` on each rank) is the
+    store's own layout: the ingest links those events files into the store folder, no parse
+    and no copy (the same inode where the capture and the store share a file system)."""
+    from tracelab.ingest.converted import converted_dir
+
+    data = run_set(tmp_path / "cap", ranks=2)
+    for r in range(2):
+        assert cli("convert", str(data / f"rank-{r}.json")).code == 0
+    db = tmp_path / "s.duckdb"
+    ingest([data], db=db, run="a", progress=False)
+    for r in range(2):
+        assert (parquet_root(db) / f"run=1/rank={r}/events-0.parquet").samefile(
+            converted_dir(data / f"rank-{r}.json") / "events.parquet"
+        )
+    assert check_catalog(db) == {"a": 8}

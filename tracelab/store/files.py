@@ -1,0 +1,227 @@
+"""The store's Parquet folder: where each run's per-rank event files live, the `events` view over
+the files the catalog lists, and the removal of every file it does not list.
+
+Layout: the store `STORE.duckdb` keeps its Parquet files in `STORE.parquet/` beside it (a store
+file named without `.duckdb` gets `NAME.parquet/`), one folder per run and rank, hive-style:
+`run=ID/rank=R/events-OFFSET.parquet`, where OFFSET is the number of the rank's events in its
+earlier profiling windows (0 for the first), added to the file's own `idx`. The folder holds
+MARKER, so that tracelab never takes a folder of the user's own for its store folder.
+
+The rules that make the layout safe against kills and concurrent processes:
+
+- a file is listed in `parquet_files` only in the transaction that commits its run, after it is
+  whole and in place (an ingest moves a run's finished folder into place with one rename), and
+  `events` is replaced in that transaction, so a reader sees a run whole or not at all;
+- the folder is changed only by a process holding the store's write lock (open_store with
+  read_only=False), and such a process removes every file the catalog does not list when it
+  opens and closes the store (sweep): what a killed ingest left, and a deleted run's files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+from tracelab.errors import StoreError
+from tracelab.store.versions import first_row
+
+#: The file that marks a folder as a store's Parquet folder (its text: the store file's name).
+MARKER = ".tracelab-store"
+#: Suffix of the store folder's name, replacing the store file's `.duckdb`.
+FOLDER_SUFFIX = ".parquet"
+#: The columns of an events file, in the view's order (run_id and rank come from the path).
+EVENT_FILE_COLUMNS = (
+    "idx",
+    "cat",
+    "name",
+    "pid",
+    "tid",
+    "lane_label",
+    "ts_ns",
+    "dur_ns",
+    "category",
+    "on_device",
+    "stream",
+    "correlation",
+    "external_id",
+    "step",
+    "args",
+)
+
+
+def parquet_root(db_path: str | os.PathLike[str]) -> Path:
+    """The store folder of the store file `db_path`: `x/STORE.duckdb` -> `x/STORE.parquet`."""
+    path = Path(os.path.abspath(db_path))
+    return path.with_name(path.name.removesuffix(".duckdb") + FOLDER_SUFFIX)
+
+
+def store_root(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """The store folder of the database `con` is connected to; None for an in-memory one."""
+    row = first_row(
+        con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()")
+    )
+    return parquet_root(row[0]) if row and row[0] else None
+
+
+def event_file(run_id: int, rank: int, offset: int) -> str:
+    """Where one events file lives inside the store folder ('/'-separated)."""
+    return f"run={int(run_id)}/rank={int(rank)}/events-{int(offset)}.parquet"
+
+
+def staged_event_file(staged: Path, rank: int, offset: int) -> Path:
+    """Where an ingest stages one events file before its run folder is moved into place."""
+    return staged / f"rank={int(rank)}" / f"events-{int(offset)}.parquet"
+
+
+def make_root(con: duckdb.DuckDBPyConnection) -> Path:
+    """The store folder, created (with MARKER) when it does not exist yet."""
+    root = store_root(con)
+    if root is None:
+        raise StoreError(
+            "an in-memory store cannot hold a run's Parquet files. Use a store file (--db FILE)."
+        )
+    if (root / MARKER).is_file():
+        return root
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise StoreError(
+            f"{root}: this is where the store keeps its Parquet files, but something that is not "
+            "a tracelab store folder is there. Move it away, or use another --db."
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    (root / MARKER).write_text(root.name.removesuffix(FOLDER_SUFFIX) + "\n")
+    return root
+
+
+def _empty_view_sql() -> str:
+    """The empty `events` view of tables.sql (a store without files)."""
+    text = resources.files("tracelab").joinpath("store/schema/tables.sql").read_text()
+    found = re.search(r"^CREATE OR REPLACE VIEW events AS .*?;$", text, re.M | re.S)
+    assert found is not None, "tables.sql defines the events view"
+    return found.group(0)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+#: run_id, rank and the idx offset, read from each file's name: DuckDB evaluates them once per
+#: file, and prunes the files a filter on run_id or rank excludes before opening them. Not hive
+#: partitioning, which would also take `k=v` folders above the store as columns.
+_FROM_NAME = r"CAST(regexp_extract(filename, '[/\\]run=(\d+)[/\\]rank=(\d+)[/\\]events-(\d+)\.parquet$', {}) AS {})"
+
+
+def events_view_sql(root: Path, paths: list[str], *, temp: bool = False) -> str:
+    """The `events` view over the files `paths` (inside `root`). The paths are written into the
+    view's text (a view takes no bind parameters); they are the catalog's own, quoted."""
+    if not paths:
+        sql = _empty_view_sql()
+        return sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW") if temp else sql
+    files = ", ".join(_quote(str(root / p)) for p in paths)
+    cols = ", ".join(
+        f"idx + {_FROM_NAME.format(3, 'BIGINT')} AS idx"
+        if c == "idx"
+        else "CAST(args AS JSON) AS args"
+        if c == "args"
+        else c
+        for c in EVENT_FILE_COLUMNS
+    )
+    return (
+        f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW events AS "
+        f"SELECT {_FROM_NAME.format(1, 'INTEGER')} AS run_id, "
+        f"{_FROM_NAME.format(2, 'INTEGER')} AS rank, {cols} "
+        f"FROM read_parquet([{files}], filename = true, hive_partitioning = false)"
+    )
+
+
+def _listed(con: duckdb.DuckDBPyConnection, kind: str | None = None) -> list[str]:
+    sql = "SELECT path FROM parquet_files" + (" WHERE kind = ?" if kind else "")
+    return [
+        str(r[0]) for r in con.execute(sql + " ORDER BY path", [kind] if kind else []).fetchall()
+    ]
+
+
+def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
+    """Make `events` the view over the events files the catalog lists now (in the caller's
+    transaction), with its column comments, and record the folder the view reads."""
+    from tracelab.store.schema import apply_view_comments
+
+    root = store_root(con)
+    paths = _listed(con, "events")
+    con.execute(events_view_sql(root or Path("."), paths if root else [], temp=temp))
+    if temp:
+        return
+    apply_view_comments(con, "events")
+    con.execute(
+        "INSERT OR REPLACE INTO tracelab_meta VALUES ('parquet_root', ?)", [str(root or "")]
+    )
+
+
+def follow_moved_store(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> None:
+    """A store moved with its folder: point `events` at where the folder is now (a temporary
+    view for a reader, which cannot change the store; the stored view for a writer)."""
+    root = store_root(con)
+    row = first_row(con.execute("SELECT value FROM tracelab_meta WHERE key = 'parquet_root'"))
+    if root is None or row is None or row[0] in ("", str(root)):
+        return
+    refresh_events_view(con, temp=read_only)
+
+
+def place_run(con: duckdb.DuckDBPyConnection, staged: Path, run_id: int) -> Path:
+    """Move a run's staged folder (staged_event_file) into the store folder as `run=ID`, with one
+    rename: a kill leaves it whole or not there. Call holding the write lock, before the
+    transaction that registers it (register_files)."""
+    root = make_root(con)
+    target = root / f"run={int(run_id)}"
+    if target.exists():  # a killed ingest's, of an id the sequence has since handed out again
+        shutil.rmtree(target)
+    try:
+        os.rename(staged, target)
+    except OSError:  # another file system: copy beside, then rename
+        partial = root / f".run={int(run_id)}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(staged, partial)
+        os.rename(partial, target)
+    return target
+
+
+def register_files(
+    con: duckdb.DuckDBPyConnection, run_id: int, files: list[tuple[int, int, int]]
+) -> None:
+    """List a placed run's events files, (rank, offset, rows) each, and replace the view; in
+    the caller's transaction, so that they become visible when it commits."""
+    root = make_root(con)
+    rows = []
+    for rank, offset, count in files:
+        path = event_file(run_id, rank, offset)
+        rows.append([run_id, rank, "events", path, count, (root / path).stat().st_size])
+    con.executemany("INSERT INTO parquet_files VALUES (?, ?, ?, ?, ?, ?)", rows)
+    refresh_events_view(con)
+
+
+def sweep(con: duckdb.DuckDBPyConnection) -> list[Path]:
+    """Remove every file of the store folder that the catalog does not list (and the folders
+    left empty): what a killed ingest placed, and the files of deleted runs. Only a process that
+    holds the write lock calls this, outside a transaction."""
+    root = store_root(con)
+    if root is None or not (root / MARKER).is_file():
+        return []
+    listed = set(_listed(con))
+    removed = []
+    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        rel = path.relative_to(root).as_posix()
+        if rel == MARKER:
+            continue
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                if not any(path.iterdir()):
+                    path.rmdir()
+            elif rel not in listed:
+                path.unlink()
+                removed.append(path)
+    return removed
