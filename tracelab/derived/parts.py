@@ -29,6 +29,8 @@ comm_attribution shares the exposed communication among the operations behind it
 
 from __future__ import annotations
 
+import os
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -84,11 +86,15 @@ _OP_COMPUTE_SQL = host_compute_sql("SELECT * FROM hs", "rank, step, tid")
 
 #: Every interval of the run on the reference clock, classed and keyed: rank, t0, t1, cls,
 #: op, pg_name, bytes, culprit, dim (the parallel dimension of a communication interval: its
-#: group's, process_groups.dim; send/recv are the pipeline's). Named parameters: $run, $op_patterns and $op_names (OP_RULES).
+#: group's, process_groups.dim; send/recv are the pipeline's), of the ranks $lo..$hi (every
+#: relation that reads events is filtered on it, so only those ranks' files are read; the rows
+#: of the small tables are filtered by intervals()). Named parameters: $run, $lo, $hi,
+#: $device_ranks (the run's ranks with device activity, _device_ranks_sql), $op_patterns and
+#: $op_names (OP_RULES), $issue_window_ns.
 INTERVALS_SQL = f"""
-WITH dev AS ({_device_ranks_sql()}),
+WITH dev AS (SELECT unnest($device_ranks::INTEGER[]) AS rank),
 off AS (FROM run_offsets($run)),
-hs AS ({HOST_OPS_SQL} AND rank NOT IN (FROM dev)),
+hs AS ({HOST_OPS_SQL} AND rank BETWEEN $lo AND $hi AND rank NOT IN (FROM dev)),
 hostc AS (
     SELECT k.rank, k.start_ns, k.op, pg.dim FROM collectives k
     LEFT JOIN collective_groups cg ON cg.run_id = k.run_id AND cg.rank = k.rank
@@ -107,7 +113,7 @@ comm AS (
     SELECT e.rank, e.idx, e.name, e.ts_ns AS ts, ref_ns(e.ts_ns, off.o) AS a,
            ref_ns(e.ts_ns + e.dur_ns, off.o) AS b
     FROM events e JOIN off USING (rank)
-    WHERE e.run_id = $run AND e.category = 'communication'
+    WHERE e.run_id = $run AND e.rank BETWEEN $lo AND $hi AND e.category = 'communication'
       AND e.on_device = (e.rank IN (FROM dev))
 ),
 -- A wait for an async collective (`_c10d_functional::wait_tensor`, a work's `c10d::wait`)
@@ -141,7 +147,8 @@ SELECT e.rank, ref_ns(e.ts_ns, off.o) AS t0, ref_ns(e.ts_ns + e.dur_ns, off.o) A
        NULL::VARCHAR AS op, NULL::VARCHAR AS pg_name, NULL::BIGINT AS bytes,
        NULL::INTEGER AS culprit, NULL::VARCHAR AS dim
 FROM events e JOIN off USING (rank)
-WHERE e.run_id = $run AND e.on_device AND e.category IN ('compute', 'memcpy', 'memset')
+WHERE e.run_id = $run AND e.rank BETWEEN $lo AND $hi AND e.on_device
+  AND e.category IN ('compute', 'memcpy', 'memset')
 UNION ALL
 -- Host-only ranks: leaf operators compute (minus the thread's communication ops); a parent's
 -- own time computes unless a collective of the rank is in flight (op_self, see sweep()).
@@ -154,7 +161,8 @@ UNION ALL
 SELECT e.rank, ref_ns(e.ts_ns, off.o), ref_ns(e.ts_ns + e.dur_ns, off.o), {S}, NULL, NULL, NULL, NULL,
        NULL
 FROM events e JOIN off USING (rank)
-WHERE e.run_id = $run AND NOT e.on_device AND e.category = 'sync' AND e.rank IN (FROM dev)
+WHERE e.run_id = $run AND e.rank BETWEEN $lo AND $hi AND NOT e.on_device AND e.category = 'sync'
+  AND e.rank IN (FROM dev)
 UNION ALL
 -- Matched group collectives (from events or the collector's records): wait, then transfer.
 SELECT rank, start_ns, start_ns + wait_ns, {W}, op, pg_name, bytes, last_rank, dim
@@ -210,15 +218,64 @@ FROM pipeline_ranks WHERE run_id = $run
 """
 
 
-def intervals(con: duckdb.DuckDBPyConnection, run_id: int) -> pa.Table:
-    """INTERVALS_SQL's rows for the run, as Arrow (needs sqlfiles.create_macros)."""
+#: The most events one batch of ranks of derive() holds in memory at once (TRACELAB_DERIVE_BATCH_EVENTS
+#: overrides it): the parts are computed a batch of ranks at a time, so that an ingest's memory
+#: does not grow with the run's ranks (a rank's intervals depend on its own events and on the
+#: small cross-rank tables only).
+BATCH_EVENTS = int(os.environ.get("TRACELAB_DERIVE_BATCH_EVENTS", 4_000_000))
+
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def rank_batches(
+    con: duckdb.DuckDBPyConnection, run_id: int, batch_events: int | None = None
+) -> list[tuple[int, int]]:
+    """Consecutive rank ranges (lo, hi) covering every rank, each holding at most
+    `batch_events` events (default BATCH_EVENTS; or one rank, whichever is more), from the
+    catalog's row counts."""
+    batch_events = BATCH_EVENTS if batch_events is None else batch_events
+    counts = con.execute(
+        "SELECT rank, sum(row_count) FROM parquet_files WHERE run_id = $run AND kind = 'events' "
+        "GROUP BY rank ORDER BY rank",
+        {"run": run_id},
+    ).fetchall()
+    bounds: list[tuple[int, int]] = []
+    lo, held = _INT32[0], 0
+    for rank, n in counts:
+        if held and held + int(n) > batch_events:
+            bounds.append((lo, int(rank) - 1))
+            lo, held = int(rank), 0
+        held += int(n)
+    bounds.append((lo, _INT32[1]))
+    return bounds
+
+
+def intervals(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    ranks: tuple[int, int] = _INT32,
+    device_ranks: set[int] | None = None,
+) -> pa.Table:
+    """INTERVALS_SQL's rows for the run's ranks in `ranks` (lo, hi), as Arrow (needs
+    sqlfiles.create_macros)."""
+    if device_ranks is None:
+        device_ranks = _device_ranks(con, run_id)
     params = {
         "run": run_id,
+        "lo": ranks[0],
+        "hi": ranks[1],
+        "device_ranks": sorted(device_ranks),
         "op_patterns": [pattern for pattern, _ in OP_RULES],
         "op_names": [op for _, op in OP_RULES],
         "issue_window_ns": ISSUE_WINDOW_NS,
     }
-    return con.sql(INTERVALS_SQL, params=params).to_arrow_table()
+    return con.sql(
+        f"SELECT * FROM ({INTERVALS_SQL}) WHERE rank BETWEEN $lo AND $hi", params=params
+    ).to_arrow_table()
+
+
+def _device_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> set[int]:
+    return {int(r) for (r,) in con.execute(_device_ranks_sql(), {"run": run_id}).fetchall()}
 
 
 def _i64(table: pa.Table, name: str) -> np.ndarray:
@@ -370,14 +427,22 @@ def _measures(seg: dict[str, np.ndarray]) -> pa.Table:
 
 def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Fill time_parts, step_parts and comm_attribution for the run
-    (tracelab/derived/sql/time_parts.sql, step_parts.sql, comm_attribution.sql)."""
-    iv = intervals(con, run_id)
+    (tracelab/derived/sql/time_parts.sql, step_parts.sql, comm_attribution.sql), a batch of
+    ranks at a time (rank_batches)."""
+    device = _device_ranks(con, run_id)
+    for ranks in rank_batches(con, run_id):
+        _derive_ranks(con, run_id, ranks, device)
+
+
+def _derive_ranks(
+    con: duckdb.DuckDBPyConnection, run_id: int, ranks: tuple[int, int], device: set[int]
+) -> None:
+    iv = intervals(con, run_id, ranks, device)
     spans = con.sql(
         "SELECT rank, step, start_ns, end_ns FROM step_spans WHERE run_id = $run "
-        "ORDER BY rank, start_ns",
-        params={"run": run_id},
+        "AND rank BETWEEN $lo AND $hi ORDER BY rank, start_ns",
+        params={"run": run_id, "lo": ranks[0], "hi": ranks[1]},
     ).to_arrow_table()
-    device = {int(r) for (r,) in con.execute(_device_ranks_sql(), {"run": run_id}).fetchall()}
     seg = sweep(iv, spans, device)
     cls = iv.column("cls").to_numpy()
     pieces = []
@@ -386,7 +451,7 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         for name in parts:
             pieces.append(rows.append_column("part", pa.array([name] * len(rows), pa.string())))
     comm = pa.concat_tables(pieces)
-    params = {"run": run_id}
-    sqlfiles.run(con, "time_parts", params, {"_tl_parts": _merged(seg)})
+    sqlfiles.run(con, "time_parts", {"run": run_id}, {"_tl_parts": _merged(seg)})
+    params = {"run": run_id, "lo": ranks[0], "hi": ranks[1]}
     sqlfiles.run(con, "step_parts", params, {"_tl_measures": _measures(seg)})
     sqlfiles.run(con, "comm_attribution", params, {"_tl_comm": comm})

@@ -104,6 +104,10 @@ def run(
         con.register(key, table)
     try:
         con.execute(statement(name), dict(params))
-    finally:
+    except duckdb.Error:
+        # The failure aborted the transaction, where unregistering would fail too and hide
+        # its reason; the registrations end with the connection.
+        raise
+    else:
         for key in tables:
             con.unregister(key)

@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS step_parts (
 
 INSERT INTO step_parts BY NAME
 -- time_parts summed per rank and step, pipeline time split at the inherent idle, and the
--- sweep's communication measures (Arrow table _tl_measures). Parameters: $run.
+-- sweep's communication measures (Arrow table _tl_measures), of the ranks $lo..$hi (derive()
+-- fills a batch of ranks at a time). Parameters: $run, $lo, $hi.
 WITH p AS (
     SELECT rank, step,
            coalesce(sum(end_ns - start_ns) FILTER (WHERE part = 'compute'), 0) AS compute,
@@ -52,9 +53,10 @@ WITH p AS (
            coalesce(sum(end_ns - start_ns) FILTER (WHERE part = 'pipeline'), 0) AS pipeline,
            coalesce(sum(end_ns - start_ns) FILTER (WHERE part = 'host'), 0) AS host,
            coalesce(sum(end_ns - start_ns) FILTER (WHERE part = 'idle'), 0) AS idle
-    FROM time_parts WHERE run_id = $run GROUP BY rank, step
+    FROM time_parts WHERE run_id = $run AND rank BETWEEN $lo AND $hi GROUP BY rank, step
 ),
-pr AS (SELECT rank, step, inherent_idle_ns FROM pipeline_ranks WHERE run_id = $run),
+pr AS (SELECT rank, step, inherent_idle_ns FROM pipeline_ranks
+       WHERE run_id = $run AND rank BETWEEN $lo AND $hi),
 q AS (
     SELECT s.rank, s.step, s.ordinal, s.steady, s.dur_ns,
            coalesce(p.compute, 0) AS compute, coalesce(p.transfer, 0) AS transfer,
@@ -64,7 +66,7 @@ q AS (
            coalesce(m.comm_ns, 0) AS comm_ns, coalesce(m.overlapped_comm_ns, 0) AS over_ns
     FROM step_spans s LEFT JOIN p USING (rank, step) LEFT JOIN pr USING (rank, step)
     LEFT JOIN _tl_measures m USING (rank, step)
-    WHERE s.run_id = $run
+    WHERE s.run_id = $run AND s.rank BETWEEN $lo AND $hi
 )
 SELECT $run AS run_id, rank, step, ordinal, steady, dur_ns AS step_ns, compute AS compute_ns,
        transfer AS transfer_ns, memcpy AS memcpy_ns, wait AS wait_ns,

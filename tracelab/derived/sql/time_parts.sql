@@ -23,5 +23,5 @@ CREATE TABLE IF NOT EXISTS time_parts (
 
 INSERT INTO time_parts BY NAME
 -- The merged segments of tracelab.derived.parts' sweep (Arrow table _tl_parts, named columns).
--- Parameters: $run.
+-- Parameters: $run (derive() fills a batch of ranks at a time).
 SELECT $run AS run_id, rank, step, start_ns, end_ns, part FROM _tl_parts;

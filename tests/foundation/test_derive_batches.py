@@ -1,0 +1,76 @@
+"""The lost-time parts are derived a batch of ranks at a time (tracelab.derived.parts.rank_batches),
+so that an ingest's memory does not grow with the run's ranks: every batching gives the same
+rows as one batch of the whole run, on the bundled captures (DDP with a slow rank, FSDP2, tensor
+parallel, pipeline schedules) and constructed multi-rank GPU runs (NCCL kernels, clock offsets)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracelab.derived import derive_in_transaction, parts
+from tracelab.ingest import ingest
+from tracelab.store import open_store
+from tracelab.testing.synth import build_run
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_traces"
+TABLES = ("time_parts", "step_parts", "comm_attribution")
+
+
+def _rows(db: Path) -> dict[str, list[tuple[object, ...]]]:
+    with open_store(db) as con:
+        return {
+            t: con.execute(f"SELECT * EXCLUDE (run_id) FROM {t} ORDER BY ALL").fetchall()
+            for t in TABLES
+        }
+
+
+def _rederive(db: Path) -> None:
+    with open_store(db, read_only=False) as con:
+        assert not derive_in_transaction(con, 1).errors
+
+
+SAMPLE_CASES = ["ddp_slow_rank", "fsdp2", "tensor_parallel", "pipeline_1f1b"]
+SYNTH_CASES = ["stragglers", "clock_offset", "pipeline"]
+
+
+@pytest.mark.parametrize("case", SAMPLE_CASES + SYNTH_CASES)
+def test_every_batching_gives_the_rows_of_one_batch(
+    tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [str(SAMPLES / case)] if case in SAMPLE_CASES else build_run(tmp_path, case).paths
+    db = tmp_path / "s.duckdb"
+    ingest(paths, db=str(db), run="r", workers=1, progress=False)
+    whole = _rows(db)
+    assert whole["step_parts"] and whole["time_parts"]
+    with open_store(db) as con:
+        ranks = con.execute("SELECT count(*) FROM ranks").fetchall()[0][0]
+        monkeypatch.setattr(parts, "BATCH_EVENTS", 1)
+        assert len(parts.rank_batches(con, 1)) == ranks > 1  # one rank a batch
+    _rederive(db)
+    assert _rows(db) == whole
+    with open_store(db) as con:  # two ranks a batch, the last batch holding the rest
+        events = con.execute("SELECT max(row_count) FROM parquet_files").fetchall()[0][0]
+        monkeypatch.setattr(parts, "BATCH_EVENTS", 2 * int(events))
+        assert len(parts.rank_batches(con, 1)) == (ranks + 1) // 2
+    _rederive(db)
+    assert _rows(db) == whole
+
+
+def test_batches_cover_every_rank_and_hold_at_most_the_budget(tmp_path: Path) -> None:
+    """rank_batches on a catalog of known counts (ranks 0, 1, 2, 5 hold 3, 4, 1, 9 events)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE parquet_files AS SELECT * FROM (VALUES (1, 0, 'events', 3), "
+        "(1, 1, 'events', 4), (1, 2, 'events', 1), (1, 5, 'events', 9), (2, 0, 'events', 99)) "
+        "t(run_id, rank, kind, row_count)"
+    )
+    lo, hi = -(2**31), 2**31 - 1
+    assert parts.rank_batches(con, 1, 5) == [(lo, 0), (1, 4), (5, hi)]
+    assert parts.rank_batches(con, 1, 8) == [(lo, 4), (5, hi)]
+    assert parts.rank_batches(con, 1, 100) == [(lo, hi)]
+    assert parts.rank_batches(con, 3, 5) == [(lo, hi)]  # a run without files: one batch
