@@ -1,4 +1,4 @@
-"""The lost-time parts are derived a batch of ranks at a time (tracelab.derived.parts.rank_batches),
+"""The lost-time parts are derived a batch of ranks at a time (tracelab.derived.batches.rank_batches),
 so that an ingest's memory does not grow with the run's ranks: every batching gives the same
 rows as one batch of the whole run, on the bundled captures (DDP with a slow rank, FSDP2, tensor
 parallel, pipeline schedules) and constructed multi-rank GPU runs (NCCL kernels, clock offsets)."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.derived import derive_in_transaction, parts
+from tracelab.derived import batches, derive_in_transaction
 from tracelab.ingest import ingest
 from tracelab.store import open_store
 from tracelab.testing.synth import build_run
@@ -47,14 +47,14 @@ def test_every_batching_gives_the_rows_of_one_batch(
     assert whole["step_parts"] and whole["time_parts"]
     with open_store(db) as con:
         ranks = con.execute("SELECT count(*) FROM ranks").fetchall()[0][0]
-        monkeypatch.setattr(parts, "BATCH_EVENTS", 1)
-        assert len(parts.rank_batches(con, 1)) == ranks > 1  # one rank a batch
+        monkeypatch.setattr(batches, "BATCH_EVENTS", 1)
+        assert len(batches.rank_batches(con, 1)) == ranks > 1  # one rank a batch
     _rederive(db)
     assert _rows(db) == whole
     with open_store(db) as con:  # two ranks a batch, the last batch holding the rest
         events = con.execute("SELECT max(row_count) FROM parquet_files").fetchall()[0][0]
-        monkeypatch.setattr(parts, "BATCH_EVENTS", 2 * int(events))
-        assert len(parts.rank_batches(con, 1)) == (ranks + 1) // 2
+        monkeypatch.setattr(batches, "BATCH_EVENTS", 2 * int(events))
+        assert len(batches.rank_batches(con, 1)) == (ranks + 1) // 2
     _rederive(db)
     assert _rows(db) == whole
 
@@ -70,7 +70,7 @@ def test_batches_cover_every_rank_and_hold_at_most_the_budget(tmp_path: Path) ->
         "t(run_id, rank, kind, row_count)"
     )
     lo, hi = -(2**31), 2**31 - 1
-    assert parts.rank_batches(con, 1, 5) == [(lo, 0), (1, 4), (5, hi)]
-    assert parts.rank_batches(con, 1, 8) == [(lo, 4), (5, hi)]
-    assert parts.rank_batches(con, 1, 100) == [(lo, hi)]
-    assert parts.rank_batches(con, 3, 5) == [(lo, hi)]  # a run without files: one batch
+    assert batches.rank_batches(con, 1, 5) == [(lo, 0), (1, 4), (5, hi)]
+    assert batches.rank_batches(con, 1, 8) == [(lo, 4), (5, hi)]
+    assert batches.rank_batches(con, 1, 100) == [(lo, hi)]
+    assert batches.rank_batches(con, 3, 5) == [(lo, hi)]  # a run without files: one batch

@@ -12,45 +12,70 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from tracelab.analyzers._common import RunContext, rows
+from tracelab.analyzers._common import RunContext
+from tracelab.derived.batches import rank_batches
 from tracelab.derived.sqlrows import first
 
-#: The host segments as a cumulative function H(t) (host time before t on the rank), so a span's
-#: overlap with them is H(t1) - H(t0): two ASOF joins, linear in spans and segments, where an
-#: interval join would pair every span with every segment of its rank.
-_SQL = """
-WITH s0 AS (
-    SELECT rank, start_ns, end_ns - start_ns AS len FROM time_parts
-    WHERE run_id = $run AND part = 'host' AND ($rank IS NULL OR rank = $rank)
-      AND step IN (SELECT step FROM step_spans WHERE run_id = $run AND ordinal >= $min_ordinal)
-),
-seg AS (
-    SELECT rank, start_ns, len,
-           sum(len) OVER (PARTITION BY rank ORDER BY start_ns ROWS UNBOUNDED PRECEDING) - len
-               AS before
-    FROM s0
-),
-main AS (SELECT DISTINCT rank, tid FROM events
-         WHERE run_id = $run AND NOT on_device AND name LIKE 'ProfilerStep#%'),
-ev AS (
-    SELECT e.rank, e.name, e.ts_ns - o.offset_ns AS t0, e.ts_ns + e.dur_ns - o.offset_ns AS t1
-    FROM events e JOIN clock_offsets o ON o.run_id = e.run_id AND o.rank = e.rank
-    WHERE e.run_id = $run AND NOT e.on_device AND e.name NOT LIKE 'ProfilerStep#%'
-      AND e.category IN ('annotation', 'cpu_op', 'runtime', 'python', 'sync', 'other')
-      AND ($rank IS NULL OR e.rank = $rank)
-      AND (NOT EXISTS (SELECT 1 FROM main) OR (e.rank, e.tid) IN (SELECT (rank, tid) FROM main))
-),
-a AS (
-    SELECT ev.rank, ev.name, ev.t1, coalesce(g.before + least(ev.t0 - g.start_ns, g.len), 0) AS h0
-    FROM ev ASOF LEFT JOIN seg g ON ev.rank = g.rank AND ev.t0 >= g.start_ns
-),
-b AS (
-    SELECT a.name, coalesce(g.before + least(a.t1 - g.start_ns, g.len), 0) - a.h0 AS ns
-    FROM a ASOF LEFT JOIN seg g ON a.rank = g.rank AND a.t1 >= g.start_ns
-)
-SELECT name, sum(ns) AS ns FROM b WHERE ns > 0 GROUP BY name ORDER BY ns DESC, name LIMIT $top
+#: The host segments of the steady steps, of the ranks $lo..$hi, ordered by rank and start.
+_SEGMENTS_SQL = """
+SELECT rank, start_ns, end_ns - start_ns AS len FROM time_parts
+WHERE run_id = $run AND part = 'host' AND rank BETWEEN $lo AND $hi
+  AND step IN (SELECT step FROM step_spans WHERE run_id = $run AND ordinal >= $min_ordinal)
+ORDER BY rank, start_ns
 """
+
+#: The named host spans of the ranks $lo..$hi, on the reference clock: of the step thread
+#: (the one that holds ProfilerStep#), where the ranks have one.
+_SPANS_SQL = """
+WITH main AS (SELECT DISTINCT rank, tid FROM events
+              WHERE run_id = $run AND rank BETWEEN $lo AND $hi AND NOT on_device
+                AND name LIKE 'ProfilerStep#%')
+SELECT e.rank, e.name, e.ts_ns - o.offset_ns AS t0, e.ts_ns + e.dur_ns - o.offset_ns AS t1
+FROM events e JOIN clock_offsets o ON o.run_id = e.run_id AND o.rank = e.rank
+WHERE e.run_id = $run AND e.rank BETWEEN $lo AND $hi AND NOT e.on_device
+  AND e.name NOT LIKE 'ProfilerStep#%'
+  AND e.category IN ('annotation', 'cpu_op', 'runtime', 'python', 'sync', 'other')
+  AND (NOT EXISTS (SELECT 1 FROM main) OR (e.rank, e.tid) IN (SELECT (rank, tid) FROM main))
+"""
+
+
+def _i64(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy().astype(np.int64, copy=False)
+
+
+def _host_before(seg: pa.Table, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """H(rank, t): the rank's host time before t. The host segments as a cumulative function:
+    a span's overlap with them is H(t1) - H(t0), one sort for all spans, where an interval
+    join would pair every span with every segment of its rank. `seg` is ordered by rank and
+    start; segments do not overlap."""
+    sr, ss, sl = _i64(seg, "rank"), _i64(seg, "start_ns"), _i64(seg, "len")
+    n = len(sr)
+    out = np.zeros(len(rank), dtype=np.int64)
+    if not n or not len(rank):
+        return out
+    # Host time before each segment on its own rank: the running sum, restarted at each rank.
+    run = np.cumsum(sl) - sl
+    first = np.ones(n, dtype=bool)
+    first[1:] = sr[1:] != sr[:-1]
+    before = run - np.maximum.accumulate(np.where(first, run, 0))
+    # Each query takes the last segment of its rank that starts at or before it: one sort of
+    # segments and queries together by (rank, time), a segment before a query at equal time.
+    keys = np.concatenate([sr, rank])
+    times = np.concatenate([ss, t])
+    is_q = np.concatenate([np.zeros(n, bool), np.ones(len(rank), bool)])
+    order = np.lexsort((is_q, times, keys))
+    cand = np.maximum.accumulate(np.where(is_q[order], -1, order))[is_q[order]]
+    q = order[is_q[order]] - n
+    ok = cand >= 0
+    q, g = q[ok], cand[ok]
+    ok = sr[g] == rank[q]
+    q, g = q[ok], g[ok]
+    out[q] = before[g] + np.minimum(t[q] - ss[g], sl[g])
+    return out
 
 
 def host_total(con: duckdb.DuckDBPyConnection, ctx: RunContext, rank: int | None = None) -> int:
@@ -71,4 +96,24 @@ def host_activity(
     """The `top` named host spans by their overlap with the steady steps' host time (of
     `rank`, or every rank): rows {name, ns} (total ns over those steps and ranks), largest
     first."""
-    return rows(con, _SQL, {**ctx.params, "rank": rank, "top": top})
+    batches = [(rank, rank)] if rank is not None else rank_batches(con, ctx.run_id)
+    total: dict[str, int] = {}
+    for lo, hi in batches:  # a batch of ranks at a time: the spans grow with events
+        params = {"run": ctx.run_id, "lo": lo, "hi": hi}
+        seg = con.sql(
+            _SEGMENTS_SQL, params={**params, "min_ordinal": ctx.min_ordinal}
+        ).to_arrow_table()
+        spans = con.sql(_SPANS_SQL, params=params).to_arrow_table()
+        if not len(seg) or not len(spans):
+            continue
+        r = _i64(spans, "rank")
+        ns = _host_before(seg, r, _i64(spans, "t1")) - _host_before(seg, r, _i64(spans, "t0"))
+        names = pc.dictionary_encode(spans.column("name")).combine_chunks()
+        keep = ns > 0
+        sums = np.zeros(len(names.dictionary), dtype=np.int64)
+        np.add.at(sums, names.indices.to_numpy(zero_copy_only=False)[keep], ns[keep])
+        for name, v in zip(names.dictionary.to_pylist(), sums.tolist(), strict=True):
+            if v > 0:
+                total[name] = total.get(name, 0) + v
+    ranked = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return [{"name": name, "ns": ns} for name, ns in ranked]

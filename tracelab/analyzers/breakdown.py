@@ -31,6 +31,7 @@ from tracelab.analyzers._common import (
     size_str,
 )
 from tracelab.analyzers._host import host_activity, host_total
+from tracelab.derived.batches import rank_batches
 from tracelab.derived.intervals import breakdown_sql
 from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL, DIM_COMM_SHARES_SQL
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
@@ -50,18 +51,20 @@ DEFAULTS: dict[str, Any] = {
 #: Below this share of communication under compute, EXPOSED_COMM advises overlap first.
 LOW_OVERLAP = 0.5
 
-#: Device events as HTA's temporal breakdown and overlap select them. Binds $run.
+#: Device events as HTA's temporal breakdown and overlap select them, of the ranks $lo..$hi.
+#: Binds $run, $lo, $hi.
 HTA_DEVICE_SQL = """
     SELECT e.rank, e.ts_ns AS t0, e.ts_ns + e.dur_ns AS t1,
            CASE e.category WHEN 'compute' THEN 'compute' WHEN 'communication' THEN 'comm'
                 ELSE 'memcpy' END AS cls
     FROM events e
     JOIN (SELECT rank, correlation, min(ts_ns) AS launch_ns FROM events
-          WHERE run_id = $run AND NOT on_device AND correlation IS NOT NULL
+          WHERE run_id = $run AND rank BETWEEN $lo AND $hi AND NOT on_device
+            AND correlation IS NOT NULL
           GROUP BY rank, correlation) l ON l.rank = e.rank AND l.correlation = e.correlation
     JOIN (SELECT rank, max(start_ns) AS last_start FROM steps WHERE run_id = $run GROUP BY rank) s
       ON s.rank = e.rank AND l.launch_ns < s.last_start
-    WHERE e.run_id = $run AND e.on_device
+    WHERE e.run_id = $run AND e.rank BETWEEN $lo AND $hi AND e.on_device
       AND e.category IN ('compute', 'communication', 'memcpy', 'memset')
 """
 
@@ -149,11 +152,13 @@ DIM_FIXES = {
 
 
 def _hta_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> list[dict[str, Any]]:
-    got = rows(
-        con,
-        f"SELECT * FROM ({breakdown_sql(HTA_DEVICE_SQL, 'rank')}) ORDER BY rank",
-        {"run": run_id},
-    )
+    """HTA's figures per rank, a batch of ranks at a time (their memory grows with events)."""
+    sql = f"SELECT * FROM ({breakdown_sql(HTA_DEVICE_SQL, 'rank')}) ORDER BY rank"
+    got = [
+        x
+        for lo, hi in rank_batches(con, run_id)
+        for x in rows(con, sql, {"run": run_id, "lo": lo, "hi": hi})
+    ]
     out = []
     for x in got:
         w = x["window_ns"]

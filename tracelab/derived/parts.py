@@ -29,13 +29,12 @@ comm_attribution shares the exposed communication among the operations behind it
 
 from __future__ import annotations
 
-import os
-
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tracelab.derived import sqlfiles
+from tracelab.derived import batches, sqlfiles
+from tracelab.derived.batches import ALL_RANKS
 from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, union
 from tracelab.vocabulary import OP_RULES, TIME_PARTS
 
@@ -218,42 +217,10 @@ FROM pipeline_ranks WHERE run_id = $run
 """
 
 
-#: The most events one batch of ranks of derive() holds in memory at once (TRACELAB_DERIVE_BATCH_EVENTS
-#: overrides it): the parts are computed a batch of ranks at a time, so that an ingest's memory
-#: does not grow with the run's ranks (a rank's intervals depend on its own events and on the
-#: small cross-rank tables only).
-BATCH_EVENTS = int(os.environ.get("TRACELAB_DERIVE_BATCH_EVENTS", 4_000_000))
-
-_INT32 = (-(2**31), 2**31 - 1)
-
-
-def rank_batches(
-    con: duckdb.DuckDBPyConnection, run_id: int, batch_events: int | None = None
-) -> list[tuple[int, int]]:
-    """Consecutive rank ranges (lo, hi) covering every rank, each holding at most
-    `batch_events` events (default BATCH_EVENTS; or one rank, whichever is more), from the
-    catalog's row counts."""
-    batch_events = BATCH_EVENTS if batch_events is None else batch_events
-    counts = con.execute(
-        "SELECT rank, sum(row_count) FROM parquet_files WHERE run_id = $run AND kind = 'events' "
-        "GROUP BY rank ORDER BY rank",
-        {"run": run_id},
-    ).fetchall()
-    bounds: list[tuple[int, int]] = []
-    lo, held = _INT32[0], 0
-    for rank, n in counts:
-        if held and held + int(n) > batch_events:
-            bounds.append((lo, int(rank) - 1))
-            lo, held = int(rank), 0
-        held += int(n)
-    bounds.append((lo, _INT32[1]))
-    return bounds
-
-
 def intervals(
     con: duckdb.DuckDBPyConnection,
     run_id: int,
-    ranks: tuple[int, int] = _INT32,
+    ranks: tuple[int, int] = ALL_RANKS,
     device_ranks: set[int] | None = None,
 ) -> pa.Table:
     """INTERVALS_SQL's rows for the run's ranks in `ranks` (lo, hi), as Arrow (needs
@@ -430,7 +397,7 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     (tracelab/derived/sql/time_parts.sql, step_parts.sql, comm_attribution.sql), a batch of
     ranks at a time (rank_batches)."""
     device = _device_ranks(con, run_id)
-    for ranks in rank_batches(con, run_id):
+    for ranks in batches.rank_batches(con, run_id):
         _derive_ranks(con, run_id, ranks, device)
 
 
