@@ -24,9 +24,14 @@ def capture(folder: Path, case: str | None, name: str = "cap") -> Path:
     return Path(root)
 
 
-def hostile_capture(folder: Path, op: str = HOSTILE, name: str = "hostile") -> Path:
+def hostile_capture(
+    folder: Path,
+    op: str = HOSTILE,
+    name: str = "hostile",
+    frames: list[dict[str, object]] | None = None,
+) -> Path:
     """The skip case with its collective named `op` (markup by default) in each rank's JSON
-    dump."""
+    dump, and each entry's Python stack `frames` ({name, filename, line}) when given."""
     root = capture(folder, None, name)
     out = root / "flight-recorder"
     out.mkdir()
@@ -34,5 +39,7 @@ def hostile_capture(folder: Path, op: str = HOSTILE, name: str = "hostile") -> P
         doc = json.loads((FIX / "skip" / f"rank_{r}.json").read_text())
         for e in doc["entries"]:
             e["profiling_name"] = op
+            if frames is not None:
+                e["frames"] = frames
         (out / f"rank_{r}.json").write_text(json.dumps(doc))
     return root
