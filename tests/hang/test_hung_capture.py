@@ -51,6 +51,25 @@ def test_a_collective_that_waits_out_a_timeout_is_attributed(tmp_path: Path) -> 
         assert attributed[step] == wait_ns
 
 
+def test_one_rank_with_a_timed_out_collective_derives_its_parts(tmp_path: Path) -> None:
+    """The capture's shape before the manifest fix: one rank, whose all-reduce took 4 s."""
+    run = build_run(tmp_path / "t", "stragglers", arrivals_ms=(0,), end_ms=4002, steps=3)
+    db = tmp_path / "s.duckdb"
+    report = ingest(run.paths, db=str(db), workers=1)
+    assert report.derived_errors == {} and report.ranks == [0]
+    with open_store(db) as con:
+        rid = run_id(con, report.run)
+        rows = con.execute(
+            "SELECT p.transfer_ns, (SELECT sum(exposed_ns) FROM comm_attribution c "
+            "WHERE c.run_id = p.run_id AND c.step = p.step AND c.part = 'transfer') "
+            "FROM step_parts p WHERE run_id = ?",
+            [rid],
+        ).fetchall()
+    assert len(rows) == 3
+    for transfer_ns, attributed in rows:
+        assert transfer_ns == pytest.approx(4002 * MS, rel=1e-6) and attributed == transfer_ns
+
+
 def test_a_failed_statement_keeps_its_own_error(tmp_path: Path) -> None:
     """A statement that fails inside a transaction aborts it; sqlfiles.run must raise the
     statement's error (what derived_errors records), not the "transaction is aborted" error of
