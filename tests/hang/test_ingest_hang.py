@@ -249,4 +249,6 @@ def test_a_collector_capture_of_a_hung_job(tmp_path: Path) -> None:
     assert found[0].code == "HANG" and "collector_hang.py:28" in str(
         found[0].evidence.numbers["stack"]
     )
+    # The step of the hang: rank 0's collector recorded all-reduce #4 in step 3.
+    assert found[0].evidence.steps == (3,)
     assert transfer >= 4_000_000_000  # rank 0's all-reduce waited out the 4 s timeout
