@@ -24,6 +24,8 @@ OV_PARTS = "overview-parts"
 OV_DIMS = "overview-dims"
 OV_CLICK_SINK = "overview-click-sink"
 OV_HANG = "overview-hang"
+#: The hang banner's link to the timeline at the step of the hang.
+OV_HANG_TIMELINE = "overview-hang-timeline"
 
 # Timeline
 TL_GRAPH = "timeline-graph"

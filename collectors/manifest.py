@@ -7,13 +7,14 @@ unknown.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,51 @@ def build_manifest(
         "argv": list(sys.argv),
         "ranks": sorted(ranks, key=lambda r: int(r["rank"])),
     }
+
+
+@contextlib.contextmanager
+def manifest_lock(root: Path) -> Iterator[None]:
+    """Serialize rank 0's manifest write with the late ranks' `add_rank`: an exclusive flock on
+    the capture folder itself (no lock file in the layout). Where flock is not available (not
+    POSIX, a file system without it) the write goes on unlocked: the manifest is still written
+    whole (write_json is atomic), a late rank may then be missed."""
+    try:
+        import fcntl
+
+        fd = os.open(root, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def add_rank(root: Path, entry: Mapping[str, Any]) -> bool:
+    """Add this rank's entry to a manifest that rank 0 wrote without it, and say whether it
+    did. A job that ends in a collective's timeout never gathers its ranks' metadata: rank 0
+    fails first and builds the manifest from the rank.json files it can see, while a rank
+    still stuck (or asleep) writes its rank.json later; without this, that rank's traces
+    would be on disk and missing from the capture. Under manifest_lock, rank 0's write and
+    this one cannot interleave: either the manifest exists here, or rank 0 reads this rank's
+    rank.json, written before."""
+    path = root / MANIFEST
+    with manifest_lock(root):
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False  # not written yet: rank 0 reads this rank's rank.json
+        ranks = manifest.get("ranks")
+        if not isinstance(ranks, list) or any(
+            isinstance(r, dict) and r.get("rank") == entry["rank"] for r in ranks
+        ):
+            return False
+        manifest["ranks"] = sorted([*ranks, dict(entry)], key=lambda r: int(r["rank"]))
+        write_json(path, manifest)
+        return True
 
 
 def read_rank_parts(root: Path) -> list[dict[str, Any]]:

@@ -500,23 +500,26 @@ class Profile:
                     exc,
                 )
                 gathered = None
-        if self.rank != 0:
-            return
         ranks = [g for g in gathered or [] if isinstance(g, dict)]
-        if len(ranks) != self.world_size:
-            ranks = mf.read_rank_parts(self.root)
-        manifest = mf.build_manifest(
-            run_name=self.config.run_name or self.root.resolve().name,
-            world_size=self.world_size,
-            parallelism=getattr(self, "_parallelism", {}),
-            pipeline=getattr(self, "_pipeline", None),
-            schedule=self.config.schedule_dict(),
-            windows=[
-                {k: w[k] for k in ("index", "first_step", "last_step")} for w in self._windows
-            ],
-            ranks=ranks,
-        )
-        mf.write_json(self.root / mf.MANIFEST, manifest)
+        if self.rank != 0:
+            if len(ranks) != self.world_size:  # rank 0 may have written the manifest already
+                mf.add_rank(self.root, entry)
+            return
+        with mf.manifest_lock(self.root):
+            if len(ranks) != self.world_size:
+                ranks = mf.read_rank_parts(self.root)
+            manifest = mf.build_manifest(
+                run_name=self.config.run_name or self.root.resolve().name,
+                world_size=self.world_size,
+                parallelism=getattr(self, "_parallelism", {}),
+                pipeline=getattr(self, "_pipeline", None),
+                schedule=self.config.schedule_dict(),
+                windows=[
+                    {k: w[k] for k in ("index", "first_step", "last_step")} for w in self._windows
+                ],
+                ranks=ranks,
+            )
+            mf.write_json(self.root / mf.MANIFEST, manifest)
 
     # -- failure -------------------------------------------------------------------------------
 

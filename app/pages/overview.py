@@ -32,11 +32,22 @@ def analyzer_errors(errors: dict[str, str]) -> list[Any]:
     ]
 
 
-def hang_box(banner: HangBanner | None) -> list[Any]:
+def hang_box(banner: HangBanner | None, timeline: tuple[str, str] | None = None) -> list[Any]:
     """The hang verdict, above everything else: the job stopped, so no other number matters
-    first. Every text is the dumps' and renders as text (Dash escapes it)."""
+    first. Every text is the dumps' and renders as text (Dash escapes it). `timeline`: (label,
+    href) of the timeline at the step of the hang (the finding's own link)."""
     if banner is None:
         return []
+    link = (
+        [
+            html.Div(
+                dcc.Link(timeline[0], href=timeline[1], id=ids.OV_HANG_TIMELINE),
+                className="hang-link",
+            )
+        ]
+        if timeline is not None
+        else []
+    )
     ranks = [
         html.Li(
             [html.Span(r.text, className="hang-op")]
@@ -62,6 +73,7 @@ def hang_box(banner: HangBanner | None) -> list[Any]:
                 ),
                 html.Ul(ranks, className="hang-ranks"),
                 html.Div([html.Strong("Fix: "), banner.fix], className="hang-fix"),
+                *link,
                 *[html.Div(a, className="hint") for a in banner.also],
             ],
             id=ids.OV_HANG,
@@ -70,6 +82,19 @@ def hang_box(banner: HangBanner | None) -> list[Any]:
             **data_attr("code", banner.code),
         )
     ]
+
+
+def _hang_link(
+    banner: HangBanner | None, found_targets: list[Any], run: str, all_ranks: tuple[int, ...]
+) -> tuple[str, str] | None:
+    """The banner's timeline link: the blocking finding's (the step of the hang, the ranks of
+    the verdict), the same link as its entry in the findings list."""
+    t = next((t for t in found_targets if banner and t.finding.code == banner.code), None)
+    if t is None or t.t0_ms is None:
+        return None
+    steps = t.steps
+    label = f"Show step {steps[0]} in the timeline" if steps else "Show in timeline"
+    return label, timeline_href(t, run, all_ranks)
 
 
 def part_links(
@@ -208,11 +233,12 @@ def layout(**kwargs: Any) -> html.Div:
         typical_ms = (ctx.to_ms(a), ctx.to_ms(b))
     links = part_links(split, run, found_targets, ctx.ranks, typical_ms)
     notes = [html.Li(n) for r in found.results for n in r.notes]
+    banner = hang_banner(found)
     return page(
         run,
         "/overview",
         f"Overview of {run}",
-        *hang_box(hang_banner(found)),
+        *hang_box(banner, _hang_link(banner, found_targets, run, ctx.ranks)),
         html.P(head.headline, className="headline", id=ids.OV_HEADLINE),
         html.Dl(
             [x for k, v in head.items for x in (html.Dt(k), html.Dd(v))],

@@ -23,6 +23,8 @@ def hang_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, case in (("skip", "skip"), ("kill", "kill"), ("clean", None)):
         ingest([str(capture(folder / name, case, name))], db=str(db), workers=1)
     ingest([str(hostile_capture(folder / "hostile"))], db=str(db), workers=1)
+    # Traces that go on past the diverging collective (#5, recorded in step 6 of 8).
+    ingest([str(capture(folder / "late", "skip", "late", steps=8))], db=str(db), workers=1)
     return db
 
 
@@ -38,7 +40,7 @@ def overview(hang_db: Path) -> Iterator[Any]:
     from tracelab.app.pages import overview as page
 
     with appdb.cursor() as cur:
-        for name in ("skip", "hostile", "clean"):
+        for name in ("skip", "hostile", "clean", "late"):
             appdb.analysis(cur, appdb.resolve(cur, name)[0])
     yield page
     if before is None:
@@ -110,3 +112,52 @@ def test_dump_text_stays_text(hang_db: Path, overview: Any) -> None:
     # never as a component, a property or markup (no dcc.Markdown, no dangerouslySetInnerHTML).
     assert any(HOSTILE in t for t in texts(box))
     assert "Markdown" not in repr(box) and "dangerously" not in repr(box)
+
+
+def _window_ms(db: Path, run: str) -> dict[int, tuple[float, float]]:
+    """step -> its job_steps window in the timeline's ms (the app's clock: ms since the run's
+    first event)."""
+    from tracelab.views.context import run_context
+
+    with open_store(db) as con:
+        rid = run_id(con, run)
+        ctx = run_context(con, rid)
+        rows = con.execute(
+            "SELECT step, start_ns, end_ns FROM job_steps WHERE run_id = ?", [rid]
+        ).fetchall()
+    return {int(s): (ctx.to_ms(a), ctx.to_ms(b)) for s, a, b in rows}
+
+
+def _link(node: Any, want: str) -> Any:
+    if getattr(node, "id", None) == want:
+        return node
+    kids = getattr(node, "children", None)
+    for kid in kids if isinstance(kids, (list, tuple)) else [kids] if kids is not None else []:
+        if (found := _link(kid, want)) is not None:
+            return found
+    return None
+
+
+@pytest.mark.parametrize(("run", "step"), [("late", 6), ("skip", 3)])
+def test_the_banner_opens_the_timeline_at_the_hang(
+    hang_db: Path, overview: Any, run: str, step: int
+) -> None:
+    """The step that holds the diverging collective (#5 of group 0: step 6 of 8 in 'late'),
+    else the run's last step ('skip': #5 is not in its 3 steps), not a steady step."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from tracelab.app import ids
+
+    with open_store(hang_db) as con:
+        found = analyze_run(con, run_id(con, run))
+    assert found.findings[0].code == "HANG" and found.findings[0].evidence.steps == (step,)
+    link = _link(overview.layout(run=run), ids.OV_HANG_TIMELINE)
+    assert link is not None and link.children == f"Show step {step} in the timeline"
+    q = parse_qs(urlsplit(link.href).query)
+    t0, t1 = float(q["t0"][0]), float(q["t1"][0])
+    windows = _window_ms(hang_db, run)
+    a, b = windows[step]
+    # The window holds the step of the hang (padded a little), and no other step whole.
+    assert t0 <= a and t1 >= b
+    assert not any(t0 <= x0 and x1 <= t1 for s, (x0, x1) in windows.items() if s != step)
+    assert q["run"] == [run]

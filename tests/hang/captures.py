@@ -14,19 +14,32 @@ FIX = Path(__file__).parent / "fixtures"
 HOSTILE = "<script>window.hacked=1</script><img src=x onerror=alert(1)>"
 
 
-def capture(folder: Path, case: str | None, name: str = "cap") -> Path:
-    """A 2-rank gloo capture (manifest world_size 2), with `case`'s dumps in flight-recorder/."""
+def capture(folder: Path, case: str | None, name: str = "cap", steps: int = 3) -> Path:
+    """A 2-rank gloo capture (manifest world_size 2) of `steps` steps, with `case`'s dumps in
+    flight-recorder/. Its collector records all-reduce #k of group '0' in step k + 1 (the
+    fixtures' verdicts are at #5: in step 6 when there are that many steps)."""
     root = build_run(
-        folder, "stragglers", arrivals_ms=(0, 1), backend="gloo", capture=True, steps=3, name=name
+        folder,
+        "stragglers",
+        arrivals_ms=(0, 1),
+        backend="gloo",
+        capture=True,
+        steps=steps,
+        name=name,
     ).paths[0]
     if case is not None:
         shutil.copytree(FIX / case, Path(root) / "flight-recorder")
     return Path(root)
 
 
-def hostile_capture(folder: Path, op: str = HOSTILE, name: str = "hostile") -> Path:
+def hostile_capture(
+    folder: Path,
+    op: str = HOSTILE,
+    name: str = "hostile",
+    frames: list[dict[str, object]] | None = None,
+) -> Path:
     """The skip case with its collective named `op` (markup by default) in each rank's JSON
-    dump."""
+    dump, and each entry's Python stack `frames` ({name, filename, line}) when given."""
     root = capture(folder, None, name)
     out = root / "flight-recorder"
     out.mkdir()
@@ -34,5 +47,7 @@ def hostile_capture(folder: Path, op: str = HOSTILE, name: str = "hostile") -> P
         doc = json.loads((FIX / "skip" / f"rank_{r}.json").read_text())
         for e in doc["entries"]:
             e["profiling_name"] = op
+            if frames is not None:
+                e["frames"] = frames
         (out / f"rank_{r}.json").write_text(json.dumps(doc))
     return root

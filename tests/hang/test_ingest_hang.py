@@ -216,8 +216,16 @@ def test_a_collector_capture_of_a_hung_job(tmp_path: Path) -> None:
          str(script), "--out", str(out)],
         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=180,
     )  # fmt: skip
+    # Rank 0 wrote the manifest when its collective timed out, before rank 1 (asleep) wrote
+    # its rank.json: rank 1 added itself afterwards, so both ranks' traces are in the run.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [r["rank"] for r in manifest["ranks"]] == [0, 1]
+    assert all(r["traces"] for r in manifest["ranks"])
     db = tmp_path / "s.duckdb"
     report = ingest([str(out)], db=str(db), workers=1)
+    assert report.ranks == [0, 1]
+    # The timed-out step (4 s in one all-reduce) is derived: its wait once overflowed BIGINT.
+    assert report.derived_errors == {}
     doc = hang_json(out / "flight-recorder")
     rows = stored(db, report.run)
     assert [{k: v for k, v in r.items() if k != "dumps"} for r in rows] == [doc["verdict"]]
@@ -227,12 +235,20 @@ def test_a_collector_capture_of_a_hung_job(tmp_path: Path) -> None:
     )
     assert v["entered"]["0"]["stack"][0].startswith("<module> at ")
     assert v["entered"]["0"]["stack"][0].endswith("collector_hang.py:28")
-    # The derived `parts` component fails on this one-rank capture (as it does without the
-    # dumps: an analysis error outside the hang verdict); the hang finding still comes first.
+    # Every analyzer runs (the parts are derived); the hang finding comes first.
     from tracelab.analyzers import run
 
     with open_store(db) as con:
-        found = run(con, run_id(con, report.run)).findings
+        analysis = run(con, run_id(con, report.run))
+        transfer = con.execute(
+            "SELECT max(transfer_ns) FROM step_parts WHERE run_id = ? AND rank = 0",
+            [run_id(con, report.run)],
+        ).fetchall()[0][0]
+    assert analysis.errors == {}
+    found = analysis.findings
     assert found[0].code == "HANG" and "collector_hang.py:28" in str(
         found[0].evidence.numbers["stack"]
     )
+    # The step of the hang: rank 0's collector recorded all-reduce #4 in step 3.
+    assert found[0].evidence.steps == (3,)
+    assert transfer >= 4_000_000_000  # rank 0's all-reduce waited out the 4 s timeout

@@ -17,7 +17,7 @@ from tracelab.analyzers._common import RunContext, merge_params
 from tracelab.hang.render import entry_text, headline, shape_text
 from tracelab.hang.stored import stored_verdicts
 from tracelab.results import Evidence, Finding, Result, Severity
-from tracelab.vocabulary import Code
+from tracelab.vocabulary import P2P_OPS, Code
 
 NAME = "hang"
 TITLE = "Hang verdict (Flight Recorder)"
@@ -58,6 +58,33 @@ _FIX = {
 }
 
 
+#: The step of the hang: the last step in which the diverging collective (its group and
+#: sequence number) was recorded on any rank, else the run's last step. A hung job's traces end
+#: in that step; the steady step that findings without a time show is long before it.
+_HANG_STEP_SQL = """
+    SELECT coalesce(
+        (SELECT max(step) FROM collectives
+         WHERE run_id = $run AND pg_name = $pg AND seq = $seq AND step IS NOT NULL
+           AND list_contains($p2p_ops, op) = $p2p),
+        (SELECT max(step) FROM job_steps WHERE run_id = $run))
+"""
+
+
+def hang_step(con: duckdb.DuckDBPyConnection, run_id: int, v: Mapping[str, Any]) -> int | None:
+    """The step that shows the verdict `v` (_HANG_STEP_SQL); None when the run has no steps."""
+    row = con.execute(
+        _HANG_STEP_SQL,
+        {
+            "run": run_id,
+            "pg": v["process_group"],
+            "seq": v["seq"],
+            "p2p": bool(v["p2p"]),
+            "p2p_ops": list(P2P_OPS),
+        },
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def _ranks(keys: Any) -> list[int]:
     return sorted(int(r) for r in keys)
 
@@ -83,7 +110,7 @@ def rank_rows(verdict: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _finding(v: Mapping[str, Any]) -> Finding:
+def _finding(v: Mapping[str, Any], step: int | None) -> Finding:
     entered, absent = _ranks(v["entered"]), _ranks(v["absent"])
     entries = sorted(v["entered"].items(), key=lambda kv: int(kv[0]))
     sizes = "; ".join(f"rank {r}: {shape_text(e)}" for r, e in entries)
@@ -118,6 +145,7 @@ def _finding(v: Mapping[str, Any]) -> Finding:
         evidence=Evidence(
             ranks=tuple(absent) if hung else tuple(entered),
             affected_ranks=tuple(entered) if hung else (),
+            steps=() if step is None else (step,),
             numbers=numbers,
         ),
         suggestion=fix,
@@ -159,6 +187,6 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
                 for i, v in enumerate(stored)
             ],
         },
-        findings=(_finding(verdict),),
+        findings=(_finding(verdict, hang_step(con, ctx.run_id, verdict)),),
         notes=notes,
     )

@@ -18,6 +18,7 @@ what they hold (docs/metrics.md defines every number).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from importlib import resources
@@ -102,12 +103,14 @@ def run(
     tables = tables or {}
     for key, table in tables.items():
         con.register(key, table)
+    ok = False
     try:
         con.execute(statement(name), dict(params))
-    except duckdb.Error:
-        # The failure aborted the transaction, where unregistering would fail too and hide
-        # its reason; the registrations end with the connection.
-        raise
-    else:
+        ok = True
+    finally:
+        # A failed statement aborts the transaction, so unregistering then fails too ("Current
+        # transaction is aborted"): that must not replace the statement's own error, which
+        # derived_errors records. The caller rolls back.
         for key in tables:
-            con.unregister(key)
+            with contextlib.nullcontext() if ok else contextlib.suppress(duckdb.Error):
+                con.unregister(key)

@@ -28,6 +28,7 @@ from tracelab.report.stats import (
 )
 from tracelab.report.thresholds import GATES, Kind, ReportSettings, Threshold
 from tracelab.results import Finding
+from tracelab.vocabulary import BLOCKING
 
 
 class Verdict(str, enum.Enum):
@@ -137,8 +138,18 @@ class Report:
         return tuple(r for r in self.rows if r.verdict is Verdict.REGRESSION)
 
     @property
+    def blocking(self) -> tuple[Finding, ...]:
+        """The candidate's hang or desync findings (its stored Flight Recorder verdict,
+        vocabulary.BLOCKING): the job stopped, so the gate fails whatever the baseline, the
+        metrics or their significance say (docs/ci.md, "A hung candidate")."""
+        return tuple(f for f in self.candidate.findings if f.code in BLOCKING)
+
+    @property
     def verdict(self) -> str:
-        """'regression', 'warn' (nothing failed, something could not be judged) or 'pass'."""
+        """'hang' (the candidate has a hang or desync verdict), 'regression', 'warn' (nothing
+        failed, something could not be judged) or 'pass'."""
+        if self.blocking:
+            return "hang"
         if self.regressions:
             return "regression"
         if any(r.verdict is Verdict.WARN for r in self.rows):
@@ -156,8 +167,11 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """0 pass, 1 regression, 3 when an analyzer failed on either run (a crash must never
-        read as a regression, nor pass silently)."""
+        """0 pass, 1 regression or a hang verdict on the candidate, 3 when an analyzer failed
+        on either run (a crash must never read as a regression, nor pass silently). A hang is
+        certain whatever else failed: it gives 1, and the failures are still listed."""
+        if self.blocking:
+            return 1
         if self.errors:
             return 3
         return 1 if self.regressions else 0

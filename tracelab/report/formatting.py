@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 
 from tracelab.report.compare import Comparison, Report, Verdict
 from tracelab.report.thresholds import Kind
+from tracelab.results import Finding
+from tracelab.vocabulary import Code
 
 VERDICT_WORDS = {
     Verdict.REGRESSION: "regression",
@@ -73,6 +76,10 @@ def samples(row: Comparison) -> str:
 
 def verdict_summary(report: Report) -> tuple[str, str, str]:
     """(icon, headline, detail) of the report, as plain text (escape before rendering)."""
+    if report.blocking:
+        f = report.blocking[0]
+        what = "Hang" if f.code == Code.HANG else "Collective desync"
+        return ("🛑", f"{what} in the candidate", f"(Flight Recorder): {f.title}")
     gated = [r for r in report.rows if r.gated]
     if report.regressions:
         names = ", ".join(r.label for r in report.regressions)
@@ -89,3 +96,30 @@ def verdict_summary(report: Report) -> tuple[str, str, str]:
             f"but {n} of {len(gated)} gated metrics could not be judged (see warnings)",
         )
     return ("✅", "No performance regression", f"({len(gated)} gated metrics)")
+
+
+#: Labels of a hang finding's evidence (tracelab.analyzers.hang), in the order shown.
+_HANG_LABELS = {
+    "collective": "Collective",
+    "seq": "Sequence number",
+    "process_group": "Process group",
+    "never_entered": "Never entered it (ranks)",
+    "left_no_dump": "Left no dump (ranks)",
+    "entered": "Entered it",
+    "stack": "Where (first frame outside PyTorch)",
+}
+_LAST_OP = re.compile(r"rank_(\d+)_last_op")
+
+
+def blocking_fields(f: Finding) -> list[tuple[str, str]]:
+    """A hang or desync finding as (label, value) pairs, as plain text (escape before
+    rendering): the collective, its sequence number and group, the ranks that never entered
+    it each with its last op (or that left no dump), what the others entered, where, and the
+    fix. Every renderer shows these first."""
+    out: list[tuple[str, str]] = []
+    for key, val in f.evidence.numbers.items():
+        last = _LAST_OP.fullmatch(key)
+        label = f"Rank {last.group(1)}'s last op" if last else _HANG_LABELS.get(key, key)
+        out.append((label, "—" if val is None else str(val)))
+    out.append(("Fix", f.suggestion))
+    return out

@@ -32,6 +32,13 @@ tr.improved td{background:#dafbe1} tr.info td{color:#57606a}
 .note{color:#57606a;font-size:.85rem} code{background:#f6f8fa;padding:0 .2rem}
 """
 
+#: Added only to a report with a hang verdict (a report without one is unchanged).
+_HANG_CSS = """
+.v-hang{background:#cf222e;color:#fff;border:1px solid #82071e}
+.hang{border:2px solid #cf222e;border-radius:6px;padding:.4rem 1rem;margin:1rem 0}
+.hang dt{font-weight:600;margin-top:.3rem} .hang dd{margin-left:1rem;white-space:pre-wrap}
+"""
+
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
@@ -64,6 +71,18 @@ def _finding_html(f: Finding) -> str:
         parts.append(f". Impact {duration(f.impact_ns_per_step)} per step")
     parts.append(f". <i>Fix:</i> {_e(f.suggestion)}")
     return f"<li>{''.join(parts)}</li>"
+
+
+def _blocking_html(f: Finding) -> str:
+    """A hang or desync verdict, shown before everything else; every value escaped."""
+    fields = "".join(
+        f"<dt>{_e(label)}</dt><dd>{_e(value)}</dd>" for label, value in fmt.blocking_fields(f)
+    )
+    return (
+        f'<section class="hang" id="hang"><h2>{_e(f.code)}: {_e(f.title)}</h2>'
+        "<p>The job stopped (Flight Recorder verdict stored with the candidate run): this "
+        f"fails the gate whatever the metrics say.</p><dl>{fields}</dl></section>"
+    )
 
 
 def _run_html(role: str, m: RunMetrics) -> str:
@@ -161,7 +180,9 @@ def _figures(report: Report) -> tuple[list[str], str | None]:
 
 
 def render(report: Report) -> str:
-    cls = {"regression": "v-regression", "warn": "v-warn"}.get(report.verdict, "v-pass")
+    cls = {"hang": "v-hang", "regression": "v-regression", "warn": "v-warn"}.get(
+        report.verdict, "v-pass"
+    )
     icon, headline, detail = fmt.verdict_summary(report)
     main = [r for r in report.rows if r.gate != "op_time"]
     ops = [r for r in report.rows if r.gate == "op_time"]
@@ -171,9 +192,10 @@ def render(report: Report) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>tracelab report: {_e(report.candidate.run.name)} vs "
         f"{_e(report.baseline.run.name)}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{_CSS}{_HANG_CSS if report.blocking else ''}</style></head><body>",
         "<h1>tracelab performance report</h1>",
         f'<div class="verdict {cls}" id="verdict">{icon} {_e(headline)} {_e(detail)}</div>',
+        *(_blocking_html(f) for f in report.blocking),
         _run_html("Baseline", report.baseline),
         _run_html("Candidate", report.candidate),
         "<h2>Metrics</h2>",

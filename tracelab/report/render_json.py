@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tracelab import __version__
+from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics
 
 SCHEMA = "tracelab.report/1"
@@ -96,6 +97,14 @@ def to_dict(report: Report) -> dict[str, Any]:
             "errors": dict(report.errors),
         }
     )
+    if report.blocking:  # only then: a report without a hang verdict is unchanged
+        hang = report.blocking[0]
+        out["hang"] = _finite(
+            {
+                **hang.to_dict(),
+                "fields": [{"label": k, "value": v} for k, v in fmt.blocking_fields(hang)],
+            }
+        )
     return out
 
 

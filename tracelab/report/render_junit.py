@@ -1,7 +1,9 @@
 """JUnit XML: one test case per gated metric, so CI systems list regressions natively.
 
 A regression is a <failure>; a metric that could not be judged (too few steps, missing on one
-side) is <skipped> with the reason; everything else passes. Ungated rows are left out.
+side) is <skipped> with the reason; everything else passes. Ungated rows are left out. A hang
+or desync verdict of the candidate is a failed case of its own (classname
+`tracelab.report.hang`), first.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import xml.etree.ElementTree as ET
 
 from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, Verdict
+from tracelab.results import Finding
 
 SUITE = "tracelab.report"
 #: Characters XML 1.0 cannot hold at all, even escaped (trace names may contain them).
@@ -31,14 +34,24 @@ def _detail(r: Comparison) -> str:
     )
 
 
+def _blocking_case(suite: ET.Element, f: Finding) -> None:
+    """A hang or desync verdict as a failed test case, before the metrics' cases."""
+    case = ET.SubElement(
+        suite, "testcase", classname=f"{SUITE}.hang", name=_clean(f.code), time="0"
+    )
+    failure = ET.SubElement(case, "failure", type="Hang", message=_clean(f"{f.code}: {f.title}"))
+    failure.text = _clean("\n".join(f"{label}: {value}" for label, value in fmt.blocking_fields(f)))
+
+
 def render(report: Report) -> str:
     rows = [r for r in report.rows if r.gated]
-    failures = sum(r.verdict is Verdict.REGRESSION for r in rows)
+    failures = sum(r.verdict is Verdict.REGRESSION for r in rows) + len(report.blocking)
     skipped = sum(r.verdict is Verdict.WARN for r in rows)
+    tests = len(rows) + len(report.blocking)
     root = ET.Element(
         "testsuites",
         name="tracelab",
-        tests=str(len(rows)),
+        tests=str(tests),
         failures=str(failures),
         errors="0",
         skipped=str(skipped),
@@ -47,7 +60,7 @@ def render(report: Report) -> str:
         root,
         "testsuite",
         name=SUITE,
-        tests=str(len(rows)),
+        tests=str(tests),
         failures=str(failures),
         errors="0",
         skipped=str(skipped),
@@ -61,6 +74,8 @@ def render(report: Report) -> str:
         ("alpha", str(report.settings.alpha)),
     ):
         ET.SubElement(props, "property", name=name, value=_clean(val))
+    for f in report.blocking:
+        _blocking_case(suite, f)
     for r in rows:
         case = ET.SubElement(
             suite, "testcase", classname=f"{SUITE}.{r.gate}", name=_clean(r.key), time="0"

@@ -68,12 +68,30 @@ def _finding(f: Finding) -> str:
     )
 
 
+def _blocking(f: Finding) -> list[str]:
+    """A hang or desync verdict, shown before everything else: a heading and one bullet a
+    field (every value escaped to one line)."""
+    lines = [
+        f"### 🛑 {md_code(f.code)}: {md(f.title)}",
+        "",
+        "The job stopped (Flight Recorder verdict stored with the candidate run): this fails "
+        "the gate whatever the metrics say.",
+        "",
+    ]
+    lines += [f"- **{md(label)}**: {md(value)}" for label, value in fmt.blocking_fields(f)]
+    return [*lines, ""]
+
+
 def render(report: Report) -> str:
     lines = [
         "## tracelab performance report",
         "",
         verdict_line(report),
         "",
+    ]
+    for f in report.blocking:
+        lines += _blocking(f)
+    lines += [
         _run_line("Baseline", report.baseline) + "  ",
         _run_line("Candidate", report.candidate),
         "",

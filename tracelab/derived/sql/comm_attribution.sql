@@ -47,6 +47,8 @@ ov AS (
 tot AS (SELECT rank, start_ns, sum(ov) AS s FROM ov GROUP BY rank, start_ns)
 SELECT $run AS run_id, ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.dim, ov.bytes,
        ov.culprit AS culprit_rank,
-       round(sum(ov.len * ov.ov / tot.s))::BIGINT AS exposed_ns
+       -- In DOUBLE: the product of two durations overflows BIGINT past about 3 s each (a
+       -- collective that waits out a timeout).
+       round(sum(ov.len::DOUBLE * ov.ov / tot.s))::BIGINT AS exposed_ns
 FROM ov JOIN tot USING (rank, start_ns)
 GROUP BY ov.rank, ov.step, ov.part, ov.op, ov.pg_name, ov.dim, ov.bytes, ov.culprit;
