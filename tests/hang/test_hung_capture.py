@@ -92,7 +92,7 @@ def _manifest(root: Path, ranks: list[int]) -> None:
 
 
 def test_a_late_rank_adds_itself_to_the_manifest(tmp_path: Path) -> None:
-    from collectors import manifest as mf
+    from tracelab.collectors import manifest as mf
 
     entry = {"rank": 1, "traces": ["rank-1/window-0.pt.trace.json.gz"]}
     # Rank 0 has not written the manifest yet: it will read this rank's rank.json itself.
