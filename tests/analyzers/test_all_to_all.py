@@ -88,3 +88,39 @@ def test_per_call_bytes_of_a_one_rank_trace(control: Path) -> None:
     assert {r[2] for r in rows} == {None} and {r[4] for r in rows} == {None}
     assert {r[5] for r in rows} == {None} and {r[6] for r in rows} == {None}
     assert {r[7] for r in rows} == {None}
+
+
+def test_skew_of_an_empty_call_is_missing_not_nan(tmp_path: Path) -> None:
+    """A call in which every rank sends and receives 0 bytes has no mean to divide by: its
+    skews are NULL ("a number that would mislead is reported as missing"), not DuckDB's NaN,
+    which no JSON document can hold; an even call of 1 MiB has skew 1."""
+    import math
+
+    from tracelab.testing.synth import MS, RankTrace, write_ranks
+
+    traces = []
+    for rank in range(2):
+        t = RankTrace(rank, 2)
+        for k in range(3):
+            o = k * 20 * MS
+            t.step(k + 1, o, o + 18 * MS)
+            t.kernel("gemm", o + 1 * MS, o + 4 * MS)
+            t.nccl("all_to_all", o + 5 * MS, o + 7 * MS, nbytes=0)
+            t.nccl("all_to_all", o + 8 * MS, o + 12 * MS, nbytes=1 << 20)
+        traces.append(t)
+    db = tmp_path / "s.duckdb"
+    ingest(write_ranks(tmp_path / "empty_a2a", traces), db=db, run="e", workers=1, progress=False)
+    with open_store(db) as con:
+        rid, _ = resolve_run(con, "e")
+        got = con.execute(
+            "SELECT sent_bytes, sent_skew, recv_skew FROM all_to_all_ranks WHERE run_id = ? "
+            "AND match_key IS NOT NULL",
+            [rid],
+        ).fetchall()
+        doc = run(con, rid, only=["alltoall"])
+    assert {b for b, _, _ in got} == {0, 1 << 20}
+    for sent, s_skew, r_skew in got:
+        assert (s_skew, r_skew) == ((None, None) if sent == 0 else (1.0, 1.0))
+    res = doc.get("alltoall")
+    assert res is not None
+    assert not any(isinstance(v, float) and math.isnan(v) for v in res.metrics.values())

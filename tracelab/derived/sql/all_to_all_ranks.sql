@@ -208,8 +208,9 @@ mm AS (
 ),
 per_call AS (
     SELECT match_key,
-           max(s_bytes) / avg(s_bytes) AS sent_skew,
-           max(r_bytes) / avg(r_bytes) AS recv_skew,
+           -- NULL when nothing moved (DuckDB's 0 / 0.0 is NaN, which no JSON can hold)
+           max(s_bytes) / nullif(avg(s_bytes), 0) AS sent_skew,
+           max(r_bytes) / nullif(avg(r_bytes), 0) AS recv_skew,
            arg_max(rank, [s_bytes, -rank]) FILTER (WHERE s_bytes IS NOT NULL) AS top_sender,
            arg_max(rank, [r_bytes, -rank]) FILTER (WHERE r_bytes IS NOT NULL) AS top_receiver,
            max(greatest(s_bytes, r_bytes)) AS call_bytes,
