@@ -84,7 +84,8 @@ _OP_COMPUTE_SQL = host_compute_sql("SELECT * FROM hs", "rank, step, tid")
 
 #: Every interval of the run on the reference clock, classed and keyed: rank, t0, t1, cls,
 #: op, pg_name, bytes, culprit, dim (the parallel dimension of a communication interval: its
-#: group's, process_groups.dim; send/recv are the pipeline's). Named parameters: $run, $op_patterns and $op_names (OP_RULES).
+#: group's, process_groups.dim; send/recv are the pipeline's). Named parameters: $run,
+#: $op_patterns and $op_names (OP_RULES), $issue_window_ns (ISSUE_WINDOW_NS).
 INTERVALS_SQL = f"""
 WITH dev AS ({_device_ranks_sql()}),
 off AS (FROM run_offsets($run)),
