@@ -166,6 +166,21 @@ def parts_table(split: TimeSplit | None, links: dict[str, str]) -> Any:
     return html.Table([head, html.Tbody(rows)], className="table parts", id=ids.OV_PARTS)
 
 
+#: Most process groups listed in a dimension's row (the cell's tooltip lists them all).
+MAX_DIM_GROUPS = 4
+
+
+def groups_cell(labels: list[str]) -> Any:
+    """A dimension's groups with their ranks, the first MAX_DIM_GROUPS then how many more (all
+    of them in the tooltip). Group names are trace text: Dash renders them as text."""
+    if not labels:
+        return html.Td("-")
+    shown = "; ".join(labels[:MAX_DIM_GROUPS])
+    if len(labels) > MAX_DIM_GROUPS:
+        shown += f"; and {len(labels) - MAX_DIM_GROUPS} more"
+    return html.Td(shown, title="; ".join(labels), className="groups")
+
+
 def dims_table(rows: list[DimRow]) -> Any:
     """Exposed communication by parallel dimension: which dimension's transfer and waiting
     the 'communication (exposed)' and 'waiting' parts hold."""
@@ -179,7 +194,7 @@ def dims_table(rows: list[DimRow]) -> Any:
                 html.Td(f"{100 * r.transfer_share:.1f}%", className="num"),
                 html.Td(f"{duration(r.wait_ns)}", className="num"),
                 html.Td(f"{100 * r.wait_share:.1f}%", className="num"),
-                html.Td(", ".join(r.groups) or "-"),
+                groups_cell(r.group_labels),
                 html.Td(", ".join(r.sources) or "-"),
             ],
             **data_attr("dim", r.dim),
@@ -224,6 +239,7 @@ def layout(**kwargs: Any) -> html.Div:
         found = db.analysis(cur, run_id)
         matrix = step_matrix(cur, run_id, reference_ns=found.metric("steps", "step_ns"))
         windows, typical = step_windows(cur, run_id)
+        dims = dim_split(cur, run_id, found)
     head = summary(ctx, found)
     found_targets = targets(found.findings, ctx, windows, typical)
     split = time_split(found)
@@ -249,7 +265,7 @@ def layout(**kwargs: Any) -> html.Div:
         graph(ids.OV_BREAKDOWN, time_split_figure(split, links)),
         html.Div(id=ids.OV_CLICK_SINK, style={"display": "none"}),
         parts_table(split, links),
-        dims_table(dim_split(found)),
+        dims_table(dims),
         html.H2(f"Findings ({len(found_targets)}), largest impact first"),
         findings_list(found_targets, run, id=ids.OV_FINDINGS, all_ranks=ctx.ranks),
         graph(ids.OV_HEATMAP, step_heatmap(matrix)),

@@ -88,3 +88,83 @@ def test_per_call_bytes_of_a_one_rank_trace(control: Path) -> None:
     assert {r[2] for r in rows} == {None} and {r[4] for r in rows} == {None}
     assert {r[5] for r in rows} == {None} and {r[6] for r in rows} == {None}
     assert {r[7] for r in rows} == {None}
+
+
+def test_skew_of_an_empty_call_is_missing_not_nan(tmp_path: Path) -> None:
+    """A call in which every rank sends and receives 0 bytes has no mean to divide by: its
+    skews are NULL ("a number that would mislead is reported as missing"), not DuckDB's NaN,
+    which no JSON document can hold; an even call of 1 MiB has skew 1."""
+    import math
+
+    from tracelab.testing.synth import MS, RankTrace, write_ranks
+
+    traces = []
+    for rank in range(2):
+        t = RankTrace(rank, 2)
+        for k in range(3):
+            o = k * 20 * MS
+            t.step(k + 1, o, o + 18 * MS)
+            t.kernel("gemm", o + 1 * MS, o + 4 * MS)
+            t.nccl("all_to_all", o + 5 * MS, o + 7 * MS, nbytes=0)
+            t.nccl("all_to_all", o + 8 * MS, o + 12 * MS, nbytes=1 << 20)
+        traces.append(t)
+    db = tmp_path / "s.duckdb"
+    ingest(write_ranks(tmp_path / "empty_a2a", traces), db=db, run="e", workers=1, progress=False)
+    with open_store(db) as con:
+        rid, _ = resolve_run(con, "e")
+        got = con.execute(
+            "SELECT sent_bytes, sent_skew, recv_skew FROM all_to_all_ranks WHERE run_id = ? "
+            "AND match_key IS NOT NULL",
+            [rid],
+        ).fetchall()
+        doc = run(con, rid, only=["alltoall"])
+    assert {b for b, _, _ in got} == {0, 1 << 20}
+    for sent, s_skew, r_skew in got:
+        assert (s_skew, r_skew) == ((None, None) if sent == 0 else (1.0, 1.0))
+    res = doc.get("alltoall")
+    assert res is not None
+    assert not any(isinstance(v, float) and math.isnan(v) for v in res.metrics.values())
+
+
+def test_kernel_calls_take_the_sizes_of_their_own_launch(tmp_path: Path) -> None:
+    """The CPU runs ahead of the GPU: both all-to-alls of a step are issued (record_param_comms
+    with their sizes, then the kernel launch) before the first kernel starts, and the kernels
+    carry no sizes themselves. Each call takes the sizes recorded before its own launch: the
+    1 MiB call 1 MiB and the 4 MiB call 4 MiB (read at the kernels' starts, the first call took
+    the second's 4 MiB and the second none)."""
+    from tracelab.testing.synth import MS, US, RankTrace, write_ranks
+
+    def param_comms(nbytes: int) -> dict[str, object]:
+        n = nbytes // 4
+        return {"Collective name": "all_to_all", "In msg nelems": n, "Out msg nelems": n,
+                "dtype": "Float", "In split size": "[]", "Out split size": "[]"}  # fmt: skip
+
+    sizes = (1 << 20, 4 << 20)
+    traces = []
+    for rank in range(2):
+        t = RankTrace(rank, 2)
+        for k in range(3):
+            o = k * 20 * MS
+            t.step(k + 1, o, o + 18 * MS)
+            for i, (nbytes, start, end) in enumerate(zip(sizes, (5, 8), (7, 12), strict=True)):
+                host = o + 1 * MS + i * 100 * US
+                t.cpu_op("record_param_comms", host, host + 10 * US, args=param_comms(nbytes))
+                ev = t.nccl(
+                    "all_to_all", o + start * MS, o + end * MS, nbytes=nbytes,
+                    launch_ns=host + 20 * US,
+                )  # fmt: skip
+                for key in ("In msg nelems", "Out msg nelems", "In split size", "Out split size"):
+                    ev["args"].pop(key, None)
+        traces.append(t)
+    db = tmp_path / "s.duckdb"
+    ingest(write_ranks(tmp_path / "ahead", traces), db=db, run="a", workers=1, progress=False)
+    with open_store(db) as con:
+        rid, _ = resolve_run(con, "a")
+        got = con.execute(
+            "SELECT rank, step, sent_bytes, recv_bytes, bytes_from FROM all_to_all_ranks "
+            "WHERE run_id = ? ORDER BY rank, start_ns",
+            [rid],
+        ).fetchall()
+    assert len(got) == 2 * 3 * 2
+    for i, (_rank, _step, sent, recv, via) in enumerate(got):
+        assert (sent, recv, via) == (sizes[i % 2], sizes[i % 2], "split_sizes"), got

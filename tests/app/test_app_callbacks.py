@@ -78,6 +78,8 @@ def test_pages_wait_for_analysis_then_draw(app_module: Any) -> None:
     # Exposed communication by parallel dimension (the breakdown's by_dim).
     assert find_text(out, "Communication by parallel dimension")
     assert find_text(out, "data parallel (dp)")
+    # Its process groups by name and ranks, not the bare key '0' (which reads like a count).
+    assert find_text(out, "group 0 (default_pg; ranks 0-3)")
     assert pending.poll(1, {"path": "/elsewhere"}) is dash.no_update
     assert ids.PENDING_BODY == tree.id
 
@@ -245,6 +247,21 @@ def test_many_ranks_show_a_rank_summary(app_module: Any, monkeypatch: pytest.Mon
     assert find_text(status, "Outliers: rank 33 (")
     link = next(x for x in status.children if hasattr(x, "href"))
     assert "ranks=" in link.href and "33" in link.href
+
+
+def test_dims_groups_cell_lists_a_few_groups_as_text(app_module: Any) -> None:
+    """A dimension's groups cell: the first MAX_DIM_GROUPS labels, how many more, and every
+    label in its tooltip; trace text (a group named by the probe) is a plain string child,
+    which Dash renders as text."""
+    from tracelab.app.pages.overview import MAX_DIM_GROUPS, groups_cell
+
+    labels = [f"group {i} (ranks {2 * i}, {2 * i + 1})" for i in range(MAX_DIM_GROUPS + 2)]
+    cell = groups_cell(labels)
+    assert cell.children == "; ".join(labels[:MAX_DIM_GROUPS]) + "; and 2 more"
+    assert cell.title == "; ".join(labels)
+    probe = groups_cell([f"group {PROBE} (ranks 0, 1)"])
+    assert probe.children == f"group {PROBE} (ranks 0, 1)"
+    assert groups_cell([]).children == "-"
 
 
 def test_xss_probe_is_escaped_in_figures(app_module: Any) -> None:

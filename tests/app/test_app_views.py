@@ -14,7 +14,7 @@ from tracelab.views.analysis import analyze_run
 from tracelab.views.compare import HIST_BINS, comparison_rows, report, step_comparison
 from tracelab.views.context import run_context
 from tracelab.views.findings import step_windows, target, targets
-from tracelab.views.overview import step_matrix, summary, time_split
+from tracelab.views.overview import dim_split, rank_ranges, step_matrix, summary, time_split
 from tracelab.views.ranksummary import rank_summary
 from tracelab.views.runs import runs_page
 
@@ -389,3 +389,47 @@ def test_pipeline_per_rank_chart_is_the_step_split_into_its_parts(app_store: Pat
         )
         stalls = by_name.get("stall (waiting beyond the schedule)", {})
         assert stalls.get(f"rank {rank}", 0.0) == pytest.approx(stall / step)
+
+
+def test_rank_ranges_are_compact() -> None:
+    assert rank_ranges([3, 0, 1, 2]) == "0-3"
+    assert rank_ranges([0, 1]) == "0, 1"
+    assert rank_ranges([0, 2]) == "0, 2"
+    assert rank_ranges([0, 1, 2, 3, 8, 9, 10, 11, 13]) == "0-3, 8-11, 13"
+    assert rank_ranges(list(range(0, 64, 8))) == "0, 8, ..., 56"
+    assert rank_ranges([5]) == "5"
+
+
+PROBE = "<img src=x onerror=alert(1)>"
+
+
+def test_dim_split_names_each_group_with_its_ranks(tmp_path: Path) -> None:
+    """4 ranks: all-reduces on the default group '0' (ranks 0-3) and on two tensor-parallel
+    groups (DeviceMesh names them mesh_tp), one of them named by the XSS probe: the Overview's
+    dimension rows name every group with its ranks, and a trace's name stays plain text."""
+    traces = []
+    for rank in range(4):
+        t = RankTrace(rank, 4)
+        tp = [0, 1] if rank < 2 else [2, 3]
+        tp_name = "1" if rank < 2 else PROBE
+        for k in range(4):
+            o = k * 20 * MS
+            t.step(k + 1, o, o + 18 * MS)
+            t.kernel("gemm", o + 1 * MS, o + 4 * MS)
+            t.nccl("all_reduce", o + 4 * MS, o + 7 * MS, nbytes=1 << 20, group_ranks=tp,
+                   pg_name=tp_name, pg_desc="mesh_tp")  # fmt: skip
+            t.nccl("all_reduce", o + 8 * MS + rank * MS, o + 14 * MS, nbytes=1 << 20)
+        traces.append(t)
+    db = tmp_path / "d.duckdb"
+    ingest([str(p) for p in write_ranks(tmp_path / "dims", traces)], db=str(db), run="dims",
+           workers=1)  # fmt: skip
+    with open_store(db) as con:
+        rid = run_id(con, "dims")
+        rows = {r.dim: r for r in dim_split(con, rid, analyze_run(con, rid))}
+    assert rows["dp"].groups == ["0"]
+    assert rows["dp"].group_labels == ["group 0 (default_pg; ranks 0-3)"]
+    labels = dict(zip(rows["tp"].groups, rows["tp"].group_labels, strict=True))
+    assert labels == {
+        "1": "group 1 (mesh_tp; ranks 0, 1)",
+        PROBE: f"group {PROBE} (mesh_tp; ranks 2, 3)",
+    }

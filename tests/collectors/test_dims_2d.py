@@ -225,9 +225,9 @@ def test_one_value_per_dimension_on_every_surface(bare: Path, tmp_path: Path) ->
         rid, _ = resolve_run(con, "surfaces")
         analysis = analyze_run(con, rid)
         report = extract(con, rid, ReportSettings())
+        rows = {r.dim: r for r in dim_split(con, rid, analysis)}
     brk = analysis.get("breakdown")
     assert brk is not None
-    rows = {r.dim: r for r in dim_split(analysis)}
     assert {"tp", "dp_shard"} <= set(rows)
     for dim, row in rows.items():
         assert row.transfer_share == pytest.approx(brk.metrics[f"transfer_share[{dim}]"])
@@ -236,3 +236,8 @@ def test_one_value_per_dimension_on_every_surface(bare: Path, tmp_path: Path) ->
             brk.metrics[f"dim_comm_share_median[{dim}]"]
         )
     assert rows["tp"].label == "tensor parallel (tp)" and rows["tp"].sources == ["inferred"]
+    # Groups the trace does not name are shown by their ranks.
+    assert sorted(rows["tp"].group_labels) == [
+        "unnamed group (ranks 0, 1)",
+        "unnamed group (ranks 2, 3)",
+    ]

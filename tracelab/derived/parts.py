@@ -89,18 +89,29 @@ _OP_COMPUTE_SQL = host_compute_sql("SELECT * FROM hs", "rank, step, tid")
 #: relation that reads events is filtered on it, so only those ranks' files are read; the rows
 #: of the small tables are filtered by intervals()). Named parameters: $run, $lo, $hi,
 #: $device_ranks (the run's ranks with device activity, _device_ranks_sql), $op_patterns and
-#: $op_names (OP_RULES), $issue_window_ns.
+#: $op_names (OP_RULES), $issue_window_ns (ISSUE_WINDOW_NS).
 INTERVALS_SQL = f"""
 WITH dev AS (SELECT unnest($device_ranks::INTEGER[]) AS rank),
 off AS (FROM run_offsets($run)),
 hs AS ({HOST_OPS_SQL} AND rank BETWEEN $lo AND $hi AND rank NOT IN (FROM dev)),
-hostc AS (
-    SELECT k.rank, k.start_ns, k.op, pg.dim FROM collectives k
+-- Every collectives row with its group's dimension (NULL when no group is known): the trace's
+-- pg_name, else the group tracelab.derived.groups assigned it (collective_groups).
+kg AS (
+    SELECT k.rank, k.event_idx, k.source, k.start_ns, k.op, pg.dim FROM collectives k
     LEFT JOIN collective_groups cg ON cg.run_id = k.run_id AND cg.rank = k.rank
          AND cg.event_idx = k.event_idx
-    JOIN process_groups pg ON pg.run_id = k.run_id
+    LEFT JOIN process_groups pg ON pg.run_id = k.run_id
          AND pg.group_key = coalesce(k.pg_name, cg.group_key)
-    WHERE k.run_id = $run AND k.source = 'host' AND k.start_ns IS NOT NULL
+    WHERE k.run_id = $run
+),
+hostc AS (
+    SELECT rank, start_ns, op, dim FROM kg
+    WHERE source = 'host' AND start_ns IS NOT NULL AND dim IS NOT NULL
+),
+-- Per communication event, the op and dimension of its collectives row(s).
+kev AS (
+    SELECT rank, event_idx, any_value(op) AS op, any_value(dim) AS dim FROM kg
+    WHERE event_idx IS NOT NULL GROUP BY rank, event_idx
 ),
 -- An operator with another (non-empty) operator of its thread starting inside it is a
 -- parent: its own time between its children may be the thread blocked in an untraced wait (a
@@ -195,16 +206,9 @@ FROM (
     SELECT c.rank, c.a, c.b, c.ts,
            CASE WHEN c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
                 THEN 'wait_tensor'
-                ELSE coalesce((SELECT any_value(k.op) FROM collectives k
-                               WHERE k.run_id = $run AND k.rank = c.rank AND k.event_idx = c.idx),
-                              collective_op(c.name, $op_patterns, $op_names)) END AS op,
-           (SELECT any_value(pg.dim) FROM collectives k
-            LEFT JOIN collective_groups cg ON cg.run_id = k.run_id AND cg.rank = k.rank
-                 AND cg.event_idx = k.event_idx
-            JOIN process_groups pg ON pg.run_id = k.run_id
-                 AND pg.group_key = coalesce(k.pg_name, cg.group_key)
-            WHERE k.run_id = $run AND k.rank = c.rank AND k.event_idx = c.idx) AS dim
-    FROM comm c
+                ELSE coalesce(kev.op, collective_op(c.name, $op_patterns, $op_names)) END AS op,
+           kev.dim
+    FROM comm c LEFT JOIN kev ON kev.rank = c.rank AND kev.event_idx = c.idx
     WHERE NOT EXISTS (SELECT 1 FROM matched_collectives m WHERE m.run_id = $run
                       AND m.rank = c.rank AND m.event_idx = c.idx)
       AND NOT EXISTS (SELECT 1 FROM p2p_ops p WHERE p.run_id = $run AND p.rank = c.rank

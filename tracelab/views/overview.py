@@ -179,15 +179,52 @@ class DimRow:
     #: The dimension's process groups (process_groups.group_key) and where its name came from.
     groups: list[str]
     sources: list[str]
+    #: Each of `groups` in words, with its ranks: 'group 0 (ranks 0-3)'; an unnamed group
+    #: (key 'ranks:...') is 'unnamed group (ranks 0, 2)'. Trace text: render it escaped.
+    group_labels: list[str]
 
 
-def dim_split(analysis: Analysis) -> list[DimRow]:
-    """The breakdown's per-dimension transfer and wait, largest first; empty without
-    communication."""
+#: Each process group's members and description (process_groups).
+GROUPS_SQL = "SELECT group_key, pg_desc, ranks FROM process_groups WHERE run_id = $run"
+
+
+def rank_ranges(ranks: list[int] | tuple[int, ...]) -> str:
+    """Ranks compactly: runs of three or more consecutive ranks as 'a-b' ('0-3, 8-11'), a
+    long stride as its first two and last ('0, 8, ..., 56')."""
+    rs = sorted(set(ranks))
+    if len(rs) > 6 and len({b - a for a, b in zip(rs, rs[1:])}) == 1 and rs[1] - rs[0] > 1:
+        return f"{rs[0]}, {rs[1]}, ..., {rs[-1]}"
+    out: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out += [f"{rs[i]}-{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i : j + 1]]
+        i = j + 1
+    return ", ".join(out)
+
+
+def _group_label(key: str, desc: str | None, ranks: list[int] | None) -> str:
+    name = "unnamed group" if key.startswith("ranks:") else f"group {key}"
+    about = [desc] if desc and not key.startswith("ranks:") else []
+    if ranks:
+        about.append(f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}")
+    return f"{name} ({'; '.join(about)})" if about else name
+
+
+def dim_split(con: duckdb.DuckDBPyConnection, run_id: int, analysis: Analysis) -> list[DimRow]:
+    """The breakdown's per-dimension transfer and wait, largest first, with each dimension's
+    groups and their ranks (process_groups); empty without communication."""
+    members = {
+        str(k): (desc, list(ranks or []))
+        for k, desc, ranks in con.execute(GROUPS_SQL, {"run": run_id}).fetchall()
+    }
     out = []
     for x in analysis.table("breakdown", "by_dim"):
         dim = str(x["dim"])
         label = DIM_LABELS[Dim(dim)] if dim in {d.value for d in Dim} else dim
+        groups = [str(g) for g in x.get("groups") or []]
         out.append(
             DimRow(
                 dim=dim,
@@ -196,8 +233,9 @@ def dim_split(analysis: Analysis) -> list[DimRow]:
                 wait_ns=float(x.get("wait_ns") or 0.0),
                 transfer_share=float(x.get("transfer_share") or 0.0),
                 wait_share=float(x.get("wait_share") or 0.0),
-                groups=[str(g) for g in x.get("groups") or []],
+                groups=groups,
                 sources=[str(g) for g in x.get("sources") or []],
+                group_labels=[_group_label(g, *members.get(g, (None, None))) for g in groups],
             )
         )
     return out

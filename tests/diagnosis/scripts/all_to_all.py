@@ -17,27 +17,27 @@ Run under torchrun. argv[1] is the output folder, argv[2] a JSON spec {"profiler
   With `backward`, the layer is trained: autograd all-to-alls, the expert's backward, and an
   all-reduce of the expert's gradients (its work time is forward plus backward).
 
-Each writes one Chrome trace per rank (tensorboard_trace_handler, record_shapes=True) to
-<out>/<name>/; no tracelab import here on purpose. Every rank times its lookups (with their indices) or expert work
-in each recorded step, in wall time (perf_counter) and in its thread's CPU time (thread_time:
-on shared cores the wall time is stretched by whatever else runs, the CPU time is the work) and rank 0 writes them all to <out>/<name>.work.json
-({"ranks": {rank: [wall ns per recorded step]}, "cpu": {rank: [CPU ns ...]}, "splits": {rank: {"in": [...], "out": [...]}},
-"elem_bytes"}): the tests compare tracelab's impact with the extra work and its bytes with the
-splits.
+Each writes one Chrome trace per rank (tensorboard_trace_handler, record_shapes=True;
+profiled.py) to <out>/<name>/; no tracelab import here on purpose. Every rank times its lookups
+(with their indices) or expert work in each recorded step, in wall time (perf_counter) and in
+its thread's CPU time (thread_time: on shared cores the wall time is stretched by whatever else
+runs, the CPU time is the work) and rank 0 writes them all to <out>/<name>.work.json ({"ranks":
+{rank: [wall ns per recorded step]}, "cpu": {rank: [CPU ns ...]}, "splits": {rank: {"in":
+[...], "out": [...]}}, "elem_bytes"}): the tests compare tracelab's impact with the extra work
+and its bytes with the splits.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from profiled import profiled_steps, run_scenarios
 from torch import nn
-from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 
 def _now() -> tuple[int, int]:
@@ -159,18 +159,10 @@ def run_scenario(out: Path, sc: dict[str, Any], prof_sched: dict[str, int]) -> N
     torch.manual_seed(0)
     make = _dlrm if sc["kind"] == "dlrm" else _moe
     step, splits = make(sc, rank, world)
-    steps = prof_sched["warmup"] + prof_sched["active"]
     times: list[tuple[int, int]] = []
     dist.barrier()
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        record_shapes=True,
-        schedule=schedule(wait=0, warmup=prof_sched["warmup"], active=prof_sched["active"]),
-        on_trace_ready=tensorboard_trace_handler(str(out / sc["name"]), worker_name=f"rank{rank}"),
-    ) as prof:
-        for _ in range(steps):
-            step(times)
-            prof.step()
+    for _ in profiled_steps(out / sc["name"], prof_sched, record_shapes=True):
+        step(times)
     rec = times[prof_sched["warmup"] :]
     mine = {"work": [w for w, _ in rec], "cpu": [c for _, c in rec], "splits": splits}
     every: list[Any] = [None] * world
@@ -186,17 +178,5 @@ def run_scenario(out: Path, sc: dict[str, Any], prof_sched: dict[str, int]) -> N
     dist.barrier()
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
-    spec = json.loads(sys.argv[2])
-    dist.init_process_group("gloo")
-    for sc in spec["scenarios"]:
-        t0 = time.perf_counter()
-        run_scenario(out, sc, spec["profiler"])
-        if dist.get_rank() == 0:
-            print(f"scenario {sc['name']}: {time.perf_counter() - t0:.1f} s", flush=True)
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    run_scenarios(run_scenario)

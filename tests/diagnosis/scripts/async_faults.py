@@ -2,24 +2,23 @@
 
 Run under torchrun. argv[1] is the output folder, argv[2] a JSON spec: {"profiler": {"warmup",
 "active"}, "scenarios": [{"name", "kind": "fsdp" | "tp", "width", "layers", "batch",
-"reshard_after_forward", "shard_blocks" (FSDP: also shard each block; default true), "extra_matmuls": {"rank", "count", "size"} |
-null}]}. Both issue their collectives
+"reshard_after_forward", "shard_blocks" (FSDP: also shard each block; default true),
+"extra_matmuls": {"rank", "count", "size"} | null}]}. Both issue their collectives
 asynchronously and block later, in `_c10d_functional::wait_tensor` (or a work's `wait()`):
 the collective's own span is not where a rank waits for a late peer. Each scenario builds a
 fresh model on a 1-D mesh of every rank and writes one Chrome trace per rank to <out>/<name>/
-(tensorboard_trace_handler). No tracelab import here on purpose. The faulty rank also writes
-<out>/<name>.fault.json: the wall time of its extra compute in each recorded step.
+(tensorboard_trace_handler, profiled.py). No tracelab import here on purpose. The faulty rank
+also writes <out>/<name>.fault.json: the wall time of its extra compute in each recorded step.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from profiled import profiled_steps, run_scenarios, write_fault
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -28,7 +27,6 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
     parallelize_module,
 )
-from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 
 class Block(nn.Module):
@@ -67,53 +65,28 @@ def run_scenario(out: Path, sc: dict, prof_sched: dict) -> None:
     if extra and extra["rank"] == rank:
         a = torch.randn(extra["size"], extra["size"])
         w = torch.randn(extra["size"], extra["size"]) / extra["size"] ** 0.5
-    steps = prof_sched["warmup"] + prof_sched["active"]
     injected: list[tuple[int, int]] = []
     # TP replicates the batch over the mesh; FSDP shards data: same seed per rank either way.
     gen = torch.Generator().manual_seed(rank if sc["kind"] == "fsdp" else 0)
     dist.barrier()
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(
-            wait=0, warmup=prof_sched["warmup"], active=prof_sched["active"], repeat=1
-        ),
-        on_trace_ready=tensorboard_trace_handler(str(out / sc["name"]), worker_name=f"rank{rank}"),
-    ) as prof:
-        for i in range(steps):
-            x = torch.randn(sc["batch"], sc["width"], generator=gen)
-            loss = model(x).pow(2).mean()
-            # Between forward and backward, where the ranks have just met at the forward's
-            # collectives: at the step's start the fault would overlap the others' ends of the
-            # previous step, which vary by tens of ms on an oversubscribed 2-core runner.
-            if extra and extra["rank"] == rank:
-                t0 = time.perf_counter_ns()
-                h = a
-                for _ in range(extra["count"]):
-                    h = torch.tanh(h @ w)
-                injected.append((i, time.perf_counter_ns() - t0))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            prof.step()
-    if injected:
-        recorded = [ns for i, ns in injected if i >= prof_sched["warmup"]]
-        (out / f"{sc['name']}.fault.json").write_text(
-            json.dumps({"rank": rank, "recorded_ns": recorded})
-        )
+    for i in profiled_steps(out / sc["name"], prof_sched):
+        x = torch.randn(sc["batch"], sc["width"], generator=gen)
+        loss = model(x).pow(2).mean()
+        # Between forward and backward, where the ranks have just met at the forward's
+        # collectives: at the step's start the fault would overlap the others' ends of the
+        # previous step, which vary by tens of ms on an oversubscribed 2-core runner.
+        if extra and extra["rank"] == rank:
+            t0 = time.perf_counter_ns()
+            h = a
+            for _ in range(extra["count"]):
+                h = torch.tanh(h @ w)
+            injected.append((i, time.perf_counter_ns() - t0))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    write_fault(out, sc["name"], injected, prof_sched["warmup"])
     dist.barrier()
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
-    spec = json.loads(sys.argv[2])
-    dist.init_process_group("gloo")
-    for sc in spec["scenarios"]:
-        t0 = time.perf_counter()
-        run_scenario(out, sc, spec["profiler"])
-        if dist.get_rank() == 0:
-            print(f"scenario {sc['name']}: {time.perf_counter() - t0:.1f} s", flush=True)
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    run_scenarios(run_scenario)

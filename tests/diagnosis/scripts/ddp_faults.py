@@ -4,28 +4,21 @@ Run under torchrun. argv[1] is the output folder, argv[2] a JSON list of scenari
 {"name", "model": {"width", "layers"}, "bucket_cap_mb", "sleep": {"rank", "ms"} | null,
 "extra_matmuls": {"rank", "count", "size"} | null}. Each scenario builds its own model and
 DDP wrapper and writes one Chrome trace per rank to <out>/<name>/ with
-torch.profiler.tensorboard_trace_handler: what a user without tracelab would have. No tracelab
-import here on purpose. The faulty rank also writes <out>/<name>.fault.json: the wall time of
-the injected sleep or extra compute in each recorded step (perf_counter), for the tests to
-compare tracelab's impact with.
+torch.profiler.tensorboard_trace_handler (profiled.py): what a user without tracelab would
+have. No tracelab import here on purpose. The faulty rank also writes <out>/<name>.fault.json:
+the wall time of the injected sleep or extra compute in each recorded step (perf_counter), for
+the tests to compare tracelab's impact with.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from profiled import profiled_steps, run_scenarios, write_fault
 from torch import nn
-from torch.profiler import (
-    ProfilerActivity,
-    profile,
-    schedule,
-    tensorboard_trace_handler,
-)
 
 
 def run_scenario(out: Path, sc: dict, prof_sched: dict) -> None:
@@ -44,52 +37,27 @@ def run_scenario(out: Path, sc: dict, prof_sched: dict) -> None:
         a = torch.randn(extra["size"], extra["size"])
         w = torch.randn(extra["size"], extra["size"]) / extra["size"] ** 0.5
     batch = sc.get("batch", 32)
-    steps = prof_sched["warmup"] + prof_sched["active"]
     injected: list[tuple[int, int]] = []  # (loop index, ns) of the injected fault
     dist.barrier()
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(
-            wait=0, warmup=prof_sched["warmup"], active=prof_sched["active"], repeat=1
-        ),
-        on_trace_ready=tensorboard_trace_handler(str(out / sc["name"]), worker_name=f"rank{rank}"),
-    ) as prof:
-        for i in range(steps):
-            x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
-            if extra and extra["rank"] == rank:
-                t0 = time.perf_counter_ns()
-                h = a
-                for _ in range(extra["count"]):
-                    h = torch.tanh(h @ w)
-                injected.append((i, time.perf_counter_ns() - t0))
-            loss = nn.functional.cross_entropy(ddp(x), y)
-            if sleep and sleep["rank"] == rank:
-                t0 = time.perf_counter_ns()
-                time.sleep(sleep["ms"] / 1000)
-                injected.append((i, time.perf_counter_ns() - t0))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            prof.step()
-    if injected:  # what the fault cost in the recorded steps, beside (not in) the traces
-        recorded = [ns for i, ns in injected if i >= prof_sched["warmup"]]
-        (out / f"{sc['name']}.fault.json").write_text(
-            json.dumps({"rank": rank, "recorded_ns": recorded})
-        )
+    for i in profiled_steps(out / sc["name"], prof_sched):
+        x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
+        if extra and extra["rank"] == rank:
+            t0 = time.perf_counter_ns()
+            h = a
+            for _ in range(extra["count"]):
+                h = torch.tanh(h @ w)
+            injected.append((i, time.perf_counter_ns() - t0))
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        if sleep and sleep["rank"] == rank:
+            t0 = time.perf_counter_ns()
+            time.sleep(sleep["ms"] / 1000)
+            injected.append((i, time.perf_counter_ns() - t0))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    write_fault(out, sc["name"], injected, prof_sched["warmup"])
     dist.barrier()
-
-
-def main() -> None:
-    out = Path(sys.argv[1])
-    spec = json.loads(sys.argv[2])
-    dist.init_process_group("gloo")
-    for sc in spec["scenarios"]:
-        t0 = time.perf_counter()
-        run_scenario(out, sc, spec["profiler"])
-        if dist.get_rank() == 0:
-            print(f"scenario {sc['name']}: {time.perf_counter() - t0:.1f} s", flush=True)
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main()
+    run_scenarios(run_scenario)

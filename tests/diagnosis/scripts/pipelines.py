@@ -4,7 +4,7 @@ Run under torchrun. argv[1] is the output folder, argv[2] a JSON spec: {"profile
 "active"}, "pipeline": {"width", "layers_per_stage", "microbatches", "microbatch_size"},
 "schedules": [names]}. For each schedule, in one process group, this builds fresh stages, runs
 warmup + active training steps under torch.profiler and writes one Chrome trace per rank to
-<out>/<schedule>/ (tensorboard_trace_handler). No tracelab import here on purpose.
+<out>/<schedule>/ (tensorboard_trace_handler, profiled.py). No tracelab import here on purpose.
 
 Stage placement, as the schedules require:
 - GPipe, 1F1B: one stage per rank (stage = rank);
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from profiled import profiled_steps
 from torch import nn
 from torch.distributed.pipelining import (
     PipelineStage,
@@ -32,12 +33,6 @@ from torch.distributed.pipelining import (
     ScheduleInterleavedZeroBubble,
     ScheduleLoopedBFS,
     ScheduleZBVZeroBubble,
-)
-from torch.profiler import (
-    ProfilerActivity,
-    profile,
-    schedule,
-    tensorboard_trace_handler,
 )
 
 #: name -> (class, placement): "single", "loop" (round-robin) or "v".
@@ -87,31 +82,22 @@ def run_schedule(out: Path, name: str, pp: dict, prof_sched: dict) -> None:
     params = [p for mod in modules for p in mod.parameters()]
     opt = torch.optim.SGD(params, lr=0.01)
     holds_first, holds_last = 0 in ids, n_stages - 1 in ids
-    steps = prof_sched["warmup"] + prof_sched["active"]
     torch.manual_seed(1000 + rank)
     dist.barrier()
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(
-            wait=0, warmup=prof_sched["warmup"], active=prof_sched["active"], repeat=1
-        ),
-        on_trace_ready=tensorboard_trace_handler(str(out / name), worker_name=f"rank{rank}"),
-    ) as prof:
-        for _ in range(steps):
-            x = torch.randn(m * mb, width)
-            target = torch.randn(m * mb, width)
-            losses: list[torch.Tensor] = []
-            if holds_first and holds_last:
-                sched.step(x, target=target, losses=losses)
-            elif holds_first:
-                sched.step(x)
-            elif holds_last:
-                sched.step(target=target, losses=losses)
-            else:
-                sched.step()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            prof.step()
+    for _ in profiled_steps(out / name, prof_sched):
+        x = torch.randn(m * mb, width)
+        target = torch.randn(m * mb, width)
+        losses: list[torch.Tensor] = []
+        if holds_first and holds_last:
+            sched.step(x, target=target, losses=losses)
+        elif holds_first:
+            sched.step(x)
+        elif holds_last:
+            sched.step(target=target, losses=losses)
+        else:
+            sched.step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
     dist.barrier()
 
 

@@ -62,15 +62,32 @@ CREATE TABLE IF NOT EXISTS all_to_all_ranks (
 INSERT INTO all_to_all_ranks BY NAME
 -- Parameters: $run, $source (the matched source, tracelab.derived.collectives.choose_source).
 -- Arrow table _tl_dtype_bytes (name, bytes): bytes per element of a lower-cased type name.
-WITH c AS (
-    SELECT cc.rank, cc.start_ns, cc.end_ns, cc.step, cc.in_bytes, cc.out_bytes, cc.group_size,
-           cc.event_idx,
-           coalesce(lag(cc.start_ns) OVER (PARTITION BY cc.rank ORDER BY cc.start_ns),
-                    -9223372036854775807) AS prev_ns,
-           row_number() OVER (PARTITION BY cc.rank ORDER BY cc.start_ns) - 1 AS occ
+-- A call's host time (issue_ns): its kernel's launch (the host event of the same correlation)
+-- when the call is device work, else its start. The CPU runs ahead of the GPU: a kernel may
+-- start after later calls were issued, so a kernel's start would take a later call's sizes.
+WITH launch AS (
+    SELECT cc.rank, cc.event_idx, min(l.ts_ns) AS ts_ns
     FROM collectives cc
+    JOIN events k ON k.run_id = $run AND k.rank = cc.rank AND k.idx = cc.event_idx
+         AND k.on_device
+    JOIN events l ON l.run_id = $run AND l.rank = k.rank AND l.correlation = k.correlation
+         AND NOT l.on_device
+    WHERE cc.run_id = $run AND cc.source = $source AND cc.op = 'all_to_all'
+    GROUP BY cc.rank, cc.event_idx
+),
+c0 AS (
+    SELECT cc.*, coalesce(l.ts_ns, cc.start_ns) AS issue_ns
+    FROM collectives cc LEFT JOIN launch l ON l.rank = cc.rank AND l.event_idx = cc.event_idx
     WHERE cc.run_id = $run AND cc.source = $source AND cc.op = 'all_to_all'
       AND cc.start_ns IS NOT NULL AND cc.end_ns IS NOT NULL
+),
+c AS (
+    SELECT c0.rank, c0.start_ns, c0.end_ns, c0.step, c0.in_bytes, c0.out_bytes, c0.group_size,
+           c0.event_idx, c0.issue_ns,
+           coalesce(lag(c0.issue_ns) OVER (PARTITION BY c0.rank ORDER BY c0.issue_ns),
+                    -9223372036854775807) AS prev_ns,
+           row_number() OVER (PARTITION BY c0.rank ORDER BY c0.start_ns) - 1 AS occ
+    FROM c0
 ),
 -- Host events that describe an all-to-all's sizes, normalized: totals in bytes and split lists.
 h0 AS (
@@ -118,8 +135,8 @@ h AS (
     LEFT JOIN _tl_dtype_bytes tin1
         ON tin1.name = regexp_replace(lower(h0.types[1]), '^c10d::', '')
 ),
--- Each call's describing events: the last of each kind issued at or before it, and after the
--- rank's previous all-to-all (so a call never takes an earlier call's sizes).
+-- Each call's describing events: the last of each kind at or before its issue_ns, and after
+-- the rank's previous all-to-all's (so a call never takes another call's sizes).
 sp AS (SELECT * FROM h WHERE kind = 'split_op'),
 pc AS (SELECT * FROM h WHERE kind = 'param_comms'),
 an AS (SELECT * FROM h WHERE kind = 'annotation'),
@@ -129,7 +146,7 @@ j AS (
            CASE WHEN sp.ts_ns > c.prev_ns THEN sp.out_total END AS sp_out,
            CASE WHEN sp.ts_ns > c.prev_ns THEN sp.in_splits END AS sp_ins,
            CASE WHEN sp.ts_ns > c.prev_ns THEN sp.out_splits END AS sp_outs
-    FROM c ASOF LEFT JOIN sp ON sp.rank = c.rank AND sp.ts_ns <= c.start_ns
+    FROM c ASOF LEFT JOIN sp ON sp.rank = c.rank AND sp.ts_ns <= c.issue_ns
 ),
 j2 AS (
     SELECT j.*,
@@ -137,11 +154,11 @@ j2 AS (
            CASE WHEN pc.ts_ns > j.prev_ns THEN pc.out_total END AS pc_out,
            CASE WHEN pc.ts_ns > j.prev_ns THEN pc.in_splits END AS pc_ins,
            CASE WHEN pc.ts_ns > j.prev_ns THEN pc.out_splits END AS pc_outs
-    FROM j ASOF LEFT JOIN pc ON pc.rank = j.rank AND pc.ts_ns <= j.start_ns
+    FROM j ASOF LEFT JOIN pc ON pc.rank = j.rank AND pc.ts_ns <= j.issue_ns
 ),
 j3 AS (
     SELECT j2.*, CASE WHEN an.ts_ns > j2.prev_ns THEN an.in_total END AS an_in
-    FROM j2 ASOF LEFT JOIN an ON an.rank = j2.rank AND an.ts_ns <= j2.start_ns
+    FROM j2 ASOF LEFT JOIN an ON an.rank = j2.rank AND an.ts_ns <= j2.issue_ns
 ),
 -- The call's own event (an NCCL kernel) may carry the split sizes itself.
 own AS (
@@ -208,8 +225,9 @@ mm AS (
 ),
 per_call AS (
     SELECT match_key,
-           max(s_bytes) / avg(s_bytes) AS sent_skew,
-           max(r_bytes) / avg(r_bytes) AS recv_skew,
+           -- NULL when nothing moved (DuckDB's 0 / 0.0 is NaN, which no JSON can hold)
+           max(s_bytes) / nullif(avg(s_bytes), 0) AS sent_skew,
+           max(r_bytes) / nullif(avg(r_bytes), 0) AS recv_skew,
            arg_max(rank, [s_bytes, -rank]) FILTER (WHERE s_bytes IS NOT NULL) AS top_sender,
            arg_max(rank, [r_bytes, -rank]) FILTER (WHERE r_bytes IS NOT NULL) AS top_receiver,
            max(greatest(s_bytes, r_bytes)) AS call_bytes,
