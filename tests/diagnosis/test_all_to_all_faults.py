@@ -173,3 +173,34 @@ def test_bytes_are_the_splits(diagnose: Any, name: str) -> None:
         assert (r["sent_bytes"], r["recv_bytes"]) == (sum(got[0]), sum(got[1]))
     if name == "a2a_moe_slow":
         assert {round(r["sent_skew"], 6) for r in rows} == {1.0}
+
+
+def test_uneven_all_to_all_bandwidth_is_one_definition(diagnose: Any) -> None:
+    """tracelab.measures' per-call bandwidth sizes an all-to-all as all_to_all_ranks does: the
+    busiest rank's larger buffer (here rank 2's receive buffer, 9x a peer's: one rank's input
+    would size it as 1/4 of that), so its busbw is all_to_all_ranks.busbw_gbps on every call."""
+    from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL
+
+    d = diagnose("a2a_moe_uneven")
+    work = _work(d)
+    eb = work["elem_bytes"]
+    # the busiest rank's larger buffer, from the splits the ranks passed (dispatch and combine
+    # swap directions, so both calls have the same size)
+    want = max(max(sum(s["in"]), sum(s["out"])) * eb for s in work["splits"].values())
+    bw = {
+        r["match_key"]: r
+        for r in d.sql(
+            f"SELECT match_key, bytes, busbw_gbps FROM {COLLECTIVE_BANDWIDTH_SQL} "
+            "WHERE op = 'all_to_all'"
+        )
+    }
+    calls = d.sql(
+        "SELECT match_key, any_value(call_bytes) AS call_bytes, "
+        "any_value(busbw_gbps) AS busbw_gbps, count(DISTINCT busbw_gbps) AS n_bw "
+        "FROM all_to_all_ranks WHERE run_id = $run GROUP BY match_key"
+    )
+    assert calls and set(bw) == {c["match_key"] for c in calls}
+    for c in calls:
+        assert c["n_bw"] == 1, c
+        assert c["call_bytes"] == want == bw[c["match_key"]]["bytes"], (c, want)
+        assert bw[c["match_key"]]["busbw_gbps"] == pytest.approx(c["busbw_gbps"], rel=1e-12)
