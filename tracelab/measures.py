@@ -24,8 +24,12 @@ STEP_TIME_SQL = step_time_sql()
 #: One row per matched collective call (matched_collectives, one row per match_key) with its
 #: bandwidth by the nccl-tests convention (PERFORMANCE.md; docs/metrics.md, "Matched
 #: collectives"): algbw = bytes / transfer time, busbw = algbw x the op's bus factor
-#: (derived.collectives.BUS_FACTOR_SQL; n = ranks in the group). bytes per ns is GB/s. A
-#: relation binding $run; calls without a transfer time or size have NULL bandwidths.
+#: (derived.collectives.BUS_FACTOR_SQL; n = ranks in the group). bytes per ns is GB/s. An
+#: all-to-all's bytes are its all_to_all_ranks.call_bytes (the busiest rank's larger buffer,
+#: which bounds an uneven call; one rank's input only for an even one), so its busbw here is
+#: all_to_all_ranks.busbw_gbps; matched_collectives.bytes (one rank's input) only where the
+#: call has no all_to_all_ranks size. A relation binding $run; calls without a transfer time
+#: or size have NULL bandwidths.
 COLLECTIVE_BANDWIDTH_SQL = f"""(
     SELECT match_key, op, pg_name, step, bytes, n, transfer_ns, source,
            bytes * ({BUS_FACTOR_SQL}) AS bus_bytes,
@@ -33,10 +37,16 @@ COLLECTIVE_BANDWIDTH_SQL = f"""(
            CASE WHEN transfer_ns > 0 THEN bytes / transfer_ns * ({BUS_FACTOR_SQL}) END
                AS busbw_gbps
     FROM (
-        SELECT match_key, any_value(op) AS op, any_value(pg_name) AS pg_name,
-               min(step) AS step, any_value(bytes) AS bytes, any_value(group_size) AS n,
-               any_value(transfer_ns) AS transfer_ns, any_value(source) AS source
-        FROM matched_collectives WHERE run_id = $run GROUP BY match_key
+        SELECT m.match_key, any_value(m.op) AS op, any_value(m.pg_name) AS pg_name,
+               min(m.step) AS step,
+               coalesce(any_value(a.call_bytes), any_value(m.bytes)) AS bytes,
+               any_value(m.group_size) AS n, any_value(m.transfer_ns) AS transfer_ns,
+               any_value(m.source) AS source
+        FROM matched_collectives m
+        LEFT JOIN (SELECT match_key, any_value(call_bytes) AS call_bytes FROM all_to_all_ranks
+                   WHERE run_id = $run AND match_key IS NOT NULL GROUP BY match_key) a
+            ON m.op = 'all_to_all' AND a.match_key = m.match_key
+        WHERE m.run_id = $run GROUP BY m.match_key
     )
 )"""
 

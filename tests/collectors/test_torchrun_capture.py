@@ -139,7 +139,10 @@ def test_all_op_kinds(tmp_path: Path, torchrun: Any, capture_reader: Any) -> Non
 
 def _check_all_to_all_rows(out: Path, db: Path) -> None:
     """Ingested, the capture's all-to-alls (the collector's records, which the run matches
-    on) give all_to_all_ranks exactly the bytes each rank sent and received."""
+    on) give all_to_all_ranks exactly the bytes each rank sent and received, in total and per
+    peer: the trace (tracelab.profile, no record_shapes) gives no size and no split list, so
+    both come from the records, the per-peer lists through collectives.in_split_bytes /
+    out_split_bytes."""
     from tracelab.ingest import ingest
     from tracelab.store import open_store, resolve_run
 
@@ -147,17 +150,18 @@ def _check_all_to_all_rows(out: Path, db: Path) -> None:
     want = set()
     for rank in (0, 1):
         for ins, outs in json.loads((out / f"expected-splits-rank-{rank}.json").read_text()):
-            want.add((rank, sum(ins), sum(outs)))
+            want.add((rank, sum(ins), sum(outs), tuple(ins), tuple(outs)))
     with open_store(db) as con:
         rid, _ = resolve_run(con, "ops")
         got = con.execute(
-            "SELECT rank, sent_bytes, recv_bytes, bytes_from FROM all_to_all_ranks "
-            "WHERE run_id = ? AND match_key IS NOT NULL",
+            "SELECT rank, sent_bytes, recv_bytes, sent_to_bytes, recv_from_bytes, bytes_from "
+            "FROM all_to_all_ranks WHERE run_id = ? AND match_key IS NOT NULL",
             [rid],
         ).fetchall()
     assert len(got) == 8  # 2 all-to-alls x 2 steps x 2 ranks
-    assert {g[:3] for g in got} == want
-    assert {g[3] for g in got} == {"record"}
+    assert {(*g[:3], tuple(g[3]), tuple(g[4])) for g in got} == want
+    assert any(g[3] != g[3][:1] * len(g[3]) for g in got)  # the uneven call is there
+    assert {g[5] for g in got} == {"record"}
 
 
 def test_slow_rank_arrives_last(tmp_path: Path, torchrun: Any, capture_reader: Any) -> None:

@@ -143,20 +143,30 @@ STAGES_PER_RANK = {
 }
 PIPELINE = {"width": 512, "layers_per_stage": 2, "microbatches": 8, "microbatch_size": 32}
 
-#: All-to-all workloads (scripts/all_to_all.py), 6 recorded steps each: a DLRM-like exchange
+#: All-to-all workloads (scripts/all_to_all.py), 16 recorded steps each: a DLRM-like exchange
 #: of pooled embeddings where rank 1 holds 4x the tables (4x the lookups, 4x the bytes it
-#: sends); an MoE-like dispatch where rank 2 receives 3x the tokens and runs its expert on
-#: them (a2a_moe_train: the same, trained: autograd's all-to-alls and the expert's
-#: backward); the same with even splits and rank 3 running its expert 3x. Each fault costs
-#: ~40-100 ms a step: on 2 shared cores every gloo call's own duration is 5-7 ms (scheduling),
-#: so a smaller fault competes with EXPOSED_COMM, as in DDP_SCENARIOS.
-A2A_PROFILER = {"warmup": 2, "active": 10}
+#: sends); an MoE-like dispatch where every rank sends rank 2 9x the tokens it sends each
+#: other rank, and rank 2 runs its expert on them (a2a_moe_train: the same, trained:
+#: autograd's all-to-alls and the expert's backward); the same with even splits and rank 3
+#: running its expert 6x. Each fault costs ~40-130 ms a step: on 2 shared cores every gloo
+#: call's own duration is 5-7 ms (scheduling), so a smaller fault competes with EXPOSED_COMM,
+#: as in DDP_SCENARIOS.
+#:
+#: The healthy ranks' work is kept small (~10-20 ms) and the fault large: 4 ranks share 2
+#: cores, so the healthy ranks' work is what the scheduler stretches at random, and a step
+#: costs what the faulty rank finishes after the *slowest* of the others (what the what-if
+#: replay measures). With 3x faults over ~20-30 ms of healthy work (the earlier sizes) a peer
+#: stretched by the load took a third of the fault's time from the saving (0.6-0.7x of the
+#: extra work over the median peer) and left the rest to SYNC_WAIT, which then ranked first
+#: in loaded runs. The tables are small (2000 rows) so the lookups are not bound by a memory
+#: bus the other jobs share. DLRM keeps the issue's 4x.
+A2A_PROFILER = {"warmup": 2, "active": 16}
 A2A_SCENARIOS: dict[str, dict[str, Any]] = {
     "a2a_dlrm": {
         "kind": "dlrm",
-        "tables": 4,
+        "tables": 8,
         "dim": 32,
-        "rows": 20000,
+        "rows": 2000,
         "bag": 2000,
         "batch": 64,
         "heavy": {"rank": 1, "factor": 4},
@@ -167,7 +177,7 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "tokens": 512,
         "expert_repeat": 16,
         "hot_rank": 2,
-        "hot_factor": 3,
+        "hot_factor": 9,
     },
     "a2a_moe_train": {
         "kind": "moe",
@@ -175,16 +185,16 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "tokens": 512,
         "expert_repeat": 8,
         "hot_rank": 2,
-        "hot_factor": 3,
+        "hot_factor": 9,
         "backward": True,
     },
     "a2a_moe_slow": {
         "kind": "moe",
         "width": 128,
-        "tokens": 512,
+        "tokens": 256,
         "expert_repeat": 16,
         "slow_rank": 3,
-        "slow_factor": 3,
+        "slow_factor": 6,
     },
 }
 

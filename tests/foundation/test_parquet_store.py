@@ -221,6 +221,45 @@ def test_a_version_3_store_keeps_its_hang_verdicts_through_the_migration(tmp_pat
     assert pq.read_table(out / "hang_verdicts.parquet").num_rows == 1
 
 
+def test_a_version_4_store_gains_the_split_columns(tmp_path: Path) -> None:
+    """A version 4 store (the current DDL less collectives.in_split_bytes / out_split_bytes, as
+    version 4 wrote it) is refused with the command, then migrated in place: the columns are
+    there (NULL on any row it had), its events and steps as they were, and it takes new runs."""
+    import duckdb
+
+    db = tmp_path / "v4.duckdb"
+    ingest([run_set(tmp_path / "ta", ranks=2)], db=db, run="a", progress=False)
+    before = snapshot(db)
+    con = duckdb.connect(str(db))
+    try:
+        for col in ("in_split_bytes", "out_split_bytes"):
+            con.execute(f"ALTER TABLE collectives DROP COLUMN {col}")
+        con.execute("UPDATE tracelab_meta SET value = '4' WHERE key = 'schema_version'")
+    finally:
+        con.close()
+    with pytest.raises(StoreError, match="store schema version 4 .*tracelab migrate --db"):
+        with open_store(db):
+            pass
+    res = cli("migrate", "--db", str(db))
+    assert res.code == 0 and "from schema version 4 to 5" in res.err, res.err
+    assert "rederived" not in res.err
+    with open_store(db) as con:
+        rows = con.execute(
+            "SELECT count(*), count(in_split_bytes), count(out_split_bytes) FROM collectives"
+        ).fetchall()[0]
+        comment = con.execute(
+            "SELECT comment FROM duckdb_columns() WHERE table_name = 'collectives' "
+            "AND column_name = 'in_split_bytes'"
+        ).fetchall()[0][0]
+    assert rows[1:] == (0, 0)  # the columns are there, NULL on the rows it had
+    assert comment and comment.startswith("All-to-all only")
+    after = snapshot(db)
+    assert after["events"] == before["events"] and after["steps"] == before["steps"]
+    assert "nothing to do" in cli("migrate", "--db", str(db)).out
+    ingest([run_set(tmp_path / "tb", ranks=1)], db=db, run="b", progress=False)
+    assert check_catalog(db) == {"a": 8, "b": 4}
+
+
 def _ingest_cmd(data: Path, db: Path, run: str) -> list[str]:
     return [sys.executable, "-m", "tracelab.cli", "ingest", str(data), "--db", str(db)] + [
         "--run",

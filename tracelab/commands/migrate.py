@@ -19,10 +19,13 @@ def run(args: argparse.Namespace) -> int:
     if done.from_version == SCHEMA_VERSION:
         print(f"{args.db} is already at schema version {SCHEMA_VERSION}: nothing to do")
         return 0
+    moved = (
+        f"{done.events} events moved into {done.files} Parquet files under {parquet_root(args.db)}"
+        if done.from_version < 4
+        else "collectives gained the all-to-all's per-peer bytes"
+    )
     print(
-        f"migrated {args.db} from schema version {done.from_version} to {SCHEMA_VERSION}: "
-        f"{done.events} events moved into {done.files} Parquet files under "
-        f"{parquet_root(args.db)}",
+        f"migrated {args.db} from schema version {done.from_version} to {SCHEMA_VERSION}: {moved}",
         file=sys.stderr,
     )
     # An older store's derived tables were computed by an older tracelab: recompute them now,
@@ -38,8 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "migrate",
         help="migrate a store to this tracelab's schema version",
-        description="Migrate a store of schema version 2 or 3 (events inside the DuckDB file) to "
-        "version 4 (events as Parquet files in STORE.parquet/ beside it, listed by the store), "
+        description="Migrate a store of schema version 2 or 3 (events inside the DuckDB file) or "
+        "4 to version 5 (events as Parquet files in STORE.parquet/ beside it, listed by the "
+        "store; collectives with the all-to-all's per-peer bytes), "
         "keeping every run, in place, then recomputes derived tables an older tracelab computed. Killed before it commits, the store stays as it was. "
         "Exit codes: 0 ok (or nothing to do), 3 unusable store.",
     )

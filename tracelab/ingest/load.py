@@ -110,7 +110,7 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                -- The peer of a send/recv: `Dst Rank` / `Src Rank` (PyTorch 2026).
                TRY_CAST(CASE WHEN lower({arg("Collective name")}) LIKE '%send%'
                              THEN {arg("Dst Rank")} ELSE {arg("Src Rank")} END AS INTEGER),
-               launch_ns, ts_ns, ts_ns + dur_ns, step, idx
+               launch_ns, ts_ns, ts_ns + dur_ns, step, idx, NULL, NULL
         FROM (
             SELECT k.rank, k.name, k.ts_ns, k.dur_ns, k.step, k.idx, launch.ts_ns AS launch_ns,
                    json_extract_string(k.args, {paths}) AS ka,
@@ -140,7 +140,7 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                CAST(list_aggregate(TRY_CAST(json_extract(g.args, '$."Input Dims"[0]') AS BIGINT[]),
                                    'product') AS BIGINT) * {gsize_case},
                NULL, json_extract_string(g.args, '$."Input type"[0]'), NULL,
-               NULL, g.ts_ns, g.ts_ns + g.dur_ns, g.step, g.idx
+               NULL, g.ts_ns, g.ts_ns + g.dur_ns, g.step, g.idx, NULL, NULL
         FROM events g
         WHERE g.run_id = ? AND NOT g.on_device AND g.name LIKE 'gloo:%'
           AND g.category = 'communication'

@@ -33,6 +33,8 @@ _COLLECTIVE_FIELDS = (
     "start_ns",
     "end_ns",
     "step",
+    "in_split_bytes",
+    "out_split_bytes",
 )
 _SOURCES = ("collector", "flight_recorder")
 #: What each field of a collective record may hold (tracelab.ingest.validate).
@@ -119,6 +121,8 @@ def load_capture_records(
                     values[0] = values[0] or "collector"
                     if values[4] is not None:
                         values[4] = json.dumps(values[4])
+                    if rec["op"] != "all_to_all":  # split lists describe all-to-alls only
+                        values[-2:] = [None, None]
                     coll_rows.append([run_id, rank, *values])
         for peak in entry.get("memory") or []:
             device_type = 1 if str(peak.get("device_type", "cpu")).startswith("cuda") else 0
@@ -143,8 +147,8 @@ def load_capture_records(
         con.executemany(
             """INSERT INTO collectives (run_id, rank, source, op, pg_name, pg_desc, pg_ranks,
                group_size, seq, in_bytes, out_bytes, dtype, peer, enqueue_ns, start_ns, end_ns,
-               step, event_idx)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)""",
+               step, in_split_bytes, out_split_bytes, event_idx)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)""",
             coll_rows,
         )
     if mem_rows:

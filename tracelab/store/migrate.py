@@ -1,11 +1,13 @@
 """Migrating a store of schema version 2 or 3 (events in a DuckDB table; 3 added hang_verdicts)
-to version 4 (events as Parquet files in the store folder, `events` a view over them), in place,
-keeping every run.
+or 4 (events as Parquet files in the store folder, `events` a view over them) to version 5 (the
+collectives table gains the all-to-all's per-peer bytes, in_split_bytes / out_split_bytes, NULL
+on the rows already there: the store never kept them), in place, keeping every run.
 
 The files are written first, each under a temporary name renamed when whole; then one
 transaction drops the events table, lists the files and sets the version. A migration killed
 before its commit leaves the store as it was (its files are removed by the next writer, or
-overwritten by the next migration); after it, a version 4 store.
+overwritten by the next migration); after it, a version 5 store. A version 4 store only gains
+the two columns, in one transaction.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracelab.errors import StoreError
 from tracelab.store.files import (
@@ -25,6 +28,9 @@ from tracelab.store.files import (
 from tracelab.store.open import DEFAULT_LOCK_TIMEOUT_S, connect_with_retry
 from tracelab.store.schema import SCHEMA_FILES, apply_comments
 from tracelab.store.versions import SCHEMA_VERSION, first_row
+
+if TYPE_CHECKING:
+    import duckdb
 
 #: Row groups of the migrated files, as the converter writes them (tracelab.ingest.convert).
 _ROW_GROUP = 122_880
@@ -50,11 +56,23 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
         found = int(row[0]) if row else None
         if found == SCHEMA_VERSION:
             return Migrated(from_version=found, files=0, events=0)
-        if found not in (2, 3):
+        if found not in (2, 3, 4):
             raise StoreError(
-                f"{path}: store schema version {found}; `tracelab migrate` migrates version 2 "
-                "and 3 stores. Re-ingest the traces into a new store (--db NEW.duckdb)."
+                f"{path}: store schema version {found}; `tracelab migrate` migrates version 2, "
+                "3 and 4 stores. Re-ingest the traces into a new store (--db NEW.duckdb)."
             )
+        if found == 4:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                _add_split_columns(con)
+                apply_comments(con, _tables_sql(), only="collectives")
+                _set_version(con)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("CHECKPOINT")
+            return Migrated(from_version=found, files=0, events=0)
         root = make_root(con)
         groups = con.execute(
             "SELECT run_id, rank, count(*) FROM events GROUP BY run_id, rank ORDER BY run_id, rank"
@@ -77,21 +95,16 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute("DROP TABLE events")
-            tables = "\n".join(
-                resources.files("tracelab").joinpath(f"store/schema/{f}").read_text()
-                for f in SCHEMA_FILES
-            )
+            tables = _tables_sql()
             con.execute(tables)  # parquet_files, the empty events view (and hang_verdicts, from 2)
+            _add_split_columns(con)
             apply_comments(con, tables)
             by_run: dict[int, list[tuple[int, int, int]]] = {}
             for rid, rank, n in files:
                 by_run.setdefault(rid, []).append((rank, 0, n))
             for rid, listed in by_run.items():
                 register_files(con, rid, listed)
-            con.execute(
-                "UPDATE tracelab_meta SET value = ? WHERE key = 'schema_version'",
-                [str(SCHEMA_VERSION)],
-            )
+            _set_version(con)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -100,3 +113,22 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
         return Migrated(from_version=found, files=len(files), events=sum(n for *_, n in files))
     finally:
         con.close()
+
+
+def _tables_sql() -> str:
+    """The store's own schema files (not the derived layer's)."""
+    return "\n".join(
+        resources.files("tracelab").joinpath(f"store/schema/{f}").read_text() for f in SCHEMA_FILES
+    )
+
+
+def _add_split_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 5's columns of collectives, NULL on the rows already there."""
+    for column in ("in_split_bytes", "out_split_bytes"):
+        con.execute(f"ALTER TABLE collectives ADD COLUMN IF NOT EXISTS {column} BIGINT[]")
+
+
+def _set_version(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        "UPDATE tracelab_meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)]
+    )

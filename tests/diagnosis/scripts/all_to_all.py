@@ -18,12 +18,14 @@ Run under torchrun. argv[1] is the output folder, argv[2] a JSON spec {"profiler
   all-reduce of the expert's gradients (its work time is forward plus backward).
 
 Each writes one Chrome trace per rank (tensorboard_trace_handler, record_shapes=True;
-profiled.py) to <out>/<name>/; no tracelab import here on purpose. Every rank times its lookups
-(with their indices) or expert work in each recorded step, in wall time (perf_counter) and in
-its thread's CPU time (thread_time: on shared cores the wall time is stretched by whatever else
-runs, the CPU time is the work) and rank 0 writes them all to <out>/<name>.work.json ({"ranks":
-{rank: [wall ns per recorded step]}, "cpu": {rank: [CPU ns ...]}, "splits": {rank: {"in":
-[...], "out": [...]}}, "elem_bytes"}): the tests compare tracelab's impact with the extra work
+profiled.py) to <out>/<name>/; no tracelab import here on purpose. Every rank times its lookups (with their indices) or expert work
+in each recorded step, in wall time (perf_counter) and in its thread's CPU time (thread_time:
+on shared cores the wall time is stretched by whatever else runs, the CPU time is the work), and
+the (start, end) of each work phase on the machine's monotonic clock (one phase; the trained
+layer's forward and backward are two). Rank 0 writes them all to <out>/<name>.work.json
+({"ranks": {rank: [wall ns per recorded step]}, "cpu": {rank: [CPU ns ...]}, "spans": {rank:
+[[[start, end] per phase] per recorded step]}, "splits": {rank: {"in": [...], "out": [...]}},
+"elem_bytes"}): the tests compare tracelab's impact with what the faulty rank's lateness cost
 and its bytes with the splits.
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +48,20 @@ def _now() -> tuple[int, int]:
     return time.perf_counter_ns(), time.thread_time_ns()
 
 
-def _since(t0: tuple[int, int]) -> tuple[int, int]:
-    wall, cpu = _now()
-    return wall - t0[0], cpu - t0[1]
+@dataclass(frozen=True, kw_only=True)
+class Work:
+    """One step's timed work on a rank: wall and CPU ns, and its phases as (start, end)
+    perf_counter_ns spans (CLOCK_MONOTONIC: one clock for every process on the machine)."""
+
+    wall: int
+    cpu: int
+    spans: list[tuple[int, int]]
+
+
+def _work(t0: tuple[int, int], t1: tuple[int, int] | None = None) -> Work:
+    """The work from t0 to t1 (default now): one phase."""
+    end = t1 or _now()
+    return Work(wall=end[0] - t0[0], cpu=end[1] - t0[1], spans=[(t0[0], end[0])])
 
 
 def _dlrm(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, list[int]]]:
@@ -61,13 +75,13 @@ def _dlrm(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, lis
     in_splits = [batch * tables_of[rank] * dim] * world
     out_splits = [batch * tables_of[src] * dim for src in range(world)]
 
-    def step(times: list[tuple[int, int]]) -> None:
+    def step(times: list[Work]) -> None:
         t0 = _now()  # the lookups' indices are per table too
         idx = [torch.randint(0, rows, (gbatch * bag,)) for _ in bags]
         offsets = torch.arange(0, gbatch * bag, bag)
         with torch.no_grad():
             pooled = torch.stack([b(i, offsets) for b, i in zip(bags, idx, strict=True)], dim=1)
-        times.append(_since(t0))
+        times.append(_work(t0))
         send = pooled.reshape(world, batch, -1).contiguous().reshape(-1)
         recv = torch.empty(sum(out_splits))
         dist.all_to_all_single(recv, send, out_splits, in_splits)
@@ -97,7 +111,7 @@ def _moe(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, list
             "out": [t * width for t in out_tok],
         }
 
-    def step(times: list[tuple[int, int]]) -> None:
+    def step(times: list[Work]) -> None:
         x = torch.randn(tokens, width)
         recv = torch.empty(sum(out_tok), width)
         dist.all_to_all_single(recv, x, out_tok, in_tok)  # dispatch
@@ -105,7 +119,7 @@ def _moe(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, list
         h = recv
         for _ in range(repeat):
             h = torch.relu(h @ w1) @ w2
-        times.append(_since(t0))
+        times.append(_work(t0))
         back = torch.empty(tokens, width)
         dist.all_to_all_single(back, h.contiguous(), in_tok, out_tok)  # combine
         dist.all_reduce(back[:1].clone())
@@ -131,7 +145,7 @@ def _moe_training(
     w1.requires_grad_()
     w2.requires_grad_()
 
-    def step(times: list[tuple[int, int]]) -> None:
+    def step(times: list[Work]) -> None:
         x = torch.randn(tokens, width, requires_grad=True)
         recv = all_to_all_single(torch.empty(sum(out_tok), width), x, out_tok, in_tok)
         marks: dict[str, tuple[int, int]] = {}
@@ -140,12 +154,14 @@ def _moe_training(
         h = recv
         for _ in range(repeat):
             h = torch.relu(h @ w1) @ w2
-        fwd = _since(t0)
+        fwd = _work(t0)
         h.register_hook(lambda g: marks.__setitem__("start", _now()))
         back = all_to_all_single(torch.empty(tokens, width), h, in_tok, out_tok)
         back.square().mean().backward()
-        e, b = marks["end"], marks["start"]
-        times.append((fwd[0] + e[0] - b[0], fwd[1] + e[1] - b[1]))
+        bwd = _work(marks["start"], marks["end"])
+        times.append(
+            Work(wall=fwd.wall + bwd.wall, cpu=fwd.cpu + bwd.cpu, spans=fwd.spans + bwd.spans)
+        )
         grads = torch.cat([w1.grad.flatten(), w2.grad.flatten()])  # type: ignore[union-attr]
         dist.all_reduce(grads)
         w1.grad = None
@@ -159,18 +175,24 @@ def run_scenario(out: Path, sc: dict[str, Any], prof_sched: dict[str, int]) -> N
     torch.manual_seed(0)
     make = _dlrm if sc["kind"] == "dlrm" else _moe
     step, splits = make(sc, rank, world)
-    times: list[tuple[int, int]] = []
+    times: list[Work] = []
     dist.barrier()
     for _ in profiled_steps(out / sc["name"], prof_sched, record_shapes=True):
         step(times)
     rec = times[prof_sched["warmup"] :]
-    mine = {"work": [w for w, _ in rec], "cpu": [c for _, c in rec], "splits": splits}
+    mine = {
+        "work": [w.wall for w in rec],
+        "cpu": [w.cpu for w in rec],
+        "spans": [w.spans for w in rec],
+        "splits": splits,
+    }
     every: list[Any] = [None] * world
     dist.all_gather_object(every, mine)
     if rank == 0:
         doc = {
             "ranks": {r: x["work"] for r, x in enumerate(every)},
             "cpu": {r: x["cpu"] for r, x in enumerate(every)},
+            "spans": {r: x["spans"] for r, x in enumerate(every)},
             "splits": {r: x["splits"] for r, x in enumerate(every)},
             "elem_bytes": 4,
         }

@@ -29,8 +29,9 @@ CREATE TABLE IF NOT EXISTS all_to_all_ranks (
     sent_bytes BIGINT,
     -- Bytes this rank received (its output buffer); NULL when unknown.
     recv_bytes BIGINT,
-    -- Bytes sent to each rank of the group, in group-rank order, when the trace gives split
-    -- sizes; NULL when it gives none (an even all-to-all records empty split lists).
+    -- Bytes sent to each rank of the group, in group-rank order: from the split sizes the
+    -- trace gives, else from the collector's record (collectives.in_split_bytes); NULL when
+    -- neither (an even all-to-all's trace records empty split lists).
     sent_to_bytes BIGINT[],
     -- Bytes received from each rank of the group, like sent_to_bytes.
     recv_from_bytes BIGINT[],
@@ -83,7 +84,8 @@ c0 AS (
 ),
 c AS (
     SELECT c0.rank, c0.start_ns, c0.end_ns, c0.step, c0.in_bytes, c0.out_bytes, c0.group_size,
-           c0.event_idx, c0.issue_ns,
+           c0.event_idx, c0.issue_ns, c0.in_split_bytes AS rec_ins,
+           c0.out_split_bytes AS rec_outs,
            coalesce(lag(c0.issue_ns) OVER (PARTITION BY c0.rank ORDER BY c0.issue_ns),
                     -9223372036854775807) AS prev_ns,
            row_number() OVER (PARTITION BY c0.rank ORDER BY c0.start_ns) - 1 AS occ
@@ -197,12 +199,16 @@ b AS (
 r AS (
     SELECT b.rank, b.start_ns, b.end_ns, b.step, b.occ, b.s_bytes, b.r_bytes,
            b.group_size AS trace_group_size,
-           -- bytes per peer: the split's share of the total (splits count rows of dim 0)
+           -- bytes per peer: the split's share of the total (splits count rows of dim 0); where
+           -- the trace gives no split list, the collector's record of the call (its bytes per
+           -- peer) when they add up to the total
            CASE WHEN len(b.ins) > 0 AND list_sum(b.ins) > 0 AND b.s_bytes IS NOT NULL
                 THEN list_transform(b.ins, lambda x: round(b.s_bytes * x / list_sum(b.ins))::BIGINT)
+                WHEN len(b.rec_ins) > 0 AND list_sum(b.rec_ins) = b.s_bytes THEN b.rec_ins
                 END AS sent_to,
            CASE WHEN len(b.outs) > 0 AND list_sum(b.outs) > 0 AND b.r_bytes IS NOT NULL
                 THEN list_transform(b.outs, lambda x: round(b.r_bytes * x / list_sum(b.outs))::BIGINT)
+                WHEN len(b.rec_outs) > 0 AND list_sum(b.rec_outs) = b.r_bytes THEN b.rec_outs
                 END AS recv_from,
            CASE WHEN b.via IS NULL THEN NULL
                 WHEN b.via = 'rec' THEN 'record'

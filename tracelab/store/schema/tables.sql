@@ -216,7 +216,13 @@ CREATE TABLE IF NOT EXISTS collectives (
     -- ProfilerStep the operation belongs to, when known.
     step INTEGER,
     -- events.idx of the event this row came from; NULL for collector/flight-recorder rows.
-    event_idx BIGINT
+    event_idx BIGINT,
+    -- All-to-all only: bytes this rank sent to each rank of the group, in group-rank order, as
+    -- the collector recorded them (docs/capture-format.md); NULL for other sources and ops.
+    in_split_bytes BIGINT[],
+    -- All-to-all only: bytes this rank received from each rank of the group, like
+    -- in_split_bytes.
+    out_split_bytes BIGINT[]
 );
 
 -- Memory samples: the trace's [memory] instants, and the collector's per-step peaks.
