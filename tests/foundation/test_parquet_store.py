@@ -33,13 +33,27 @@ def _files_on_disk(db: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} - {MARKER}
 
 
+def _events_on_disk(db: Path) -> set[str]:
+    return {p for p in _files_on_disk(db) if "/rank=" in p}
+
+
 def check_catalog(db: Path) -> dict[str, int]:
     """The invariants of the layout, read as a reader reads them: every file the catalog lists
     is there and whole (its row count as listed), each run's events are its ranks' events, and
-    the events view reads exactly the listed rows. Returns events per run name."""
+    the events and time_parts views read exactly the listed rows. Returns events per run
+    name."""
     root = parquet_root(db)
     with open_store(db) as con:
-        listed = con.execute("SELECT path, row_count, file_bytes FROM parquet_files").fetchall()
+        every = con.execute(
+            "SELECT path, row_count, file_bytes, kind FROM parquet_files"
+        ).fetchall()
+        for path, rows, size, _ in every:
+            assert (root / path).stat().st_size == size, path
+            assert pq.ParquetFile(root / path).metadata.num_rows == rows, path
+        assert con.execute("SELECT count(*) FROM time_parts").fetchall()[0][0] == sum(
+            r[1] for r in every if r[3] == "time_parts"
+        )
+        listed = [r[:3] for r in every if r[3] == "events"]
         for path, rows, size in listed:
             assert (root / path).stat().st_size == size, path
             assert pq.ParquetFile(root / path).metadata.num_rows == rows, path
@@ -65,7 +79,13 @@ def check_catalog(db: Path) -> dict[str, int]:
 def test_events_live_in_the_store_folder_and_read_as_before(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     ingest([run_set(tmp_path / "t", ranks=3)], db=db, run="a", progress=False)
-    assert _files_on_disk(db) == {f"run=1/rank={r}/events-0.parquet" for r in range(3)}
+    files = _files_on_disk(db)
+    assert {f for f in files if "/rank=" in f} == {
+        f"run=1/rank={r}/events-0.parquet" for r in range(3)
+    }
+    # The derived time_parts: one file for the run's one batch of ranks (part_files).
+    parts = {f for f in files if "/rank=" not in f}
+    assert len(parts) == 1 and next(iter(parts)).startswith("run=1/parts/time_parts-0-")
     assert check_catalog(db) == {"a": 12}
     with open_store(db) as con:
         # The view has the columns, types and comments the empty form documents.
@@ -97,7 +117,10 @@ def test_windows_of_one_rank_keep_their_idx(tmp_path: Path) -> None:
         write(cap / f"host_1.{1000 + w}.pt.trace.json", trace(rank=None, world=1))
     db = tmp_path / "s.duckdb"
     ingest([cap], db=db, run="w", progress=False)
-    assert _files_on_disk(db) == {"run=1/rank=0/events-0.parquet", "run=1/rank=0/events-4.parquet"}
+    assert _events_on_disk(db) == {
+        "run=1/rank=0/events-0.parquet",
+        "run=1/rank=0/events-4.parquet",
+    }
     with open_store(db) as con:
         idx = [r[0] for r in con.execute("SELECT idx FROM events ORDER BY idx").fetchall()]
     assert idx == list(range(8))
@@ -112,7 +135,8 @@ def test_delete_and_replace_remove_the_files(tmp_path: Path) -> None:
     assert {p.split("/")[0] for p in _files_on_disk(db)} == {"run=2"}
     assert check_catalog(db) == {"b": 12}
     ingest([run_set(tmp_path / "b2", ranks=1)], db=db, run="b", progress=False, if_exists="replace")
-    assert _files_on_disk(db) == {"run=3/rank=0/events-0.parquet"}
+    assert _events_on_disk(db) == {"run=3/rank=0/events-0.parquet"}
+    assert {p.split("/")[0] for p in _files_on_disk(db)} == {"run=3"}
     assert check_catalog(db) == {"b": 4}
 
 
@@ -209,7 +233,8 @@ def test_a_version_3_store_keeps_its_hang_verdicts_through_the_migration(tmp_pat
     before = _raw_rows(db)
     res = cli("migrate", "--db", str(db))
     assert res.code == 0 and "32 events moved into 4 Parquet files" in res.err, res.err
-    assert "rederived" not in res.err  # its derived tables are this tracelab's: kept as they are
+    # Its derived tables were computed by derived version 4 (time_parts a table): recomputed.
+    assert "rederived 2 run(s)" in res.err, res.err
     assert check_catalog(db) == {"a": 8, "h": 24}
     after = _raw_rows(db)
     assert after["hang_verdicts"] == before["hang_verdicts"] and len(after["hang_verdicts"]) == 1

@@ -144,7 +144,7 @@ def derive(
             raise ComponentFailed(name, failure_reason(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - the failure policy: isolate, name, go on
             for table in COMPONENT_TABLES[name]:
-                con.execute(f"DELETE FROM {table} WHERE run_id = $run", {"run": run_id})
+                _delete(con, table, run_id)
             errors[name] = str(exc) if isinstance(exc, _Skipped) else failure_reason(exc)
             if name == "clocks":
                 _clocks_fallback(con, run_id)
@@ -171,6 +171,20 @@ def schema_sql() -> str:
 def clear(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     """Delete every derived row of one run."""
     for table in TABLES:
+        _delete(con, table, run_id)
+
+
+#: Derived tables kept as Parquet files, views over the files the catalog lists
+#: (tracelab.derived.part_files).
+FILE_TABLES = ("time_parts",)
+
+
+def _delete(con: duckdb.DuckDBPyConnection, table: str, run_id: int) -> None:
+    if table in FILE_TABLES:
+        from tracelab.derived import part_files
+
+        part_files.unlist(con, run_id)
+    else:
         con.execute(f"DELETE FROM {table} WHERE run_id = $run", {"run": run_id})
 
 

@@ -33,7 +33,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tracelab.derived import batches, sqlfiles
+from tracelab.derived import batches, part_files, sqlfiles
 from tracelab.derived.batches import ALL_RANKS
 from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, union
 from tracelab.vocabulary import OP_RULES, TIME_PARTS
@@ -397,17 +397,26 @@ def _measures(seg: dict[str, np.ndarray]) -> pa.Table:
 
 
 def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
-    """Fill time_parts, step_parts and comm_attribution for the run
-    (tracelab/derived/sql/time_parts.sql, step_parts.sql, comm_attribution.sql), a batch of
-    ranks at a time (rank_batches)."""
+    """Fill time_parts (its files, tracelab.derived.part_files), step_parts and
+    comm_attribution for the run (tracelab/derived/sql/time_parts.sql, step_parts.sql,
+    comm_attribution.sql), a batch of ranks at a time (rank_batches)."""
     device = _device_ranks(con, run_id)
+    token = part_files.new_token()
+    files = []
     for ranks in batches.rank_batches(con, run_id):
-        _derive_ranks(con, run_id, ranks, device)
+        written = _derive_ranks(con, run_id, ranks, device, token)
+        if written is not None:
+            files.append(written)
+    part_files.register(con, run_id, files)
 
 
 def _derive_ranks(
-    con: duckdb.DuckDBPyConnection, run_id: int, ranks: tuple[int, int], device: set[int]
-) -> None:
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    ranks: tuple[int, int],
+    device: set[int],
+    token: str,
+) -> tuple[int, str, int, int] | None:
     iv = intervals(con, run_id, ranks, device)
     spans = con.sql(
         "SELECT rank, step, start_ns, end_ns FROM step_spans WHERE run_id = $run "
@@ -422,7 +431,13 @@ def _derive_ranks(
         for name in parts:
             pieces.append(rows.append_column("part", pa.array([name] * len(rows), pa.string())))
     comm = pa.concat_tables(pieces)
-    sqlfiles.run(con, "time_parts", {"run": run_id}, {"_tl_parts": _merged(seg)})
-    params = {"run": run_id, "lo": ranks[0], "hi": ranks[1]}
-    sqlfiles.run(con, "step_parts", params, {"_tl_measures": _measures(seg)})
-    sqlfiles.run(con, "comm_attribution", params, {"_tl_comm": comm})
+    merged = _merged(seg)
+    written = part_files.write_batch(con, run_id, merged, token)
+    sqlfiles.run(
+        con,
+        "step_parts",
+        {"run": run_id, "lo": ranks[0], "hi": ranks[1]},
+        {"_tl_parts": merged, "_tl_measures": _measures(seg)},
+    )
+    sqlfiles.run(con, "comm_attribution", {"run": run_id}, {"_tl_parts": merged, "_tl_comm": comm})
+    return written

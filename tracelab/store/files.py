@@ -28,13 +28,13 @@ from pathlib import Path
 
 import duckdb
 
-from tracelab.errors import StoreError
 from tracelab.store.versions import first_row
+from tracelab.store_folder import FOLDER_SUFFIX as FOLDER_SUFFIX  # re-exported
+from tracelab.store_folder import MARKER as MARKER
+from tracelab.store_folder import make_root as make_root
+from tracelab.store_folder import parquet_root as parquet_root
+from tracelab.store_folder import store_root as store_root
 
-#: The file that marks a folder as a store's Parquet folder (its text: the store file's name).
-MARKER = ".tracelab-store"
-#: Suffix of the store folder's name, replacing the store file's `.duckdb`.
-FOLDER_SUFFIX = ".parquet"
 #: The columns of an events file, in the view's order (run_id and rank come from the path).
 EVENT_FILE_COLUMNS = (
     "idx",
@@ -55,20 +55,6 @@ EVENT_FILE_COLUMNS = (
 )
 
 
-def parquet_root(db_path: str | os.PathLike[str]) -> Path:
-    """The store folder of the store file `db_path`: `x/STORE.duckdb` -> `x/STORE.parquet`."""
-    path = Path(os.path.abspath(db_path))
-    return path.with_name(path.name.removesuffix(".duckdb") + FOLDER_SUFFIX)
-
-
-def store_root(con: duckdb.DuckDBPyConnection) -> Path | None:
-    """The store folder of the database `con` is connected to; None for an in-memory one."""
-    row = first_row(
-        con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()")
-    )
-    return parquet_root(row[0]) if row and row[0] else None
-
-
 def event_file(run_id: int, rank: int, offset: int) -> str:
     """Where one events file lives inside the store folder ('/'-separated)."""
     return f"run={int(run_id)}/rank={int(rank)}/events-{int(offset)}.parquet"
@@ -77,25 +63,6 @@ def event_file(run_id: int, rank: int, offset: int) -> str:
 def staged_event_file(staged: Path, rank: int, offset: int) -> Path:
     """Where an ingest stages one events file before its run folder is moved into place."""
     return staged / f"rank={int(rank)}" / f"events-{int(offset)}.parquet"
-
-
-def make_root(con: duckdb.DuckDBPyConnection) -> Path:
-    """The store folder, created (with MARKER) when it does not exist yet."""
-    root = store_root(con)
-    if root is None:
-        raise StoreError(
-            "an in-memory store cannot hold a run's Parquet files. Use a store file (--db FILE)."
-        )
-    if (root / MARKER).is_file():
-        return root
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise StoreError(
-            f"{root}: this is where the store keeps its Parquet files, but something that is not "
-            "a tracelab store folder is there. Move it away, or use another --db."
-        )
-    root.mkdir(parents=True, exist_ok=True)
-    (root / MARKER).write_text(root.name.removesuffix(FOLDER_SUFFIX) + "\n")
-    return root
 
 
 def _empty_view_sql() -> str:
@@ -169,7 +136,10 @@ def follow_moved_store(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> No
     row = first_row(con.execute("SELECT value FROM tracelab_meta WHERE key = 'parquet_root'"))
     if root is None or row is None or row[0] in ("", str(root)):
         return
+    from tracelab.derived import part_files
+
     refresh_events_view(con, temp=read_only)
+    part_files.refresh_view(con, temp=read_only)
 
 
 def place_run(con: duckdb.DuckDBPyConnection, staged: Path, run_id: int) -> Path:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import duckdb
 
+from tracelab.derived import FILE_TABLES as DERIVED_FILE_TABLES
 from tracelab.derived import TABLES as DERIVED_TABLES
+from tracelab.derived import part_files
 from tracelab.errors import RunNotFoundError
 from tracelab.store.files import refresh_events_view
 from tracelab.store.versions import first_row
@@ -43,7 +45,9 @@ RUN_TABLES = DERIVED_TABLES + (
 )
 #: What delete_run deletes from: the tables of RUN_TABLES, and the catalog of the run's files
 #: in place of the events view over them.
-_DELETED = tuple(t for t in RUN_TABLES if t not in ("events", "ranks", "runs")) + (
+_DELETED = tuple(
+    t for t in RUN_TABLES if t not in ("events", "ranks", "runs", *DERIVED_FILE_TABLES)
+) + (
     "parquet_files",
     "ranks",
     "runs",
@@ -57,6 +61,7 @@ def delete_run(con: duckdb.DuckDBPyConnection, rid: int) -> None:
     for table in _DELETED:
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
     refresh_events_view(con)
+    part_files.refresh_view(con)
 
 
 def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:

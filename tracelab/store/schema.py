@@ -4,12 +4,14 @@ copied into DuckDB's catalog, and the creation (or version check) of the schema 
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 
 import duckdb
 
+from tracelab.derived import part_files
 from tracelab.derived import schema_sql as derived_schema_sql
+from tracelab.derived.sqlcomments import CREATE_RE as _CREATE
+from tracelab.derived.sqlcomments import apply_comments as apply_comments
 from tracelab.errors import StoreError
 from tracelab.store.versions import (
     DERIVED_VERSION,
@@ -32,54 +34,6 @@ def schema_sql() -> str:
     return "\n".join([*base, derived_schema_sql()])
 
 
-_CREATE = re.compile(r"^CREATE (?:TABLE IF NOT EXISTS|OR REPLACE VIEW) (\w+)")
-_COLUMN = re.compile(r"^\s+(\w+) [A-Z]")
-_VIEW_COLUMN = re.compile(r"^-- @column (\w+): (.*)$")
-
-
-def schema_comments(sql: str) -> list[tuple[str, str, str | None, str]]:
-    """(kind, table, column, text) for every documented table, view and column of `sql`: the
-    `-- ` lines right above a CREATE or a column definition, and a view's `-- @column name:
-    text` lines after it. The schema files are the one place the columns are described; this
-    copies that text into DuckDB's catalog, where DESCRIBE and duckdb_columns() show it."""
-    out: list[tuple[str, str, str | None, str]] = []
-    pending: list[str] = []
-    table: str | None = None
-    for line in sql.splitlines():
-        stripped = line.strip()
-        view_col = _VIEW_COLUMN.match(stripped)
-        if view_col and table:
-            out.append(("column", table, view_col.group(1), view_col.group(2)))
-            continue
-        if stripped.startswith("--"):
-            pending.append(stripped[2:].strip())
-            continue
-        created = _CREATE.match(stripped)
-        column = _COLUMN.match(line)
-        if created:
-            table = created.group(1)
-            if pending:
-                out.append(("table", table, None, " ".join(pending)))
-        elif column and table and pending and column.group(1).upper() != "PRIMARY":
-            out.append(("column", table, column.group(1), " ".join(pending)))
-        pending = []
-    return out
-
-
-def apply_comments(con: duckdb.DuckDBPyConnection, sql: str, only: str | None = None) -> None:
-    for kind, table, column, text in schema_comments(sql):
-        if only is not None and table != only:
-            continue
-        quoted = "'" + text.replace("'", "''") + "'"
-        if kind == "table":
-            is_view = con.execute(
-                "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [table]
-            ).fetchall()[0][0]
-            con.execute(f"COMMENT ON {'VIEW' if is_view else 'TABLE'} {table} IS {quoted}")
-        else:
-            con.execute(f"COMMENT ON COLUMN {table}.{column} IS {quoted}")
-
-
 def apply_view_comments(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Copy the comments of one table or view of the store's own schema files into DuckDB's
     catalog again (a replaced view loses them)."""
@@ -95,15 +49,15 @@ def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
     sql = derived_schema_sql()
     con.execute("BEGIN")
     try:
-        made = [
-            (m.group(1), "VIEW" in line)
-            for line in sql.splitlines()
-            if (m := _CREATE.match(line.strip()))
-        ]
-        for name, is_view in sorted(made, key=lambda x: not x[1]):  # views first
-            con.execute(f"DROP {'VIEW' if is_view else 'TABLE'} IF EXISTS {name}")
+        made = {m.group(1) for line in sql.splitlines() if (m := _CREATE.match(line.strip()))}
+        # As the store holds them, which may differ from this tracelab's (time_parts was a
+        # table before it became a view over Parquet files): views first.
+        views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        for name in sorted(made, key=lambda n: n not in views):
+            con.execute(f"DROP {'VIEW' if name in views else 'TABLE'} IF EXISTS {name}")
         con.execute(sql)
         apply_comments(con, sql)
+        part_files.refresh_view(con)
         con.execute(
             "INSERT OR REPLACE INTO tracelab_meta VALUES ('derived_version', ?)",
             [str(DERIVED_VERSION)],

@@ -30,11 +30,11 @@ CREATE TABLE IF NOT EXISTS comm_attribution (
 
 INSERT INTO comm_attribution BY NAME
 -- Each exposed segment shared among the communication intervals of its part that cover it
--- (Arrow table _tl_comm: rank, t0, t1, op, pg_name, bytes, culprit, dim, part), of the ranks
--- $lo..$hi. Parameters: $run, $lo, $hi.
+-- (Arrow table _tl_comm: rank, t0, t1, op, pg_name, bytes, culprit, dim, part), of a batch of
+-- ranks (Arrow table _tl_parts: its time_parts rows). Parameters: $run.
 WITH seg AS (
-    SELECT rank, step, start_ns, end_ns, part FROM time_parts
-    WHERE run_id = $run AND rank BETWEEN $lo AND $hi AND part IN ('transfer', 'wait', 'pipeline')
+    SELECT rank, step, start_ns, end_ns, part FROM _tl_parts
+    WHERE part IN ('transfer', 'wait', 'pipeline')
 ),
 ov AS (
     SELECT seg.rank, seg.step, seg.part, seg.start_ns, seg.end_ns - seg.start_ns AS len,

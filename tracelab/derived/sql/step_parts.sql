@@ -42,8 +42,8 @@ CREATE TABLE IF NOT EXISTS step_parts (
 
 INSERT INTO step_parts BY NAME
 -- time_parts summed per rank and step, pipeline time split at the inherent idle, and the
--- sweep's communication measures (Arrow table _tl_measures), of the ranks $lo..$hi (derive()
--- fills a batch of ranks at a time). Parameters: $run, $lo, $hi.
+-- sweep's communication measures (Arrow tables _tl_parts: the batch's time_parts rows, and
+-- _tl_measures), of the batch of ranks $lo..$hi (derive() fills a batch at a time). Parameters: $run, $lo, $hi.
 WITH p AS (
     SELECT rank, step,
            coalesce(sum(end_ns - start_ns) FILTER (WHERE part = 'compute'), 0) AS compute,
@@ -53,10 +53,9 @@ WITH p AS (
            coalesce(sum(end_ns - start_ns) FILTER (WHERE part = 'pipeline'), 0) AS pipeline,
            coalesce(sum(end_ns - start_ns) FILTER (WHERE part = 'host'), 0) AS host,
            coalesce(sum(end_ns - start_ns) FILTER (WHERE part = 'idle'), 0) AS idle
-    FROM time_parts WHERE run_id = $run AND rank BETWEEN $lo AND $hi GROUP BY rank, step
+    FROM _tl_parts GROUP BY rank, step
 ),
-pr AS (SELECT rank, step, inherent_idle_ns FROM pipeline_ranks
-       WHERE run_id = $run AND rank BETWEEN $lo AND $hi),
+pr AS (SELECT rank, step, inherent_idle_ns FROM pipeline_ranks WHERE run_id = $run),
 q AS (
     SELECT s.rank, s.step, s.ordinal, s.steady, s.dur_ns,
            coalesce(p.compute, 0) AS compute, coalesce(p.transfer, 0) AS transfer,

@@ -6,22 +6,21 @@
 -- pipeline's window), 'host' (the device, or on host-only ranks the training loop, waits on
 -- the host: Python, data loading, launches), 'idle' (the device idle while the host waits on it).
 -- Segments tile every step exactly; adjacent segments of one part are merged.
-CREATE TABLE IF NOT EXISTS time_parts (
-    -- The run.
-    run_id INTEGER NOT NULL,
-    -- The rank.
-    rank INTEGER NOT NULL,
-    -- The step (step_spans.step).
-    step INTEGER NOT NULL,
-    -- Start of the segment.
-    start_ns BIGINT NOT NULL,
-    -- End of the segment.
-    end_ns BIGINT NOT NULL,
-    -- The part (see the table's comment).
-    part VARCHAR NOT NULL
-);
-
-INSERT INTO time_parts BY NAME
--- The merged segments of tracelab.derived.parts' sweep (Arrow table _tl_parts, named columns).
--- Parameters: $run (derive() fills a batch of ranks at a time).
-SELECT $run AS run_id, rank, step, start_ns, end_ns, part FROM _tl_parts;
+-- Stored as Parquet files in the store folder, one per batch of ranks
+-- (STORE.parquet/run=ID/parts/time_parts-RANK-TOKEN.parquet, tracelab.derived.part_files), listed
+-- in parquet_files (kind 'time_parts'): the table grows with the events, so it stays out of
+-- the DuckDB file and out of the ingest's transaction. This empty form is a store's first.
+CREATE OR REPLACE VIEW time_parts AS SELECT
+    CAST(NULL AS INTEGER) AS run_id,
+    CAST(NULL AS INTEGER) AS rank,
+    CAST(NULL AS INTEGER) AS step,
+    CAST(NULL AS BIGINT) AS start_ns,
+    CAST(NULL AS BIGINT) AS end_ns,
+    CAST(NULL AS VARCHAR) AS part
+WHERE false;
+-- @column run_id: The run.
+-- @column rank: The rank.
+-- @column step: The step (step_spans.step).
+-- @column start_ns: Start of the segment.
+-- @column end_ns: End of the segment.
+-- @column part: The part (see the view's comment).

@@ -90,11 +90,13 @@ CREATE TABLE IF NOT EXISTS ranks (
 CREATE TABLE IF NOT EXISTS parquet_files (
     -- The run.
     run_id INTEGER NOT NULL,
-    -- The rank.
+    -- The rank (of a 'time_parts' file, which holds a batch of ranks: the batch's first).
     rank INTEGER NOT NULL,
-    -- Which table's rows the file holds ('events').
+    -- Which table's rows the file holds: 'events', or the derived 'time_parts'
+    -- (tracelab.derived.part_files).
     kind VARCHAR NOT NULL,
-    -- Path inside the store's folder, '/'-separated (run=ID/rank=R/events-OFFSET.parquet).
+    -- Path inside the store's folder, '/'-separated (run=ID/rank=R/events-OFFSET.parquet,
+    -- run=ID/parts/time_parts-RANK-TOKEN.parquet).
     path VARCHAR NOT NULL PRIMARY KEY,
     -- Rows in the file.
     row_count BIGINT NOT NULL,

@@ -1,0 +1,51 @@
+"""Where a store keeps its Parquet files: the folder beside the store file (`x/STORE.duckdb` ->
+`x/STORE.parquet/`), marked as tracelab's own. Shared by the store (tracelab.store.files: the
+events files, the catalog, the sweep) and the derived layer (the files of its per-rank tables,
+tracelab.derived.part_files), which sits below the store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from tracelab.errors import StoreError
+
+#: The file that marks a folder as a store's Parquet folder (its text: the store file's name).
+MARKER = ".tracelab-store"
+#: Suffix of the store folder's name, replacing the store file's `.duckdb`.
+FOLDER_SUFFIX = ".parquet"
+
+
+def parquet_root(db_path: str | os.PathLike[str]) -> Path:
+    """The store folder of the store file `db_path`: `x/STORE.duckdb` -> `x/STORE.parquet`."""
+    path = Path(os.path.abspath(db_path))
+    return path.with_name(path.name.removesuffix(".duckdb") + FOLDER_SUFFIX)
+
+
+def store_root(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """The store folder of the database `con` is connected to; None for an in-memory one."""
+    rows = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchall()
+    return parquet_root(rows[0][0]) if rows and rows[0][0] else None
+
+
+def make_root(con: duckdb.DuckDBPyConnection) -> Path:
+    """The store folder, created (with MARKER) when it does not exist yet."""
+    root = store_root(con)
+    if root is None:
+        raise StoreError(
+            "an in-memory store cannot hold a run's Parquet files. Use a store file (--db FILE)."
+        )
+    if (root / MARKER).is_file():
+        return root
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise StoreError(
+            f"{root}: this is where the store keeps its Parquet files, but something that is not "
+            "a tracelab store folder is there. Move it away, or use another --db."
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    (root / MARKER).write_text(root.name.removesuffix(FOLDER_SUFFIX) + "\n")
+    return root
