@@ -162,6 +162,17 @@ def test_a_moved_store_reads_its_files_where_they_are(tmp_path: Path) -> None:
     assert check_catalog(moved / "s.duckdb") == {"a": 8}  # a reader: a temporary view
     ingest([run_set(tmp_path / "u", ranks=1)], db=moved / "s.duckdb", run="u", progress=False)
     assert check_catalog(moved / "s.duckdb") == {"a": 8, "u": 4}
+    # The file copied without its folder: refused with what to do, for readers and writers, and
+    # nothing in the copy is changed (not an empty run read as if it had no events).
+    alone = tmp_path / "alone" / "s.duckdb"
+    alone.parent.mkdir()
+    shutil.copyfile(moved / "s.duckdb", alone)
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match="Parquet folder is missing.*copy or move both"):
+            with open_store(alone, read_only=read_only):
+                pass
+    res = cli("analyze", "--db", str(alone))
+    assert res.code == 3 and "Parquet folder is missing" in res.err and "Traceback" not in res.err
 
 
 def test_a_folder_of_the_users_is_never_taken_for_the_store_folder(tmp_path: Path) -> None:

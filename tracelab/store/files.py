@@ -28,6 +28,7 @@ from pathlib import Path
 
 import duckdb
 
+from tracelab.errors import StoreError
 from tracelab.store.versions import first_row
 from tracelab.store_folder import FOLDER_SUFFIX as FOLDER_SUFFIX  # re-exported
 from tracelab.store_folder import MARKER as MARKER
@@ -133,6 +134,14 @@ def follow_moved_store(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> No
     """A store moved with its folder: point `events` at where the folder is now (a temporary
     view for a reader, which cannot change the store; the stored view for a writer)."""
     root = store_root(con)
+    if root is not None and not (root / MARKER).is_file():
+        listed = first_row(con.execute("SELECT count(*) FROM parquet_files"))
+        if listed and listed[0]:
+            raise StoreError(
+                f"{root}: this store's Parquet folder is missing (the store file lists "
+                f"{listed[0]} files in it). A store is its file and this folder beside it: "
+                "copy or move both together."
+            )
     row = first_row(con.execute("SELECT value FROM tracelab_meta WHERE key = 'parquet_root'"))
     if root is None or row is None or row[0] in ("", str(root)):
         return
