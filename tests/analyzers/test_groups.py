@@ -144,3 +144,44 @@ def test_a_group_named_only_by_its_ranks(tmp_path: Path) -> None:
     assert violations == 0
     # The default group (the trace's pg_config) and the two named by their ranks.
     assert groups == [("0", "trace"), ("ranks:0,1", "trace"), ("ranks:2,3", "trace")]
+
+
+def test_a_named_groups_ranks_are_stored_once_per_rank(tmp_path: Path) -> None:
+    """Every call of a named group carries the same `Process Group Ranks`: the collectives
+    table keeps the list on each rank's first call of the group only (at 10,000 ranks the list
+    on every call grows as ranks x calls x group size), and the group still has its members
+    and every call its group. Two groups: 'tp' (ranks by pair), then the default group '0'."""
+    traces = [RankTrace(rank=r, world_size=4) for r in range(4)]
+    for t in traces:
+        t.step(1, 0, 30 * MS)
+        pair = [0, 1] if t.rank < 2 else [2, 3]
+        for i in range(3):
+            ev = t.nccl("all_reduce", (1 + 3 * i) * MS, (2 + 3 * i) * MS, nbytes=1 << 20,
+                        group_ranks=pair, seq=i + 1)  # fmt: skip
+            ev["args"]["Process Group Name"] = "tp" + str(pair[0])
+        for i in range(2):
+            t.nccl("all_reduce", (12 + 3 * i) * MS, (13 + 3 * i) * MS, nbytes=1 << 20, seq=i + 1)
+    paths = write_ranks(tmp_path / "cap", traces)
+    db = tmp_path / "s.duckdb"
+    ingest(paths, db=db, run="r", workers=1, progress=False)
+    with open_store(db) as con:
+        stored = con.execute(
+            "SELECT rank, pg_name, count(*), count(pg_ranks), "
+            "arg_min(CAST(pg_ranks AS INTEGER[]), start_ns) FROM collectives "
+            "WHERE source = 'kernel' GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
+        groups = con.execute("SELECT group_key, ranks FROM process_groups ORDER BY 1").fetchall()
+        matched = con.execute(
+            "SELECT pg_name, count(DISTINCT match_key), count(*) FROM matched_collectives "
+            "GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert stored == [
+        (r, name, n, 1, members)
+        for r in range(4)
+        for name, n, members in (
+            ("0", 2, [0, 1, 2, 3]),
+            ("tp0" if r < 2 else "tp2", 3, [0, 1] if r < 2 else [2, 3]),
+        )
+    ]
+    assert groups == [("0", [0, 1, 2, 3]), ("tp0", [0, 1]), ("tp2", [2, 3])]
+    assert matched == [("0", 2, 8), ("tp0", 3, 6), ("tp2", 3, 6)]

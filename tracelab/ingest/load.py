@@ -100,7 +100,13 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         INSERT INTO collectives
         SELECT ?, rank, 'kernel', {op_case},
                {arg("Process Group Name")}, {arg("Process Group Description")},
-               TRY_CAST({arg("Process Group Ranks")} AS JSON),
+               -- A named group's ranks on the rank's first call of it only: they are the same
+               -- on every call, and a 10,000-rank group's list on each would grow as
+               -- ranks x calls x group size (3.6 GB of JSON at 10,000 ranks x 6 calls).
+               CASE WHEN {arg("Process Group Name")} IS NULL
+                      OR row_number() OVER (PARTITION BY rank, {arg("Process Group Name")}
+                                            ORDER BY ts_ns, idx) = 1
+                    THEN TRY_CAST({arg("Process Group Ranks")} AS JSON) END,
                TRY_CAST({arg("Group size")} AS INTEGER),
                -- PyTorch 2026 also names each call (`Comms Id`, equal on every rank).
                TRY_CAST(coalesce({arg("Seq")}, {arg("seq")}, {arg("Comms Id")}) AS BIGINT),
