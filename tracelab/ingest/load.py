@@ -61,12 +61,12 @@ def load_steps(con: duckdb.DuckDBPyConnection, run_id: int, steps: list[str]) ->
     )
 
 
-#: Kernel/record_param_comms args read for each collective, each args parsed once.
+#: Kernel/record_param_comms args read for each collective, each args parsed once; not
+#: `Process Group Ranks`, read for the calls that keep it only (_load_group_ranks).
 COLLECTIVE_ARGS = (
     "Collective name",
     "Process Group Name",
     "Process Group Description",
-    "Process Group Ranks",
     "Group size",
     "Seq",
     "seq",
@@ -100,13 +100,7 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         INSERT INTO collectives
         SELECT ?, rank, 'kernel', {op_case},
                {arg("Process Group Name")}, {arg("Process Group Description")},
-               -- A named group's ranks on the rank's first call of it only: they are the same
-               -- on every call, and a 10,000-rank group's list on each would grow as
-               -- ranks x calls x group size (3.6 GB of JSON at 10,000 ranks x 6 calls).
-               CASE WHEN {arg("Process Group Name")} IS NULL
-                      OR row_number() OVER (PARTITION BY rank, {arg("Process Group Name")}
-                                            ORDER BY ts_ns, idx) = 1
-                    THEN TRY_CAST({arg("Process Group Ranks")} AS JSON) END,
+               NULL,  -- pg_ranks: _load_group_ranks
                TRY_CAST({arg("Group size")} AS INTEGER),
                -- PyTorch 2026 also names each call (`Comms Id`, equal on every rank).
                TRY_CAST(coalesce({arg("Seq")}, {arg("seq")}, {arg("Comms Id")}) AS BIGINT),
@@ -119,24 +113,27 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                launch_ns, ts_ns, ts_ns + dur_ns, step, idx, NULL, NULL
         FROM (
             SELECT k.rank, k.name, k.ts_ns, k.dur_ns, k.step, k.idx, launch.ts_ns AS launch_ns,
-                   json_extract_string(k.args, {paths}) AS ka,
-                   json_extract_string(r.args, {paths}) AS ra,
+                   json_extract_string(k.args, {paths}) AS ka, r.ra,
                    (SELECT arg_max(a.name, a.ts_ns) FROM events a
                     WHERE a.run_id = k.run_id AND a.rank = k.rank AND NOT a.on_device
                       AND a.tid = launch.tid AND regexp_matches(a.name, '^(nccl|rccl):')
                       AND launch.ts_ns BETWEEN a.ts_ns AND a.ts_ns + a.dur_ns) AS host_op
             FROM events k
-            LEFT JOIN events r
-              ON r.run_id = k.run_id AND r.rank = k.rank AND r.external_id = k.external_id
-             AND r.name = 'record_param_comms' AND NOT r.on_device
+            -- The args parsed before the join: only the fields read travel through it, not the
+            -- whole args (a 10,000-rank group's rank list in every one).
+            LEFT JOIN (SELECT rank, external_id, json_extract_string(args, {paths}) AS ra
+                       FROM events
+                       WHERE run_id = ? AND name = 'record_param_comms' AND NOT on_device) r
+              ON r.rank = k.rank AND r.external_id = k.external_id
             LEFT JOIN events launch
               ON launch.run_id = k.run_id AND launch.rank = k.rank
              AND launch.correlation = k.correlation AND launch.category = 'runtime'
             WHERE k.run_id = ? AND k.on_device AND k.category = 'communication'
         )
         """,
-        [run_id, *op_params, *size_params, *size_params, run_id],
+        [run_id, *op_params, *size_params, *size_params, run_id, run_id],
     )
+    _load_group_ranks(con, run_id)
     gop_case, gop_params = op_sql("substr(g.name, 6)")
     gsize_case, gsize_params = dtype_bytes_sql("json_extract_string(g.args, '$.\"Input type\"[0]')")
     con.execute(
@@ -152,6 +149,44 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
           AND g.category = 'communication'
         """,
         [run_id, *gop_params, *gsize_params, run_id],
+    )
+
+
+def _load_group_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """`Process Group Ranks` of the trace's kernel collectives: of each named group on its first
+    call in the run only (every call of a group has the same ranks; a 10,000-rank group's list
+    on every call of every rank grows as ranks x calls x group size: 3.6 GB of JSON at 10,000
+    ranks x 6 calls), and of every call that names no group (its ranks are its group)."""
+    key = "'$.\"Process Group Ranks\"'"
+    con.execute(
+        f"""
+        WITH f AS (
+            SELECT rank, event_idx FROM collectives
+            WHERE run_id = ? AND source = 'kernel' AND event_idx IS NOT NULL
+            QUALIFY pg_name IS NULL
+                 OR row_number() OVER (PARTITION BY pg_name ORDER BY rank, start_ns, event_idx) = 1
+        ),
+        fk AS (
+            SELECT f.rank, f.event_idx, k.external_id, json_extract_string(k.args, {key}) AS km
+            FROM f JOIN events k ON k.run_id = ? AND k.rank = f.rank AND k.idx = f.event_idx
+        ),
+        -- The record_param_comms of the calls whose kernel does not say, its list read there.
+        fr AS (
+            SELECT r.rank, r.external_id, any_value(json_extract_string(r.args, {key})) AS rm
+            FROM events r
+            WHERE r.run_id = ? AND r.name = 'record_param_comms' AND NOT r.on_device
+              AND (r.rank, r.external_id) IN (SELECT (rank, external_id) FROM fk WHERE km IS NULL)
+            GROUP BY r.rank, r.external_id
+        ),
+        x AS (
+            SELECT fk.rank, fk.event_idx, TRY_CAST(coalesce(fk.km, fr.rm) AS JSON) AS members
+            FROM fk LEFT JOIN fr ON fr.rank = fk.rank AND fr.external_id = fk.external_id
+        )
+        UPDATE collectives c SET pg_ranks = x.members FROM x
+        WHERE c.run_id = ? AND c.source = 'kernel' AND c.rank = x.rank
+          AND c.event_idx = x.event_idx
+        """,
+        [run_id, run_id, run_id, run_id],
     )
 
 
