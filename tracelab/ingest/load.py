@@ -113,14 +113,18 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                launch_ns, ts_ns, ts_ns + dur_ns, step, idx, NULL, NULL
         FROM (
             SELECT k.rank, k.name, k.ts_ns, k.dur_ns, k.step, k.idx, launch.ts_ns AS launch_ns,
-                   json_extract_string(k.args, {paths}) AS ka, r.ra,
+                   k.ka, r.ra,
                    (SELECT arg_max(a.name, a.ts_ns) FROM events a
                     WHERE a.run_id = k.run_id AND a.rank = k.rank AND NOT a.on_device
                       AND a.tid = launch.tid AND regexp_matches(a.name, '^(nccl|rccl):')
                       AND launch.ts_ns BETWEEN a.ts_ns AND a.ts_ns + a.dur_ns) AS host_op
-            FROM events k
-            -- The args parsed before the join: only the fields read travel through it, not the
-            -- whole args (a 10,000-rank group's rank list in every one).
+            -- The args parsed before the joins: only the fields read travel through them (the
+            -- host_op subquery materializes its outer rows), not the whole args, which hold a
+            -- 10,000-rank group's rank list in every call.
+            FROM (SELECT run_id, rank, name, ts_ns, dur_ns, step, idx, external_id, correlation,
+                         json_extract_string(args, {paths}) AS ka
+                  FROM events
+                  WHERE run_id = ? AND on_device AND category = 'communication') k
             LEFT JOIN (SELECT rank, external_id, json_extract_string(args, {paths}) AS ra
                        FROM events
                        WHERE run_id = ? AND name = 'record_param_comms' AND NOT on_device) r
@@ -128,7 +132,6 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
             LEFT JOIN events launch
               ON launch.run_id = k.run_id AND launch.rank = k.rank
              AND launch.correlation = k.correlation AND launch.category = 'runtime'
-            WHERE k.run_id = ? AND k.on_device AND k.category = 'communication'
         )
         """,
         [run_id, *op_params, *size_params, *size_params, run_id, run_id],
