@@ -13,12 +13,11 @@ also writes <out>/<name>.fault.json: the wall time of its extra compute in each 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from profiled import profiled_steps, run_scenarios, write_fault
+from profiled import extra_matmuls, profiled_steps, run_scenarios, write_fault
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -61,10 +60,7 @@ def run_scenario(out: Path, sc: dict, prof_sched: dict) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build(sc, world)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    extra = sc.get("extra_matmuls")
-    if extra and extra["rank"] == rank:
-        a = torch.randn(extra["size"], extra["size"])
-        w = torch.randn(extra["size"], extra["size"]) / extra["size"] ** 0.5
+    fault = extra_matmuls(sc, rank)
     injected: list[tuple[int, int]] = []
     # TP replicates the batch over the mesh; FSDP shards data: same seed per rank either way.
     gen = torch.Generator().manual_seed(rank if sc["kind"] == "fsdp" else 0)
@@ -75,12 +71,8 @@ def run_scenario(out: Path, sc: dict, prof_sched: dict) -> None:
         # Between forward and backward, where the ranks have just met at the forward's
         # collectives: at the step's start the fault would overlap the others' ends of the
         # previous step, which vary by tens of ms on an oversubscribed 2-core runner.
-        if extra and extra["rank"] == rank:
-            t0 = time.perf_counter_ns()
-            h = a
-            for _ in range(extra["count"]):
-                h = torch.tanh(h @ w)
-            injected.append((i, time.perf_counter_ns() - t0))
+        if fault is not None:
+            injected.append((i, fault()))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from profiled import profiled_steps, run_scenarios, write_fault
+from profiled import extra_matmuls, profiled_steps, run_scenarios, write_fault
 from torch import nn
 
 
@@ -32,21 +32,14 @@ def run_scenario(out: Path, sc: dict, prof_sched: dict) -> None:
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=sc["bucket_cap_mb"])
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     sleep = sc.get("sleep")
-    extra = sc.get("extra_matmuls")
-    if extra and extra["rank"] == rank:
-        a = torch.randn(extra["size"], extra["size"])
-        w = torch.randn(extra["size"], extra["size"]) / extra["size"] ** 0.5
+    fault = extra_matmuls(sc, rank)
     batch = sc.get("batch", 32)
     injected: list[tuple[int, int]] = []  # (loop index, ns) of the injected fault
     dist.barrier()
     for i in profiled_steps(out / sc["name"], prof_sched):
         x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
-        if extra and extra["rank"] == rank:
-            t0 = time.perf_counter_ns()
-            h = a
-            for _ in range(extra["count"]):
-                h = torch.tanh(h @ w)
-            injected.append((i, time.perf_counter_ns() - t0))
+        if fault is not None:
+            injected.append((i, fault()))
         loss = nn.functional.cross_entropy(ddp(x), y)
         if sleep and sleep["rank"] == rank:
             t0 = time.perf_counter_ns()

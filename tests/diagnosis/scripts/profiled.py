@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
@@ -62,3 +63,23 @@ def run_scenarios(run_scenario: Callable[[Path, dict[str, Any], dict[str, int]],
         if dist.get_rank() == 0:
             print(f"scenario {sc['name']}: {time.perf_counter() - t0:.1f} s", flush=True)
     dist.destroy_process_group()
+
+
+def extra_matmuls(sc: dict[str, Any], rank: int) -> Callable[[], int] | None:
+    """The injected compute fault of scenario `sc` ("extra_matmuls": rank, size, count) on this
+    `rank`: a function that runs it and returns how long it took in ns; None on other ranks.
+    Its matrices are drawn here, where the scripts drew them (the same random stream)."""
+    extra = sc.get("extra_matmuls")
+    if not extra or extra["rank"] != rank:
+        return None
+    a = torch.randn(extra["size"], extra["size"])
+    w = torch.randn(extra["size"], extra["size"]) / extra["size"] ** 0.5
+
+    def run() -> int:
+        t0 = time.perf_counter_ns()
+        h = a
+        for _ in range(extra["count"]):
+            h = torch.tanh(h @ w)
+        return time.perf_counter_ns() - t0
+
+    return run
