@@ -31,6 +31,15 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int, source: str | None) -> N
     collectives' source; nothing when the run has no timed collective)."""
     if source is None:
         return
+    # Most runs have none: then the statement's scans of the run's events (its host size
+    # events, its kernels' launches) are not run at all (4.4 s and 0.8 GB at 12.8M events).
+    has = con.execute(
+        "SELECT count(*) FROM collectives WHERE run_id = $run AND source = $source "
+        "AND op = 'all_to_all'",
+        {"run": run_id, "source": source},
+    ).fetchall()[0][0]
+    if not has:
+        return
     sqlfiles.run(
         con,
         "all_to_all_ranks",
