@@ -49,3 +49,16 @@ def make_root(con: duckdb.DuckDBPyConnection) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / MARKER).write_text(root.name.removesuffix(FOLDER_SUFFIX) + "\n")
     return root
+
+
+def sql_text(text: str) -> str:
+    """`text` as an SQL string literal (a view's file list takes no bind parameters)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def listed(con: duckdb.DuckDBPyConnection, kind: str | None = None) -> list[str]:
+    """The paths parquet_files lists (of one kind: 'events', 'time_parts'), in order."""
+    sql = "SELECT path FROM parquet_files" + (" WHERE kind = ?" if kind else "")
+    return [
+        str(r[0]) for r in con.execute(sql + " ORDER BY path", [kind] if kind else []).fetchall()
+    ]

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from tracelab.analyzers._common import RunContext
 from tracelab.derived.batches import rank_batches
+from tracelab.derived.intervals import int64s
 from tracelab.derived.sqlrows import first
 
 #: The host segments of the steady steps, of the ranks $lo..$hi, ordered by rank and start.
@@ -43,16 +44,12 @@ WHERE e.run_id = $run AND e.rank BETWEEN $lo AND $hi AND NOT e.on_device
 """
 
 
-def _i64(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy().astype(np.int64, copy=False)
-
-
 def _host_before(seg: pa.Table, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
     """H(rank, t): the rank's host time before t. The host segments as a cumulative function:
     a span's overlap with them is H(t1) - H(t0), one sort for all spans, where an interval
     join would pair every span with every segment of its rank. `seg` is ordered by rank and
     start; segments do not overlap."""
-    sr, ss, sl = _i64(seg, "rank"), _i64(seg, "start_ns"), _i64(seg, "len")
+    sr, ss, sl = int64s(seg, "rank"), int64s(seg, "start_ns"), int64s(seg, "len")
     n = len(sr)
     out = np.zeros(len(rank), dtype=np.int64)
     if not n or not len(rank):
@@ -106,8 +103,8 @@ def host_activity(
         spans = con.sql(_SPANS_SQL, params=params).to_arrow_table()
         if not len(seg) or not len(spans):
             continue
-        r = _i64(spans, "rank")
-        ns = _host_before(seg, r, _i64(spans, "t1")) - _host_before(seg, r, _i64(spans, "t0"))
+        r = int64s(spans, "rank")
+        ns = _host_before(seg, r, int64s(spans, "t1")) - _host_before(seg, r, int64s(spans, "t0"))
         names = pc.dictionary_encode(spans.column("name")).combine_chunks()
         keep = ns > 0
         sums = np.zeros(len(names.dictionary), dtype=np.int64)

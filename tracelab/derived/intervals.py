@@ -16,8 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 I64 = npt.NDArray[np.int64]
+
+
+def int64s(table: pa.Table, name: str) -> np.ndarray:
+    """A column of an Arrow table as int64 numpy (no copy where it is one already)."""
+    return table.column(name).to_numpy().astype(np.int64, copy=False)
 
 
 def union(key: I64, t0: I64, t1: I64) -> tuple[I64, I64, I64]:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from tracelab.derived import sqlfiles
 from tracelab.derived.sqlcomments import apply_comments
-from tracelab.store_folder import make_root, store_root
+from tracelab.store_folder import listed, make_root, sql_text, store_root
 
 #: parquet_files.kind of these files.
 KIND = "time_parts"
@@ -81,17 +81,12 @@ def refresh_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
     """Make `time_parts` the view over the files parquet_files lists now, with its comments (a
     TEMP view, without them, for a reader of a store that moved with its folder)."""
     root = store_root(con)
-    paths = [
-        str(r[0])
-        for r in con.execute(
-            "SELECT path FROM parquet_files WHERE kind = ? ORDER BY path", [KIND]
-        ).fetchall()
-    ]
+    paths = listed(con, KIND)
     ddl = sqlfiles.ddl(KIND)
     if root is None or not paths:
         sql = ddl[ddl.index("CREATE OR REPLACE VIEW") :]
     else:
-        files = ", ".join("'" + str(root / p).replace("'", "''") + "'" for p in paths)
+        files = ", ".join(sql_text(str(root / p)) for p in paths)
         sql = (
             "CREATE OR REPLACE VIEW time_parts AS SELECT run_id, rank, step, start_ns, end_ns, "
             f"part FROM read_parquet([{files}])"

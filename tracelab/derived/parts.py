@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from tracelab.derived import batches, part_files, sqlfiles
 from tracelab.derived.batches import ALL_RANKS
-from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, union
+from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, int64s, union
 from tracelab.vocabulary import OP_RULES, TIME_PARTS
 
 #: Interval classes of the sweep, one bit each.
@@ -249,20 +249,16 @@ def _device_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> set[int]:
     return {int(r) for (r,) in con.execute(_device_ranks_sql(), {"run": run_id}).fetchall()}
 
 
-def _i64(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy().astype(np.int64, copy=False)
-
-
 def sweep(iv: pa.Table, spans: pa.Table, device_ranks: set[int]) -> dict[str, np.ndarray]:
     """The labelled segments of every step: arrays rank, step, t0, t1, part (index into
     PARTS), comm (covered by communication), overlapped (communication under compute).
     `spans`: step_spans' rank, step, start_ns, end_ns."""
-    rank, t0, t1 = _i64(iv, "rank"), _i64(iv, "t0"), _i64(iv, "t1")
-    cls = _i64(iv, "cls")
+    rank, t0, t1 = int64s(iv, "rank"), int64s(iv, "t0"), int64s(iv, "t1")
+    cls = int64s(iv, "cls")
     k, a, b = union(rank * 16 + cls, t0, t1)
     ur, bit = k // 16, np.left_shift(1, k % 16)
-    srank, sstep = _i64(spans, "rank"), _i64(spans, "step")
-    s0, s1 = _i64(spans, "start_ns"), _i64(spans, "end_ns")
+    srank, sstep = int64s(spans, "rank"), int64s(spans, "step")
+    s0, s1 = int64s(spans, "start_ns"), int64s(spans, "end_ns")
     br = np.concatenate([ur, ur, srank, srank])
     bt = np.concatenate([a, b, s0, s1])
     bd = np.concatenate([bit, -bit, np.zeros(2 * len(srank), dtype=np.int64)])

@@ -32,6 +32,7 @@ from tracelab.errors import StoreError
 from tracelab.store.versions import first_row
 from tracelab.store_folder import FOLDER_SUFFIX as FOLDER_SUFFIX  # re-exported
 from tracelab.store_folder import MARKER as MARKER
+from tracelab.store_folder import listed, sql_text
 from tracelab.store_folder import make_root as make_root
 from tracelab.store_folder import parquet_root as parquet_root
 from tracelab.store_folder import store_root as store_root
@@ -74,10 +75,6 @@ def _empty_view_sql() -> str:
     return found.group(0)
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 #: run_id, rank and the idx offset, read from each file's name: DuckDB evaluates them once per
 #: file, and prunes the files a filter on run_id or rank excludes before opening them. Not hive
 #: partitioning, which would also take `k=v` folders above the store as columns.
@@ -90,7 +87,7 @@ def events_view_sql(root: Path, paths: list[str], *, temp: bool = False) -> str:
     if not paths:
         sql = _empty_view_sql()
         return sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW") if temp else sql
-    files = ", ".join(_quote(str(root / p)) for p in paths)
+    files = ", ".join(sql_text(str(root / p)) for p in paths)
     cols = ", ".join(
         f"idx + {_FROM_NAME.format(3, 'BIGINT')} AS idx"
         if c == "idx"
@@ -107,20 +104,13 @@ def events_view_sql(root: Path, paths: list[str], *, temp: bool = False) -> str:
     )
 
 
-def _listed(con: duckdb.DuckDBPyConnection, kind: str | None = None) -> list[str]:
-    sql = "SELECT path FROM parquet_files" + (" WHERE kind = ?" if kind else "")
-    return [
-        str(r[0]) for r in con.execute(sql + " ORDER BY path", [kind] if kind else []).fetchall()
-    ]
-
-
 def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
     """Make `events` the view over the events files the catalog lists now (in the caller's
     transaction), with its column comments, and record the folder the view reads."""
     from tracelab.store.schema import apply_view_comments
 
     root = store_root(con)
-    paths = _listed(con, "events")
+    paths = listed(con, "events")
     con.execute(events_view_sql(root or Path("."), paths if root else [], temp=temp))
     if temp:
         return
@@ -190,7 +180,7 @@ def sweep(con: duckdb.DuckDBPyConnection) -> list[Path]:
     root = store_root(con)
     if root is None or not (root / MARKER).is_file():
         return []
-    listed = set(_listed(con))
+    kept = set(listed(con))
     removed = []
     for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         rel = path.relative_to(root).as_posix()
@@ -200,7 +190,7 @@ def sweep(con: duckdb.DuckDBPyConnection) -> list[Path]:
             if path.is_dir() and not path.is_symlink():
                 if not any(path.iterdir()):
                     path.rmdir()
-            elif rel not in listed:
+            elif rel not in kept:
                 path.unlink()
                 removed.append(path)
     return removed
