@@ -11,7 +11,7 @@ unbalanced data from a slow participant, names the rank, and costs it.
 - a2a_moe_train: a2a_moe_uneven trained (autograd all-to-alls, the expert's backward): the
   same finding on rank 2, its impact its what-if saving and its cost within +-30%, though the
   peers' waiting shows as their compute.
-- a2a_moe_slow: even splits, rank 3 runs its expert 6x: top finding STRAGGLER_COMPUTE on rank
+- a2a_moe_slow: even splits, rank 3 runs its expert 12x: top finding STRAGGLER_COMPUTE on rank
   3 at its cost within +-30%, no imbalance, and ALL_TO_ALL_SLOW_RANK names rank 3 as a slow
   participant.
 

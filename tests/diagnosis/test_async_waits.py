@@ -1,7 +1,7 @@
 """Waiting where it happens (issue 20 part 1, issue 21 section 3): plain torch.profiler captures
 of FSDP2, DTensor tensor parallelism and many-bucket DDP, one rank slower in each.
 
-- fsdp_compute / tp_compute: rank 1 computes ~30 / ~40 ms more a step (conftest.ASYNC_SCENARIOS).
+- fsdp_compute / tp_compute: rank 1 computes ~70 / ~55 ms more a step (conftest.ASYNC_SCENARIOS).
   The others block for it in `_c10d_functional::wait_tensor` (TP) or in a work's untraced
   wait() inside an autograd hook (FSDP2 in backward), not in the collective's own span on the
   gloo worker thread. That waiting must be read as waiting for rank 1 (comm_attribution's

@@ -81,9 +81,9 @@ def _dlrm(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, lis
         offsets = torch.arange(0, gbatch * bag, bag)
         with torch.no_grad():
             pooled = torch.stack([b(i, offsets) for b, i in zip(bags, idx, strict=True)], dim=1)
-        times.append(_work(t0))
         send = pooled.reshape(world, batch, -1).contiguous().reshape(-1)
         recv = torch.empty(sum(out_splits))
+        times.append(_work(t0))  # up to the all-to-all's call: all the rank's lateness there
         dist.all_to_all_single(recv, send, out_splits, in_splits)
         dense = recv.reshape(-1) @ torch.ones(recv.numel(), 1) / recv.numel()
         dist.all_reduce(dense)
@@ -119,9 +119,10 @@ def _moe(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, list
         h = recv
         for _ in range(repeat):
             h = torch.relu(h @ w1) @ w2
-        times.append(_work(t0))
+        h = h.contiguous()
         back = torch.empty(tokens, width)
-        dist.all_to_all_single(back, h.contiguous(), in_tok, out_tok)  # combine
+        times.append(_work(t0))  # up to the combine's call
+        dist.all_to_all_single(back, h, in_tok, out_tok)  # combine
         dist.all_reduce(back[:1].clone())
 
     return step, {"in": [t * width for t in in_tok], "out": [t * width for t in out_tok]}
