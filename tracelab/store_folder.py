@@ -17,6 +17,30 @@ MARKER = ".tracelab-store"
 #: Suffix of the store folder's name, replacing the store file's `.duckdb`.
 FOLDER_SUFFIX = ".parquet"
 
+#: The columns of an events file, in the view's order (run_id and rank come from the path).
+EVENT_FILE_COLUMNS = (
+    "idx",
+    "cat",
+    "name",
+    "pid",
+    "tid",
+    "lane_label",
+    "ts_ns",
+    "dur_ns",
+    "category",
+    "on_device",
+    "stream",
+    "correlation",
+    "external_id",
+    "step",
+    "args",
+)
+
+#: run_id, rank and the idx offset, read from each file's name: DuckDB evaluates them once per
+#: file, and prunes the files a filter on run_id or rank excludes before opening them. Not hive
+#: partitioning, which would also take `k=v` folders above the store as columns.
+_FROM_NAME = r"CAST(regexp_extract(filename, '[/\\]run=(\d+)[/\\]rank=(\d+)[/\\]events-(\d+)\.parquet$', {}) AS {})"
+
 
 def parquet_root(db_path: str | os.PathLike[str]) -> Path:
     """The store folder of the store file `db_path`: `x/STORE.duckdb` -> `x/STORE.parquet`."""
@@ -62,3 +86,24 @@ def listed(con: duckdb.DuckDBPyConnection, kind: str | None = None) -> list[str]
     return [
         str(r[0]) for r in con.execute(sql + " ORDER BY path", [kind] if kind else []).fetchall()
     ]
+
+
+def events_select_sql(root: Path, paths: list[str]) -> str:
+    """The rows of the events files `paths` (inside `root`, at least one) as the `events` view
+    has them: the store's view (tracelab.store.files) and a derivation worker's view of its
+    batch's files (tracelab.derived.part_batches). The paths are written into the text (a view
+    takes no bind parameters)."""
+    files = ", ".join(sql_text(str(root / p)) for p in paths)
+    cols = ", ".join(
+        f"idx + {_FROM_NAME.format(3, 'BIGINT')} AS idx"
+        if c == "idx"
+        else "CAST(args AS JSON) AS args"
+        if c == "args"
+        else c
+        for c in EVENT_FILE_COLUMNS
+    )
+    return (
+        f"SELECT {_FROM_NAME.format(1, 'INTEGER')} AS run_id, "
+        f"{_FROM_NAME.format(2, 'INTEGER')} AS rank, {cols} "
+        f"FROM read_parquet([{files}], filename = true, hive_partitioning = false)"
+    )

@@ -5,11 +5,13 @@ parallel, pipeline schedules) and constructed multi-rank GPU runs (NCCL kernels,
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tracelab.derived import batches, derive_in_transaction
+from tracelab.derived import batches, derive_in_transaction, part_batches
 from tracelab.ingest import ingest
 from tracelab.store import open_store
 from tracelab.testing.synth import build_run
@@ -74,3 +76,31 @@ def test_batches_cover_every_rank_and_hold_at_most_the_budget(tmp_path: Path) ->
     assert batches.rank_batches(con, 1, 8) == [(lo, 4), (5, hi)]
     assert batches.rank_batches(con, 1, 100) == [(lo, hi)]
     assert batches.rank_batches(con, 3, 5) == [(lo, hi)]  # a run without files: one batch
+    # `parts` workers share the run: at most a 1/parts share of its 17 events a batch (9)
+    assert batches.rank_batches(con, 1, 100, parts=2) == [(lo, 4), (5, hi)]
+    assert batches.rank_batches(con, 1, 100, parts=3) == [(lo, 0), (1, 4), (5, hi)]
+    assert batches.rank_batches(con, 1, 5, parts=2) == [(lo, 0), (1, 4), (5, hi)]
+    assert batches.rank_batches(con, 3, 5, parts=4) == [(lo, hi)]
+
+
+@pytest.mark.parametrize("case", ["ddp_slow_rank", "pipeline_1f1b", "clock_offset"])
+def test_batches_derived_in_other_processes_give_the_rows_of_this_one(
+    tmp_path: Path, case: str
+) -> None:
+    """A batch's job is all its worker reads (tracelab.derived.part_batches: the events files
+    and the small tables' rows of its ranks): derived in fresh processes (spawned, so nothing
+    of this one's store is inherited), two or more batches give what one batch in this process
+    gave."""
+    paths = [str(SAMPLES / case)] if case in SAMPLE_CASES else build_run(tmp_path, case).paths
+    db = tmp_path / "s.duckdb"
+    ingest(paths, db=str(db), run="r", workers=1, progress=False)
+    whole = _rows(db)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        runner = part_batches.Runner(map=pool.map, workers=2)
+        with open_store(db, read_only=False) as con:
+            assert not derive_in_transaction(con, 1, runner).errors
+            files = con.execute(
+                "SELECT count(*) FROM parquet_files WHERE kind = 'time_parts'"
+            ).fetchall()[0][0]
+    assert files >= 2
+    assert _rows(db) == whole

@@ -119,6 +119,17 @@ def test_same_tables_as_the_local_pool(tmp_path: Path, cluster: str) -> None:
     for table in want:
         assert got[table] == want[table], table
     assert sum(len(v) for v in got.values()) > 50
+    # The parts were derived as Ray tasks, a batch of ranks per each of the cluster's 2 CPUs
+    # (tracelab.derived.part_batches), and came out as the local ingest's single batch did.
+    assert len(_parts_files(local)) == 1
+    assert len(_parts_files(on_ray)) == 2
+
+
+def _parts_files(db: Path) -> list[str]:
+    with open_store(db) as con:
+        return [p for (p,) in con.execute(
+            "SELECT path FROM parquet_files WHERE kind = 'time_parts'"
+        ).fetchall()]  # fmt: skip
 
 
 def test_a_bad_file_is_named_and_skipped_as_with_the_local_pool(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from tracelab.derived import sqlfiles
+from tracelab.derived import part_batches, sqlfiles
 from tracelab.errors import failure_reason
 
 #: Derived tables per component, in the order derive() fills them.
@@ -101,10 +101,12 @@ def _pipeline(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     pipeline.derive(con, run_id)
 
 
-def _parts(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+def _parts(
+    con: duckdb.DuckDBPyConnection, run_id: int, runner: part_batches.Runner | None = None
+) -> None:
     from tracelab.derived import parts
 
-    parts.derive(con, run_id)
+    parts.derive(con, run_id, runner)
 
 
 _STEPS: tuple[
@@ -121,11 +123,15 @@ _STEPS: tuple[
 
 
 def derive(
-    con: duckdb.DuckDBPyConnection, run_id: int, skip: dict[str, str] | None = None
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    skip: dict[str, str] | None = None,
+    runner: part_batches.Runner | None = None,
 ) -> DeriveReport:
     """Compute every derived table of one run (whose base rows are in place), replacing what
     was derived for it before. Call inside the caller's transaction. Components in `skip`
-    (name -> reason) are recorded as failed without running."""
+    (name -> reason) are recorded as failed without running. `runner`: where the per-rank
+    work that grows with events runs (tracelab.derived.part_batches; default this process)."""
     clear(con, run_id)
     sqlfiles.create_macros(con)
     errors: dict[str, str] = {}
@@ -137,7 +143,10 @@ def derive(
         try:
             if skip and name in skip:
                 raise _Skipped(skip[name])
-            fn(con, run_id)
+            if name == "parts":
+                _parts(con, run_id, runner)
+            else:
+                fn(con, run_id)
         except ComponentFailed:
             raise
         except duckdb.Error as exc:
@@ -197,14 +206,16 @@ def errors(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, str]:
     )
 
 
-def derive_in_transaction(con: duckdb.DuckDBPyConnection, run_id: int) -> DeriveReport:
+def derive_in_transaction(
+    con: duckdb.DuckDBPyConnection, run_id: int, runner: part_batches.Runner | None = None
+) -> DeriveReport:
     """derive() in its own transaction, retried without each component that fails inside
     DuckDB (which aborts the transaction) until the run's derived rows are consistent."""
     skip: dict[str, str] = {}
     while True:
         con.execute("BEGIN TRANSACTION")
         try:
-            report = derive(con, run_id, skip)
+            report = derive(con, run_id, skip, runner)
             con.execute("COMMIT")
             return report
         except ComponentFailed as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -25,7 +26,7 @@ import pyarrow.parquet as pq
 
 from tracelab.derived import sqlfiles
 from tracelab.derived.sqlcomments import apply_comments
-from tracelab.store_folder import listed, make_root, sql_text, store_root
+from tracelab.store_folder import listed, sql_text, store_root
 
 #: parquet_files.kind of these files.
 KIND = "time_parts"
@@ -39,16 +40,16 @@ def new_token() -> str:
 
 
 def write_batch(
-    con: duckdb.DuckDBPyConnection, run_id: int, parts: pa.Table, token: str
+    root: Path, run_id: int, parts: pa.Table, token: str
 ) -> tuple[int, str, int, int] | None:
     """Write one batch's segments (rank, step, start_ns, end_ns, part; ordered by rank and
-    start) to its file; returns (first rank, path in the store folder, rows, bytes), or None
+    start) to its file in the store folder `root` (make_root); returns (first rank, path in the store folder, rows, bytes), or None
     for a batch without segments."""
     if not len(parts):
         return None
     first = int(parts.column("rank")[0].as_py())
     rel = f"run={int(run_id)}/parts/{KIND}-{first}-{token}.parquet"
-    path = make_root(con) / rel
+    path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     table = parts.select(["rank", "step", "start_ns", "end_ns", "part"])
     table = table.add_column(0, "run_id", pa.array([int(run_id)] * len(table), pa.int32()))

@@ -29,11 +29,13 @@ comm_attribution shares the exposed communication among the operations behind it
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tracelab.derived import batches, part_files, sqlfiles
+from tracelab.derived import batches, part_batches, part_files, sqlfiles
 from tracelab.derived.batches import ALL_RANKS
 from tracelab.derived.intervals import HOST_OPS_SQL, host_compute_sql, int64s, union
 from tracelab.vocabulary import OP_RULES, TIME_PARTS
@@ -392,27 +394,37 @@ def _measures(seg: dict[str, np.ndarray]) -> pa.Table:
     )
 
 
-def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+def derive(
+    con: duckdb.DuckDBPyConnection, run_id: int, runner: part_batches.Runner | None = None
+) -> None:
     """Fill time_parts (its files, tracelab.derived.part_files), step_parts and
     comm_attribution for the run (tracelab/derived/sql/time_parts.sql, step_parts.sql,
-    comm_attribution.sql), a batch of ranks at a time (rank_batches)."""
+    comm_attribution.sql), a batch of ranks at a time (rank_batches), each batch derived where
+    `runner` runs it (default: in this process, one after another; part_batches)."""
+    runner = runner or part_batches.Runner()
     device = _device_ranks(con, run_id)
     token = part_files.new_token()
+    ranks = batches.rank_batches(con, run_id, parts=runner.workers)
+    jobs = part_batches.jobs(con, run_id, ranks, device, token, runner.threads())
     files = []
-    for ranks in batches.rank_batches(con, run_id):
-        written = _derive_ranks(con, run_id, ranks, device, token)
-        if written is not None:
-            files.append(written)
+    for result in runner.map(part_batches.run, jobs):
+        part_batches.store(con, result)
+        if result.file is not None:
+            files.append(result.file)
     part_files.register(con, run_id, files)
 
 
-def _derive_ranks(
+def derive_ranks(
     con: duckdb.DuckDBPyConnection,
     run_id: int,
     ranks: tuple[int, int],
     device: set[int],
     token: str,
+    root: Path,
 ) -> tuple[int, str, int, int] | None:
+    """The parts of the ranks `ranks` (lo, hi): their segments written to a time_parts file in
+    the store folder `root` (returned as its catalog entry, None without segments), their
+    step_parts and comm_attribution rows inserted on `con` (part_batches.run's connection)."""
     iv = intervals(con, run_id, ranks, device)
     spans = con.sql(
         "SELECT rank, step, start_ns, end_ns FROM step_spans WHERE run_id = $run "
@@ -428,7 +440,7 @@ def _derive_ranks(
             pieces.append(rows.append_column("part", pa.array([name] * len(rows), pa.string())))
     comm = pa.concat_tables(pieces)
     merged = _merged(seg)
-    written = part_files.write_batch(con, run_id, merged, token)
+    written = part_files.write_batch(root, run_id, merged, token)
     sqlfiles.run(
         con,
         "step_parts",

@@ -76,17 +76,23 @@ def schema_sql() -> str:
     return "\n".join(ddl(name) for name in DEFINITIONS)
 
 
-def create_macros(con: duckdb.DuckDBPyConnection, *, store: bool = True) -> None:
+def create_macros(
+    con: duckdb.DuckDBPyConnection, *, store: bool = True, collectives: bool = True
+) -> None:
     """Create the shared macros, temporary, on this connection: those of _macros.sql and, with
-    `store` (the connection holds a store's tables), those of _store_macros.sql and
-    keyed_collectives(_run, _source), the matched group collectives of
-    tracelab.derived.collectives.keyed_sql (its size rules are generated from Python tables)."""
+    `store` (the connection holds a store's tables), those of _store_macros.sql and, with
+    `collectives` too (the whole collectives table is there: a batch worker has only the
+    columns it reads, tracelab.derived.part_batches), keyed_collectives(_run, _source), the
+    matched group collectives of tracelab.derived.collectives.keyed_sql (its size rules are
+    generated from Python tables)."""
     from tracelab.derived.collectives import keyed_sql
 
     con.execute(text("_macros"))
     if not store:
         return
     con.execute(text("_store_macros"))
+    if not collectives:
+        return
     con.execute(
         f"CREATE OR REPLACE TEMP MACRO keyed_collectives(_run, _source) AS TABLE {keyed_sql()}"
     )

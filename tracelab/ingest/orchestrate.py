@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracelab.defaults import DEFAULT_DB
+from tracelab.derived import part_batches
 from tracelab.errors import InputError, TracelabError, UsageError
 from tracelab.hang import stored as hang_store
 from tracelab.ingest import validate
@@ -102,48 +104,64 @@ def ingest(
     db_path = Path(db)
     staging = lifecycle.make_staging(staging_parent(db_path))
     try:
-        done, errors = convert_all(found.files, staging, workers_n, show, engine)
-        manifest_world = capture.manifest.get("world_size") if capture is not None else None
-        by_rank, rank_errors, note = resolve_ranks(
-            found.files, done, ranks or {}, paths, manifest_world
-        )
-        errors.update(rank_errors)
-        if errors and not skip_bad:
-            raise _first_error(errors, found)
-        if not by_rank:
-            first = errors[min(errors)] if errors else None
-            raise InputError(
-                "no rank could be ingested, nothing was written" + (f": {first}" if first else ".")
+        with ExitStack() as session:
+            runner = _batch_runner(session, engine, workers_n)
+            done, errors = convert_all(found.files, staging, workers_n, show, engine)
+            manifest_world = capture.manifest.get("world_size") if capture is not None else None
+            by_rank, rank_errors, note = resolve_ranks(
+                found.files, done, ranks or {}, paths, manifest_world
             )
-        skipped = [{"file": p.path or "", "error": str(p)} for p in found.problems] + [
-            {"file": str(found.files[i].path), "error": str(errors[i])} for i in sorted(errors)
-        ]
-        if capture is not None:
-            capture, bad_records = _drop_bad_records(capture, set(by_rank), skip_bad)
-            skipped += bad_records
-        hang = _hang_verdict(paths, found, capture, by_rank)
-        skipped += hang.problems if hang is not None else ()
-        report = write_run(
-            db_path,
-            staging,
-            name,
-            paths,
-            capture,
-            by_rank,
-            skipped,
-            found,
-            if_exists,
-            world=1 if note else None,
-            extra=None if hang is None else partial(hang_store.write, hang=hang),
-            extra_metadata={"mesh": dict(mesh)} if mesh else None,
-        )
-        if note:
-            report.notes.append(note)
-        if hang is not None:
-            report.notes.append(hang.note)
-        return report
+            errors.update(rank_errors)
+            if errors and not skip_bad:
+                raise _first_error(errors, found)
+            if not by_rank:
+                first = errors[min(errors)] if errors else None
+                raise InputError(
+                    "no rank could be ingested, nothing was written"
+                    + (f": {first}" if first else ".")
+                )
+            skipped = [{"file": p.path or "", "error": str(p)} for p in found.problems] + [
+                {"file": str(found.files[i].path), "error": str(errors[i])} for i in sorted(errors)
+            ]
+            if capture is not None:
+                capture, bad_records = _drop_bad_records(capture, set(by_rank), skip_bad)
+                skipped += bad_records
+            hang = _hang_verdict(paths, found, capture, by_rank)
+            skipped += hang.problems if hang is not None else ()
+            report = write_run(
+                db_path,
+                staging,
+                name,
+                paths,
+                capture,
+                by_rank,
+                skipped,
+                found,
+                if_exists,
+                world=1 if note else None,
+                extra=None if hang is None else partial(hang_store.write, hang=hang),
+                extra_metadata={"mesh": dict(mesh)} if mesh else None,
+                runner=runner,
+            )
+            if note:
+                report.notes.append(note)
+            if hang is not None:
+                report.notes.append(hang.note)
+            return report
     finally:
         lifecycle.remove_staging(staging)
+
+
+def _batch_runner(
+    session: ExitStack, engine: Engine | None, workers: int
+) -> part_batches.Runner | None:
+    """Where the derived layer's per-rank batches run: on the Ray cluster that converts the
+    files (its session kept open for the write, in `session`), else in this process."""
+    if engine is None or engine.name != "ray":
+        return None
+    from tracelab.ingest.ray_engine import batch_runner, connected
+
+    return batch_runner(session.enter_context(connected(engine.address, workers or None)))
 
 
 def _discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:

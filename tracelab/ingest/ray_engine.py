@@ -8,6 +8,13 @@ hundred bytes) travels back to the driver; the driver then loads the Parquet fil
 in its one short transaction, as with the local pool. A file converted before from the same
 bytes is registered, not parsed again.
 
+The derived layer's per-rank work (the lost-time parts, which grow with events) runs as Ray
+tasks too, one per batch of ranks (batch_runner, tracelab.derived.part_batches): a task reads
+its ranks' events files from the store folder (which must also be on the shared filesystem)
+and the small tables' rows of its ranks, which travel with it, writes its time_parts file into
+the store folder and sends back its step_parts and comm_attribution rows, which the driver
+inserts in the ingest's transaction.
+
 Ray is an optional extra (`pip install "tracelab[ray]"`); the local process pool stays the
 default. Without `--address`, a local Ray instance is started for the ingest (and stopped after
 it); with one, the ingest joins that cluster (`ray start --head` on one node, `ray start
@@ -20,11 +27,12 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tracelab.derived.part_batches import BatchJob, BatchResult, Runner
 from tracelab.errors import InternalError, TracelabError, UsageError
 from tracelab.ingest.convert import convert_trace
 from tracelab.ingest.converted import TraceInfo, converted_dir
@@ -157,3 +165,19 @@ def _task_error(exc: BaseException, path: Path) -> TracelabError:
     )
     err.__cause__ = exc
     return err
+
+
+def batch_runner(ray: Any) -> Runner:
+    """Derive each batch of ranks as a Ray task on the connected cluster (its jobs submitted
+    at once, the results taken in order)."""
+
+    def map_batches(
+        fn: Callable[[BatchJob], BatchResult], jobs: Iterable[BatchJob]
+    ) -> Iterator[BatchResult]:
+        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(fn)
+        refs = [task.remote(job) for job in jobs]
+        for ref in refs:
+            yield ray.get(ref)
+
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    return Runner(map=map_batches, workers=max(1, cpus), remote=True)

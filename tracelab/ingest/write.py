@@ -26,6 +26,8 @@ from tracelab.ingest.records import load_capture_records
 if TYPE_CHECKING:
     import duckdb
 
+    from tracelab.derived.part_batches import Runner
+
 IfExists = Literal["refuse", "replace"]
 
 
@@ -88,9 +90,11 @@ def write_run(
     world: int | None = None,
     extra: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
     extra_metadata: dict[str, Any] | None = None,
+    runner: Runner | None = None,
 ) -> IngestReport:
     """Write the run in one transaction; `extra(con, run_id)` adds more of its rows in it
-    (the hang verdict, tracelab.hang.stored)."""
+    (the hang verdict, tracelab.hang.stored). `runner`: where the derived layer's per-rank
+    batches run (tracelab.derived.part_batches; default this process)."""
     from tracelab.store import delete_run, open_store
     from tracelab.store.files import place_run, register_files
 
@@ -139,7 +143,7 @@ def write_run(
                     delete_run(con, old)
                 _insert_run(con, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
                 register_files(con, rid, files)
-                _load(con, rid, staging, by_rank, capture, skip)
+                _load(con, rid, staging, by_rank, capture, skip, runner)
                 if extra is not None:
                     extra(con, rid)
                 report.derived_errors = derived_errors(con, rid)
@@ -277,6 +281,7 @@ def _load(
     by_rank: dict[int, ConvertedRank],
     capture: Capture | None,
     skip: dict[str, str],
+    runner: Runner | None = None,
 ) -> None:
     parts = _parts(staging, by_rank)
     load_sql.load_steps(con, rid, parts["steps"])
@@ -295,4 +300,4 @@ def _load(
         load_capture_records(con, rid, capture, set(by_rank))
     from tracelab.derived import derive
 
-    derive(con, rid, skip)
+    derive(con, rid, skip, runner)

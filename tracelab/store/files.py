@@ -30,31 +30,13 @@ import duckdb
 
 from tracelab.errors import StoreError
 from tracelab.store.versions import first_row
+from tracelab.store_folder import EVENT_FILE_COLUMNS as EVENT_FILE_COLUMNS  # re-exported
 from tracelab.store_folder import FOLDER_SUFFIX as FOLDER_SUFFIX  # re-exported
 from tracelab.store_folder import MARKER as MARKER
-from tracelab.store_folder import listed, sql_text
+from tracelab.store_folder import events_select_sql, listed
 from tracelab.store_folder import make_root as make_root
 from tracelab.store_folder import parquet_root as parquet_root
 from tracelab.store_folder import store_root as store_root
-
-#: The columns of an events file, in the view's order (run_id and rank come from the path).
-EVENT_FILE_COLUMNS = (
-    "idx",
-    "cat",
-    "name",
-    "pid",
-    "tid",
-    "lane_label",
-    "ts_ns",
-    "dur_ns",
-    "category",
-    "on_device",
-    "stream",
-    "correlation",
-    "external_id",
-    "step",
-    "args",
-)
 
 
 def event_file(run_id: int, rank: int, offset: int) -> str:
@@ -75,33 +57,13 @@ def _empty_view_sql() -> str:
     return found.group(0)
 
 
-#: run_id, rank and the idx offset, read from each file's name: DuckDB evaluates them once per
-#: file, and prunes the files a filter on run_id or rank excludes before opening them. Not hive
-#: partitioning, which would also take `k=v` folders above the store as columns.
-_FROM_NAME = r"CAST(regexp_extract(filename, '[/\\]run=(\d+)[/\\]rank=(\d+)[/\\]events-(\d+)\.parquet$', {}) AS {})"
-
-
 def events_view_sql(root: Path, paths: list[str], *, temp: bool = False) -> str:
     """The `events` view over the files `paths` (inside `root`). The paths are written into the
     view's text (a view takes no bind parameters); they are the catalog's own, quoted."""
     if not paths:
         sql = _empty_view_sql()
         return sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW") if temp else sql
-    files = ", ".join(sql_text(str(root / p)) for p in paths)
-    cols = ", ".join(
-        f"idx + {_FROM_NAME.format(3, 'BIGINT')} AS idx"
-        if c == "idx"
-        else "CAST(args AS JSON) AS args"
-        if c == "args"
-        else c
-        for c in EVENT_FILE_COLUMNS
-    )
-    return (
-        f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW events AS "
-        f"SELECT {_FROM_NAME.format(1, 'INTEGER')} AS run_id, "
-        f"{_FROM_NAME.format(2, 'INTEGER')} AS rank, {cols} "
-        f"FROM read_parquet([{files}], filename = true, hive_partitioning = false)"
-    )
+    return f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW events AS {events_select_sql(root, paths)}"
 
 
 def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:

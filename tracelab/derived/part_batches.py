@@ -1,0 +1,175 @@
+"""The lost-time parts of one batch of ranks, computed wherever its inputs can be read: in this
+process, in a local worker process, or as a Ray task on another node of the cluster.
+
+The parts are the derived work that grows with events (tracelab.derived.parts). A batch's
+inputs are its ranks' events files, in the store folder (on a shared filesystem for Ray, as the
+traces are), and the rows of the small cross-rank tables its intervals read, of its ranks only
+(sized by ranks x steps x collectives, never by events), which travel with the job. A worker
+opens an in-memory DuckDB, names those inputs as the store names them, derives the batch
+(parts.derive_ranks), writes its time_parts file into the store folder, and sends back that
+file's catalog entry with the batch's step_parts and comm_attribution rows. Only the driver
+touches the store: it inserts what comes back in the ingest's transaction (store()).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from tracelab.derived import sqlfiles
+from tracelab.store_folder import events_select_sql, make_root
+
+#: The small tables a batch's intervals and parts read, with the columns they need (of the
+#: batch's ranks; process_groups is the run's, keyed by group).
+INPUTS = {
+    "collectives": "run_id, rank, event_idx, source, start_ns, op, pg_name",
+    "collective_groups": "*",
+    "matched_collectives": "*",
+    "p2p_ops": "*",
+    "pipeline_ranks": "*",
+    "step_spans": "*",
+    "clock_offsets": "*",
+}
+RUN_INPUTS = {"process_groups": "*"}
+#: What a batch sends back, besides its file.
+OUTPUTS = ("step_parts", "comm_attribution")
+
+#: map(fn, jobs) -> results, in the jobs' order: the builtin map (this process, one batch in
+#: memory at a time), a process pool's, Ray's (tracelab.ingest.batch_engines).
+BatchMap = Callable[
+    [Callable[["BatchJob"], "BatchResult"], Iterable["BatchJob"]], Iterable["BatchResult"]
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runner:
+    """Where a run's batches are derived: `map` over the jobs, with `workers` of them at once
+    (the ranks are split into at least that many batches, each worker's DuckDB given its share
+    of this machine's cores)."""
+
+    map: BatchMap = map
+    workers: int = 1
+    #: The workers are on other machines (Ray): leave DuckDB's threads at its default.
+    remote: bool = False
+
+    def threads(self) -> int | None:
+        if self.remote or self.workers <= 1:
+            return None
+        return max(1, (os.cpu_count() or 1) // self.workers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchJob:
+    """Everything one batch's derivation reads (picklable: it travels to the worker)."""
+
+    run_id: int
+    ranks: tuple[int, int]
+    device_ranks: tuple[int, ...]
+    token: str
+    root: str
+    event_files: tuple[str, ...]
+    tables: dict[str, pa.Table] = field(repr=False)
+    #: DuckDB threads in the worker (None: DuckDB's default, all cores).
+    threads: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchResult:
+    """One batch's time_parts file entry (first rank, path in the store folder, rows, bytes;
+    None without segments) and its rows of OUTPUTS."""
+
+    file: tuple[int, str, int, int] | None
+    rows: dict[str, pa.Table] = field(repr=False)
+
+
+def jobs(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    batches: list[tuple[int, int]],
+    device_ranks: set[int],
+    token: str,
+    threads: int | None = None,
+) -> Iterable[BatchJob]:
+    """The batches' jobs, made one at a time from the store (in the caller's transaction)."""
+    root = make_root(con)
+    run_tables = {
+        name: con.sql(
+            f"SELECT {cols} FROM {name} WHERE run_id = $run", params={"run": run_id}
+        ).to_arrow_table()
+        for name, cols in RUN_INPUTS.items()
+    }
+    # The events view's columns, for a batch without files (a capture of collector records).
+    no_events = con.sql("SELECT * FROM events LIMIT 0").to_arrow_table()
+    for lo, hi in batches:
+        params = {"run": run_id, "lo": lo, "hi": hi}
+        tables = {
+            name: con.sql(
+                f"SELECT {cols} FROM {name} WHERE run_id = $run AND rank BETWEEN $lo AND $hi",
+                params=params,
+            ).to_arrow_table()
+            for name, cols in INPUTS.items()
+        }
+        files = tuple(
+            str(p)
+            for (p,) in con.execute(
+                "SELECT path FROM parquet_files WHERE run_id = $run AND kind = 'events' "
+                "AND rank BETWEEN $lo AND $hi ORDER BY path",
+                params,
+            ).fetchall()
+        )
+        if not files:
+            tables["events"] = no_events
+        yield BatchJob(
+            run_id=run_id,
+            ranks=(lo, hi),
+            device_ranks=tuple(sorted(device_ranks)),
+            token=token,
+            root=str(root),
+            event_files=files,
+            tables={**tables, **run_tables},
+            threads=threads,
+        )
+
+
+def run(job: BatchJob) -> BatchResult:
+    """Derive one batch from its job alone (no store connection): the worker's side."""
+    from tracelab.derived import parts
+
+    con = duckdb.connect()
+    try:
+        if job.threads:
+            con.execute(f"SET threads = {int(job.threads)}")
+        for name, table in job.tables.items():
+            con.register(name, table)
+        if job.event_files:
+            root = Path(job.root)
+            con.execute(
+                f"CREATE TEMP VIEW events AS {events_select_sql(root, list(job.event_files))}"
+            )
+        for name in OUTPUTS:
+            con.execute(sqlfiles.ddl(name))
+        sqlfiles.create_macros(con, collectives=False)
+        file = parts.derive_ranks(
+            con, job.run_id, job.ranks, set(job.device_ranks), job.token, Path(job.root)
+        )
+        rows = {name: con.sql(f"FROM {name}").to_arrow_table() for name in OUTPUTS}
+        return BatchResult(file=file, rows=rows)
+    finally:
+        con.close()
+
+
+def store(con: duckdb.DuckDBPyConnection, result: BatchResult) -> None:
+    """Insert a batch's rows into the store (in the caller's transaction)."""
+    for name, table in result.rows.items():
+        if not len(table):
+            continue
+        con.register("_tl_batch_rows", table)
+        try:
+            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _tl_batch_rows")
+        finally:
+            con.unregister("_tl_batch_rows")
