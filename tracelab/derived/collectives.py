@@ -79,6 +79,7 @@ HOST_OP_IN_BYTES_SQL = f"""
     SELECT c0.rank, c0.event_idx, max({host_op_bytes_sql("h.args")}) AS host_in_bytes
     FROM c0
     JOIN events d ON d.run_id = c0.run_id AND d.rank = c0.rank AND d.idx = c0.event_idx
+     AND d.on_device AND d.category = 'communication'
     JOIN events h ON h.run_id = d.run_id AND h.rank = d.rank AND h.external_id = d.external_id
      AND NOT h.on_device AND (h.name LIKE 'nccl:%' OR h.name LIKE 'gloo:%')
     WHERE c0.source = 'kernel' AND c0.in_bytes IS NULL AND c0.out_bytes IS NULL

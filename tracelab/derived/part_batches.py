@@ -76,6 +76,8 @@ class BatchJob:
     tables: dict[str, pa.Table] = field(repr=False)
     #: DuckDB threads in the worker (None: DuckDB's default, all cores).
     threads: int | None = None
+    #: DuckDB's memory limit in the worker: the driver's store connection's (None: DuckDB's).
+    memory_limit: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +107,7 @@ def jobs(
     }
     # The events view's columns, for a batch without files (a capture of collector records).
     no_events = con.sql("SELECT * FROM events LIMIT 0").to_arrow_table()
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
     for lo, hi in batches:
         params = {"run": run_id, "lo": lo, "hi": hi}
         tables = {
@@ -133,6 +136,7 @@ def jobs(
             event_files=files,
             tables={**tables, **run_tables},
             threads=threads,
+            memory_limit=str(limit) if limit else None,
         )
 
 
@@ -144,6 +148,8 @@ def run(job: BatchJob) -> BatchResult:
     try:
         if job.threads:
             con.execute(f"SET threads = {int(job.threads)}")
+        if job.memory_limit:
+            con.execute("SET memory_limit = ?", [job.memory_limit])
         for name, table in job.tables.items():
             con.register(name, table)
         if job.event_files:

@@ -68,8 +68,10 @@ m0 AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_n
               u.uncertainty_ns
        FROM x JOIN run_offsets($run) o ON o.rank = x.rank
        JOIN clock_offsets u ON u.run_id = $run AND u.rank = x.rank
+       -- (a device collective's event is a communication kernel: the filter keeps the join's
+       -- side of the events to those, not every kernel of the run)
        LEFT JOIN events e ON e.run_id = $run AND e.rank = x.rank AND e.idx = x.event_idx
-            AND e.on_device),
+            AND e.on_device AND e.category = 'communication'),
 -- Effective arrival: the later of a rank's arrival and the ends of its earlier collectives of
 -- the same group (docs/metrics.md): gloo runs a group's works on a few worker threads of its
 -- own, so a late rank's later collectives start while its earlier ones still run; a device
