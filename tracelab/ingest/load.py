@@ -129,12 +129,18 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                        FROM events
                        WHERE run_id = ? AND name = 'record_param_comms' AND NOT on_device) r
               ON r.rank = k.rank AND r.external_id = k.external_id
-            LEFT JOIN events launch
-              ON launch.run_id = k.run_id AND launch.rank = k.rank
-             AND launch.correlation = k.correlation AND launch.category = 'runtime'
+            -- The launches of communication kernels only (a semi join on their correlation
+            -- ids): joined whole, every kernel launch of the run was held in the join's hash
+            -- table (565 MiB at 1,000 ranks x 12.8k events).
+            LEFT JOIN (SELECT l.rank, l.correlation, l.ts_ns, l.tid FROM events l
+                       WHERE l.run_id = ? AND l.category = 'runtime'
+                         AND (l.rank, l.correlation) IN (
+                             SELECT rank, correlation FROM events
+                             WHERE run_id = ? AND on_device AND category = 'communication')) launch
+              ON launch.rank = k.rank AND launch.correlation = k.correlation
         )
         """,
-        [run_id, *op_params, *size_params, *size_params, run_id, run_id],
+        [run_id, *op_params, *size_params, *size_params, run_id, run_id, run_id, run_id],
     )
     _load_group_ranks(con, run_id)
     gop_case, gop_params = op_sql("substr(g.name, 6)")
