@@ -369,6 +369,10 @@ def test_back_undoes_a_zoom(server: str, driver: webdriver.Chrome, sample_runs: 
     wait(driver).until(
         lambda d: graph_range(d, "timeline-graph") == pytest.approx(second, rel=1e-5)
     )
+    # The server's answer for that view came back (the URL callback clears the flag the Back
+    # handler set). Pressed before it, a slow server's late answer for this view could land
+    # after the next one's: seen in two full runs under load, not fixed in the app.
+    wait(driver).until(lambda d: d.execute_script("return window.__tracelab_tl_popping") is False)
     driver.back()
     wait(driver).until(lambda d: graph_range(d, "timeline-graph") == pytest.approx(first, rel=1e-5))
     wait(driver).until(lambda d: "t0=" not in d.current_url)
