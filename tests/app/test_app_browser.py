@@ -349,34 +349,47 @@ def test_every_sample_finding_link_opens_its_evidence(
 
 
 def test_back_undoes_a_zoom(server: str, driver: webdriver.Chrome, sample_runs: list[str]) -> None:
-    run = "sample-ddp_slow_rank" if "sample-ddp_slow_rank" in sample_runs else "stragglers"
-    open_page(driver, f"{server}/timeline?run={run}", f"Timeline of {run}", 1)
-    first = graph_range(driver, "timeline-graph")
-    lo, hi = first
-    for k in (1, 2):  # two zooms in
-        a, b = lo + (hi - lo) * 0.2 * k, lo + (hi - lo) * (0.2 * k + 0.1)
-        before = driver.current_url
-        driver.execute_script(
-            "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
-            "Plotly.relayout(gd, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
-            a,
-            b,
+    # A tab of its own: its Back history is this test's. In the tab the earlier tests used
+    # (the whole file run in order), the second Back went to an earlier test's page (a
+    # pipeline timeline) instead of the unzoomed view; run alone, or after the finding-link
+    # tests only, it passed. Not bisected (the closing note of this change).
+    home = driver.current_window_handle
+    driver.switch_to.new_window("tab")
+    try:
+        run = "sample-ddp_slow_rank" if "sample-ddp_slow_rank" in sample_runs else "stragglers"
+        open_page(driver, f"{server}/timeline?run={run}", f"Timeline of {run}", 1)
+        first = graph_range(driver, "timeline-graph")
+        lo, hi = first
+        for k in (1, 2):  # two zooms in
+            a, b = lo + (hi - lo) * 0.2 * k, lo + (hi - lo) * (0.2 * k + 0.1)
+            before = driver.current_url
+            driver.execute_script(
+                "const gd = document.getElementById('timeline-graph').querySelector('.js-plotly-plot');"
+                "Plotly.relayout(gd, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
+                a,
+                b,
+            )
+            wait(driver).until(lambda d: d.current_url != before and "t0=" in d.current_url)
+            wait(driver).until(lambda d, a=a: abs(graph_range(d, "timeline-graph")[0] - a) < 1e-6)
+        second = [lo + (hi - lo) * 0.2, lo + (hi - lo) * 0.3]
+        driver.back()
+        wait(driver).until(
+            lambda d: graph_range(d, "timeline-graph") == pytest.approx(second, rel=1e-5)
         )
-        wait(driver).until(lambda d: d.current_url != before and "t0=" in d.current_url)
-        wait(driver).until(lambda d, a=a: abs(graph_range(d, "timeline-graph")[0] - a) < 1e-6)
-    second = [lo + (hi - lo) * 0.2, lo + (hi - lo) * 0.3]
-    driver.back()
-    wait(driver).until(
-        lambda d: graph_range(d, "timeline-graph") == pytest.approx(second, rel=1e-5)
-    )
-    # The server's answer for that view came back (the URL callback clears the flag the Back
-    # handler set). Pressed before it, a slow server's late answer for this view could land
-    # after the next one's: seen in two full runs under load, not fixed in the app.
-    wait(driver).until(lambda d: d.execute_script("return window.__tracelab_tl_popping") is False)
-    driver.back()
-    wait(driver).until(lambda d: graph_range(d, "timeline-graph") == pytest.approx(first, rel=1e-5))
-    wait(driver).until(lambda d: "t0=" not in d.current_url)
-    assert console_errors(driver) == []
+        # The server's answer for that view came back (the URL callback clears the flag the Back
+        # handler set) before Back is pressed again.
+        wait(driver).until(
+            lambda d: d.execute_script("return window.__tracelab_tl_popping") is False
+        )
+        driver.back()
+        wait(driver).until(
+            lambda d: graph_range(d, "timeline-graph") == pytest.approx(first, rel=1e-5)
+        )
+        wait(driver).until(lambda d: "t0=" not in d.current_url)
+        assert console_errors(driver) == []
+    finally:
+        driver.close()
+        driver.switch_to.window(home)
 
 
 def test_open_in_perfetto_downloads_one_aligned_trace(
