@@ -40,7 +40,7 @@ RUN_INPUTS = {"process_groups": "*"}
 OUTPUTS = ("step_parts", "comm_attribution")
 
 #: map(fn, jobs) -> results, in the jobs' order: the builtin map (this process, one batch in
-#: memory at a time), a process pool's, Ray's (tracelab.ingest.batch_engines).
+#: memory at a time), a process pool's, Ray's (tracelab.ingest.ray_engine.batch_runner).
 BatchMap = Callable[
     [Callable[["BatchJob"], "BatchResult"], Iterable["BatchJob"]], Iterable["BatchResult"]
 ]
