@@ -160,7 +160,13 @@ PIPELINE = {"width": 512, "layers_per_stage": 2, "microbatches": 8, "microbatch_
 #: lateness against the replay's saving by as much. At ~50-80 ms (an expert of 16 repeats, a
 #: 6x slow rank) the impact came out at 0.75x and 1.45x the cost in loaded runs (a2a_moe_slow
 #: beside the app tests; a2a_moe_uneven in CI). DLRM keeps bags of 2000: with 4000 the
-#: lookups became memory-bound, and a healthy rank's CPU time swung from 70 to 255 ms.
+#: lookups became memory-bound, and a healthy rank's CPU time swung from 70 to 255 ms. Its
+#: rows are 128 wide: at 32 the lookups were 8 ms of a healthy rank's ~40 ms (the rest is
+#: drawing the indices, which the load stretches at random), the fault cost ~40 ms, and in
+#: one CI run its saving came out at 26.9 ms with 54.7 ms of waiting left to SYNC_WAIT,
+#: which ranked first; at 128 the lookups are ~35 ms of ~50, and in four runs (alone, and
+#: beside one or two busy-looping processes) the fault cost 121-188 ms a step and the impact
+#: came out at 0.92-0.97x it.
 #:
 #: The healthy ranks' work is kept small (~10-20 ms) and the fault large: 4 ranks share 2
 #: cores, so the healthy ranks' work is what the scheduler stretches at random, and a step
@@ -175,7 +181,7 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
     "a2a_dlrm": {
         "kind": "dlrm",
         "tables": 8,
-        "dim": 32,
+        "dim": 128,
         "rows": 2000,
         "bag": 2000,
         "batch": 64,

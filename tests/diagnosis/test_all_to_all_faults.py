@@ -1,9 +1,9 @@
 """All-to-all faults on plain torch.profiler traces (conftest.A2A_SCENARIOS): tracelab tells
 unbalanced data from a slow participant, names the rank, and costs it.
 
-- a2a_dlrm: rank 1 holds 4x the embedding tables, so 4x the lookups and 4x the pooled bytes it
-  sends; the others wait for its lookups at the all-to-all. Top finding ALL_TO_ALL_IMBALANCE on
-  rank 1, its impact the lookups' cost (below) within +-30%.
+- a2a_dlrm: rank 1 holds 4x the embedding tables (rows 128 wide), so 4x the lookups and 4x
+  the pooled bytes it sends; the others wait for its lookups at the all-to-all. Top finding
+  ALL_TO_ALL_IMBALANCE on rank 1, its impact the lookups' cost (below) within +-30%.
 - a2a_moe_uneven: every rank routes 9x the tokens to rank 2's expert: rank 2 receives 9x and
   computes that much more. Top finding ALL_TO_ALL_IMBALANCE on rank 2, its impact the expert's
   cost within +-30%, and its straggler finding is not given the same time again (issue 21 §3
@@ -122,7 +122,7 @@ def test_trained_moe_impact_is_its_saving(diagnose: Any) -> None:
 
 def test_dlrm_lookups_are_the_evidence(diagnose: Any) -> None:
     """The heavy rank's embedding lookups (aten::embedding_bag) take longer than any other
-    rank's: 4x the lookups, measured 1.46-2.4x its peers' median on 2 shared cores (4 ranks on
+    rank's: 4x the lookups, measured 1.50-1.76x its peers' median on 2 shared cores (4 ranks on
     2 cores: the peers' lookups all run beside another rank's and are stretched, the heavy
     rank's last three quarters run alone)."""
     d = diagnose("a2a_dlrm")
