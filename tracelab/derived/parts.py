@@ -373,23 +373,30 @@ def _merged(seg: dict[str, np.ndarray]) -> pa.Table:
 
 
 def _measures(seg: dict[str, np.ndarray]) -> pa.Table:
-    """Per (rank, step): comm_ns and overlapped_comm_ns."""
+    """Per (rank, step): comm_ns and overlapped_comm_ns. The segments come in (rank, time)
+    order and a rank's steps tile its time, so each (rank, step) is one run of rows: a sum per
+    run (np.add.reduceat), where np.unique over row pairs sorted them all again (0.44 s of
+    the 8-rank set's 1.0 s of parts). Runs of one key, should there be several, are added."""
+    r, st = seg["rank"].astype(np.int64), seg["step"].astype(np.int64)
+    new = np.ones(len(r), dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (st[1:] != st[:-1])
+    starts = np.flatnonzero(new)
     length = seg["t1"] - seg["t0"]
-    keys = np.stack([seg["rank"], seg["step"]], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    comm = np.bincount(inv, weights=length * seg["comm"], minlength=len(uniq))
-    over = np.bincount(inv, weights=length * seg["overlapped"], minlength=len(uniq))
+    comm = np.add.reduceat(np.where(seg["comm"], length, 0), starts) if len(r) else length
+    over = np.add.reduceat(np.where(seg["overlapped"], length, 0), starts) if len(r) else length
+    key_r, key_s = r[starts], st[starts]
+    key = key_r << 32 | (key_s & 0xFFFFFFFF)
+    if len(key) > 1 and not (key[1:] > key[:-1]).all():
+        uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        comm = np.bincount(inv, weights=comm, minlength=len(uniq)).astype(np.int64)
+        over = np.bincount(inv, weights=over, minlength=len(uniq)).astype(np.int64)
+        key_r, key_s = key_r[first], key_s[first]
     return pa.table(
         {
-            "rank": pa.array(uniq[:, 0].astype(np.int32))
-            if len(uniq)
-            else pa.array([], pa.int32()),
-            "step": pa.array(uniq[:, 1].astype(np.int32))
-            if len(uniq)
-            else pa.array([], pa.int32()),
-            "comm_ns": pa.array(np.rint(comm).astype(np.int64)),
-            "overlapped_comm_ns": pa.array(np.rint(over).astype(np.int64)),
+            "rank": pa.array(key_r.astype(np.int32)),
+            "step": pa.array(key_s.astype(np.int32)),
+            "comm_ns": pa.array(np.asarray(comm, dtype=np.int64)),
+            "overlapped_comm_ns": pa.array(np.asarray(over, dtype=np.int64)),
         }
     )
 
