@@ -41,21 +41,29 @@ def _convert_one(path: str, out_dir: str) -> TraceInfo:
 
 
 class _NoPandas:
-    """A meta-path entry that makes `import pandas` fail (see _worker_init)."""
+    """A meta-path entry that makes `import pandas` fail (pyarrow_without_pandas)."""
 
     @staticmethod
     def find_spec(name: str, path: object = None, target: object = None) -> None:
         if name == "pandas":
-            raise ImportError("conversion workers do not use pandas")
+            raise ImportError("this process does not use pandas")
 
 
 def _worker_init(parent_pid: int | None = None) -> None:
-    """Conversion workers die with their parent (tracelab.ingest.workers). They never use pandas, but
-    pyarrow imports it (a third of a second per worker) the first time it checks whether an
-    argument is a pandas object. Let that check run once while pandas cannot be imported, so
-    pyarrow records it as absent in this process."""
+    """Conversion workers die with their parent (tracelab.ingest.workers) and never use
+    pandas (pyarrow_without_pandas)."""
     if parent_pid is not None:
         lifecycle.init_worker(parent_pid)
+    pyarrow_without_pandas()
+
+
+def pyarrow_without_pandas() -> None:
+    """pyarrow imports pandas (a quarter to a third of a second) the first time it checks
+    whether an argument is a pandas object (pa.array of a list). In a process that never
+    hands pyarrow a pandas object, let that check run once while pandas cannot be imported,
+    so pyarrow records it as absent: the conversion workers, and `tracelab ingest`'s own
+    process (not `tracelab open`'s, whose app uses pandas; not the Python API's, whose caller
+    may). No-op where pandas is already imported."""
     if "pandas" in sys.modules:
         return
     import pyarrow as pa
