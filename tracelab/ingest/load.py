@@ -116,7 +116,7 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
                    k.ka, r.ra,
                    (SELECT arg_max(a.name, a.ts_ns) FROM events a
                     WHERE a.run_id = k.run_id AND a.rank = k.rank AND NOT a.on_device
-                      AND a.tid = launch.tid AND regexp_matches(a.name, '^(nccl|rccl):')
+                      AND a.tid = launch.tid AND (a.name LIKE 'nccl:%' OR a.name LIKE 'rccl:%')
                       AND launch.ts_ns BETWEEN a.ts_ns AND a.ts_ns + a.dur_ns) AS host_op
             -- The args parsed before the joins: only the fields read travel through them (the
             -- host_op subquery materializes its outer rows), not the whole args, which hold a
@@ -178,6 +178,8 @@ def _load_group_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
         fk AS (
             SELECT f.rank, f.event_idx, k.external_id, json_extract_string(k.args, {key}) AS km
             FROM f JOIN events k ON k.run_id = ? AND k.rank = f.rank AND k.idx = f.event_idx
+            -- (the kernels only: joined on every event, all the run's events were read)
+            WHERE k.on_device AND k.category = 'communication'
         ),
         -- The record_param_comms of the calls whose kernel does not say, its list read there.
         fr AS (
