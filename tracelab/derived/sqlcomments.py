@@ -43,14 +43,19 @@ def schema_comments(sql: str) -> list[tuple[str, str, str | None, str]]:
 
 
 def apply_comments(con: duckdb.DuckDBPyConnection, sql: str, only: str | None = None) -> None:
+    """COMMENT ON every table, view and column `sql` documents (only the table `only`, if
+    given), in one batch of statements: one call per comment took 0.14 s of a new store."""
+    views = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+    statements = []
     for kind, table, column, text in schema_comments(sql):
         if only is not None and table != only:
             continue
         quoted = "'" + text.replace("'", "''") + "'"
         if kind == "table":
-            is_view = con.execute(
-                "SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [table]
-            ).fetchall()[0][0]
-            con.execute(f"COMMENT ON {'VIEW' if is_view else 'TABLE'} {table} IS {quoted}")
+            statements.append(
+                f"COMMENT ON {'VIEW' if table in views else 'TABLE'} {table} IS {quoted}"
+            )
         else:
-            con.execute(f"COMMENT ON COLUMN {table}.{column} IS {quoted}")
+            statements.append(f"COMMENT ON COLUMN {table}.{column} IS {quoted}")
+    if statements:
+        con.execute(";\n".join(statements))
