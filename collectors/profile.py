@@ -75,6 +75,8 @@ class Profile:
         self._gloo_events: list[tuple[str, int, int]] = []
         self._step_start_ns = 0
         self._n_records = 0
+        #: Named groups whose rank list collectives.jsonl already holds (_list_ranks).
+        self._groups_listed: set[str] = set()
         self._in_torch = False
         self._converter: BackgroundConverter | None = None
         self._exchanged: list[str] = []  # clock exchanges done in the current step() call
@@ -384,12 +386,24 @@ class Profile:
         lines = sorted(records + fr_records, key=lambda r: r.enqueue_ns or 0)
         with (self.rank_dir / COLLECTIVES_FILE).open("a") as fh:
             for rec in lines:
-                fh.write(rec.to_json() + "\n")
+                fh.write(rec.to_json(ranks=self._list_ranks(rec)) + "\n")
         window["collectives"] = len(lines)
         window["flight_recorder_records"] = len(fr_records)
         self._n_records += len(lines)
         if exchange:
             self._exchange_clocks("window_end")
+
+    def _list_ranks(self, rec: CollectiveRecord) -> bool:
+        """Whether `rec`'s line carries its group's rank list: a named group's on its first
+        line of the file only (a 10,000-rank group's list on every call would make the file
+        grow as calls x group size), a group without a name's always (its ranks are its
+        identity)."""
+        if rec.pg_name is None or not rec.pg_ranks:
+            return True
+        if rec.pg_name in self._groups_listed:
+            return False
+        self._groups_listed.add(rec.pg_name)
+        return True
 
     def _flight_recorder_records(
         self, window: dict[str, Any], records: list[CollectiveRecord]

@@ -93,8 +93,12 @@ class CollectiveRecord:
     #: CUDA events (start, end) still to be read back; None on gloo/CPU.
     cuda_events: Any = field(default=None, repr=False, compare=False)
 
-    def to_json(self) -> str:
+    def to_json(self, *, ranks: bool = True) -> str:
+        """The record's line; `ranks=False` writes `pg_ranks` as null (a named group's list
+        is written on its first record of the file only: docs/capture-format.md)."""
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _PRIVATE}
+        if not ranks:
+            data["pg_ranks"] = None
         return json.dumps(data, separators=(",", ":"))
 
 

@@ -185,3 +185,28 @@ def test_a_named_groups_ranks_are_stored_once_per_run(tmp_path: Path) -> None:
     ]
     assert groups == [("0", [0, 1, 2, 3]), ("tp0", [0, 1]), ("tp2", [2, 3])]
     assert matched == [("0", 2, 8), ("tp0", 3, 6), ("tp2", 3, 6)]
+
+
+def test_collector_records_keep_a_groups_ranks_once(tmp_path: Path) -> None:
+    """The bundled DDP capture's records (a collector from before 2026-12) repeat the group's
+    list on every line: the store keeps it on the group's first record of the run, and the
+    group is the same."""
+    capture = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp_slow_rank"
+    lines = sum(
+        1
+        for r in range(4)
+        for line in (capture / f"rank-{r}" / "collectives.jsonl").read_text().splitlines()
+        if '"pg_ranks":[0,1,2,3]' in line
+    )
+    assert lines > 100
+    db = tmp_path / "s.duckdb"
+    ingest([capture], db=db, run="r", workers=1, progress=False)
+    with open_store(db) as con:
+        stored = con.execute(
+            "SELECT pg_name, count(*), count(pg_ranks), arg_min(rank, start_ns) FILTER "
+            "(WHERE pg_ranks IS NOT NULL), CAST(any_value(pg_ranks) AS INTEGER[]) "
+            "FROM collectives WHERE source IN ('collector', 'flight_recorder') GROUP BY ALL"
+        ).fetchall()
+        groups = con.execute("SELECT group_key, ranks FROM process_groups").fetchall()
+    assert stored == [("0", lines, 1, 0, [0, 1, 2, 3])]
+    assert groups == [("0", [0, 1, 2, 3])]

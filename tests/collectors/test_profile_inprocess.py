@@ -137,6 +137,8 @@ def test_hooks_and_profiler_only_inside_windows(world1: Any, tmp_path: Path) -> 
     records = (tmp_path / "run" / "rank-0" / "collectives.jsonl").read_text().splitlines()
     assert [json.loads(r)["step"] for r in records] == [2, 3, 6, 7]
     assert [json.loads(r)["seq"] for r in records] == [1, 2, 3, 4]
+    # The named group's rank list on its first line of the file only, across windows.
+    assert [json.loads(r)["pg_ranks"] for r in records] == [[0], None, None, None]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["world_size"] == 1 and manifest["ranks"][0]["clock"]["offset_ns"] == 0
 

@@ -110,6 +110,11 @@ def load_capture_records(
     """Insert the collector's collective records and per-step memory peaks of `ranks`."""
     coll_rows: list[list[Any]] = []
     mem_rows: list[list[Any]] = []
+    # A named group's rank list is kept on its first record of the run only, as for a trace's
+    # kernels (tracelab.ingest.load._load_group_ranks): captures of collectors before 2026-12
+    # repeat it on every line, and a 10,000-rank group's list per call and rank would be
+    # ranks x calls x group size.
+    listed: set[str] = set()
     for rank in sorted(ranks):
         entry = capture.ranks.get(rank, {})
         rel = entry.get("collectives")
@@ -119,7 +124,12 @@ def load_capture_records(
                 for rec in read_collectives(path):
                     values = [rec.get(k) for k in _COLLECTIVE_FIELDS]
                     values[0] = values[0] or "collector"
-                    if values[4] is not None:
+                    name = rec.get("pg_name")
+                    if values[4] is not None and name is not None and name in listed:
+                        values[4] = None
+                    elif values[4] is not None:
+                        if name is not None and values[4]:
+                            listed.add(name)
                         values[4] = json.dumps(values[4])
                     if rec["op"] != "all_to_all":  # split lists describe all-to-alls only
                         values[-2:] = [None, None]

@@ -194,9 +194,10 @@ CREATE TABLE IF NOT EXISTS collectives (
     pg_name VARCHAR,
     -- Process group description (e.g. 'default_pg').
     pg_desc VARCHAR,
-    -- Global ranks of the group, JSON list; NULL when unknown. From a trace, on the rank's first
-    -- call of a named group only (every call of that group has the same ranks, and a
-    -- 10,000-rank group's list on every call would grow as ranks x calls x group size).
+    -- Global ranks of the group, JSON list; NULL when unknown. Of a named group, on its first
+    -- call of the run only (the lowest rank's first call, from a trace or the collector's
+    -- records): every call of that group has the same ranks, and a 10,000-rank group's list
+    -- on every call would grow as ranks x calls x group size.
     pg_ranks JSON,
     -- Number of ranks in the group.
     group_size INTEGER,
