@@ -227,3 +227,35 @@ def test_store_under_a_folder_named_like_a_partition(tmp_path: Path) -> None:
         with open_store(db) as con:
             got = con.execute("SELECT rank, count(*) FROM events GROUP BY rank ORDER BY rank")
             assert [r for r, _ in got.fetchall()] == [0, 1]
+
+
+def test_equal_process_group_configs_share_one_copy() -> None:
+    """Ranks whose traces list the same groups keep one copy of them (pool._share_groups);
+    a config of the same outline with other members stays its own, and whatever a trace
+    puts in pg_config (an int for the ranks, a list for the name, not a dict) is compared
+    without error."""
+    from dataclasses import replace
+
+    from tracelab.ingest.converted import TraceInfo
+    from tracelab.ingest.pool import Groups, _share_groups
+
+    base = TraceInfo(
+        file="r0.json", file_bytes=1, sha256="x", rank=0, world_size=4, backend="nccl",
+        process_groups=[], host=None, device=None, device_memory_bytes=None,
+        device_properties=None, base_time_ns=0, event_count=0, memory_event_count=0,
+        ignored_event_count=0,
+    )  # fmt: skip
+
+    def groups(members: list[int]) -> list[dict[str, object]]:
+        return [{"pg_name": "0", "pg_size": 4, "ranks": members}]
+
+    seen: Groups = {}
+    a = _share_groups(replace(base, process_groups=groups([0, 1, 2, 3])), seen)
+    b = _share_groups(replace(base, rank=1, process_groups=groups([0, 1, 2, 3])), seen)
+    c = _share_groups(replace(base, rank=2, process_groups=groups([0, 1, 3, 2])), seen)
+    assert b.process_groups is a.process_groups and b.rank == 1
+    assert c.process_groups is not a.process_groups and c.process_groups == groups([0, 1, 3, 2])
+    odd: list[object] = [5, {"pg_name": ["x"], "ranks": 7}, {"pg_name": "1", "ranks": [0]}]
+    d = _share_groups(replace(base, process_groups=odd), seen)  # type: ignore[arg-type]
+    e = _share_groups(replace(base, process_groups=list(odd)), seen)  # type: ignore[arg-type]
+    assert e.process_groups is d.process_groups
