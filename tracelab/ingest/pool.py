@@ -4,10 +4,11 @@ per worker (memory bounded by one trace); a worker that dies costs only the file
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import sys
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -216,22 +217,26 @@ def _convert_in_pool(
 
         # Not as_completed, which keeps every future (and its result) until the last: each
         # future is dropped once read, so only the shared process groups stay (_share_groups).
-        pending, n = set(futures), 0
+        # Nor wait(FIRST_COMPLETED) in a loop, which visits every pending future on each call
+        # (quadratic: 10,000 files): each future puts itself on a queue when it is done.
+        finished_q: queue.SimpleQueue[Future[TraceInfo]] = queue.SimpleQueue()
+        for fut in futures:
+            fut.add_done_callback(finished_q.put)
+        n = 0
         orphaned: list[int] = []
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                i = futures.pop(fut)
-                try:
-                    done[i] = (_share_groups(fut.result(), groups), out_dirs[i])
-                except BrokenProcessPool:
-                    orphaned.append(i)  # some worker died: which file killed it is unknown
-                    continue
-                except Exception as exc:  # noqa: BLE001 (per-file failure policy)
-                    errors[i] = _file_error(exc, files[i].path)
-                n += 1
-                if progress:
-                    progress(n, len(todo))
+        while futures:
+            fut = finished_q.get()
+            i = futures.pop(fut)
+            try:
+                done[i] = (_share_groups(fut.result(), groups), out_dirs[i])
+            except BrokenProcessPool:
+                orphaned.append(i)  # some worker died: which file killed it is unknown
+                continue
+            except Exception as exc:  # noqa: BLE001 (per-file failure policy)
+                errors[i] = _file_error(exc, files[i].path)
+            n += 1
+            if progress:
+                progress(n, len(todo))
     except BaseException:
         lifecycle.kill_pool(pool)  # Ctrl-C, SIGTERM: stop now, not after the current files
         raise

@@ -200,12 +200,24 @@ def fields(
         elif kind in ("ints", "strs"):
             if not isinstance(value, list):
                 raise InputError(f"{label} must be an array, not {_describe(value)}.", str(path))
-            for item in value:
+            if _all_valid(value, kind, lo, hi):
+                continue
+            for item in value:  # the first bad item, named
                 if kind == "ints":
                     integer(item, f"{label} item", path, lo=lo, hi=hi, optional=False)
                 else:
                     text(item, f"{label} item", path, optional=False)
     return record
+
+
+def _all_valid(items: list[Any], kind: str, lo: int, hi: int) -> bool:
+    """Whether every item of a JSON array is an int in [lo, hi] ("ints") or a string
+    ("strs"), checked by C builtins: a trace's process groups list every member rank, and
+    item by item that was 10 ms of a 22 ms conversion at 10,000 ranks."""
+    types = set(map(type, items))
+    if kind == "strs":
+        return types <= {str}
+    return types <= {int} and (not items or (lo <= min(items) and max(items) <= hi))
 
 
 # ------------------------------------------------------------------ names and terminals
