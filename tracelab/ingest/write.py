@@ -143,7 +143,7 @@ def write_run(
                     delete_run(con, old)
                 _insert_run(con, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
                 register_files(con, rid, files)
-                _load(con, rid, staging, by_rank, capture, skip, runner)
+                _load(con, rid, by_rank, capture, skip, runner)
                 if extra is not None:
                     extra(con, rid)
                 report.derived_errors = derived_errors(con, rid)
@@ -311,37 +311,50 @@ def _insert_ranks(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -
         con.unregister("_tl_ranks")
 
 
-def _parts(staging: Path, by_rank: dict[int, ConvertedRank]) -> dict[str, list[str]]:
-    """Each converted file linked as `parts/rR-oK.KIND.parquet` (load_sql.PARTS), so that the
-    load reads a file's rank and idx offset from its name: kind -> paths."""
+def _parts(
+    by_rank: dict[int, ConvertedRank],
+) -> tuple[dict[str, list[str]], list[tuple[str, int, int]]]:
+    """The converted files of each kind but the events (kind -> paths), and every file's
+    (path, rank, offset of idx) for load_sql.part_files."""
     out: dict[str, list[str]] = {kind: [] for kind in PARQUET_KINDS if kind != "events"}
-    parts = staging / "parts"
-    shutil.rmtree(parts, ignore_errors=True)  # a retried write links them again
-    parts.mkdir()
+    entries: list[tuple[str, int, int]] = []
     for rank, cr in sorted(by_rank.items()):
         offset = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
             for kind in out:
-                link = parts / f"r{rank}-o{offset}.{kind}.parquet"
-                try:
-                    link.symlink_to((folder / f"{kind}.parquet").resolve())
-                except OSError:  # no symlinks here: copy
-                    shutil.copyfile(folder / f"{kind}.parquet", link)
-                out[kind].append(str(link))
+                path = str(folder / f"{kind}.parquet")
+                out[kind].append(path)
+                entries.append((path, rank, offset))
             offset += info.event_count
-    return out
+    return out, entries
 
 
 def _load(
     con: duckdb.DuckDBPyConnection,
     rid: int,
-    staging: Path,
     by_rank: dict[int, ConvertedRank],
     capture: Capture | None,
     skip: dict[str, str],
     runner: Runner | None = None,
 ) -> None:
-    parts = _parts(staging, by_rank)
+    parts, entries = _parts(by_rank)
+    with load_sql.part_files(con, entries):
+        _load_parts(con, rid, parts, by_rank)
+    load_sql.load_trace_collectives(con, rid)
+    if capture is not None:
+        load_capture_records(con, rid, capture, set(by_rank))
+    from tracelab.derived import derive
+
+    derive(con, rid, skip, runner)
+
+
+def _load_parts(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    parts: dict[str, list[str]],
+    by_rank: dict[int, ConvertedRank],
+) -> None:
+    """The steps, memory instants and lanes of the converted files (load_sql.PARTS)."""
     load_sql.load_steps(con, rid, parts["steps"])
     loaded = dict(
         con.execute(
@@ -353,9 +366,3 @@ def _load(
         raise RuntimeError(f"events landed on the wrong ranks: {loaded} != {expected}")
     load_sql.load_trace_memory(con, rid, parts["memory"])
     load_sql.load_lanes(con, rid, parts["lanes"])
-    load_sql.load_trace_collectives(con, rid)
-    if capture is not None:
-        load_capture_records(con, rid, capture, set(by_rank))
-    from tracelab.derived import derive
-
-    derive(con, rid, skip, runner)
