@@ -4,6 +4,7 @@ timing inference on hand-made collectives with a known layout."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,20 +163,16 @@ def test_a_named_groups_ranks_are_stored_once_per_run(tmp_path: Path) -> None:
             ev["args"]["Process Group Name"] = "tp" + str(pair[0])
         for i in range(2):
             t.nccl("all_reduce", (12 + 3 * i) * MS, (13 + 3 * i) * MS, nbytes=1 << 20, seq=i + 1)
-    paths = write_ranks(tmp_path / "cap", traces)
-    db = tmp_path / "s.duckdb"
-    ingest(paths, db=db, run="r", workers=1, progress=False)
-    with open_store(db) as con:
-        stored = con.execute(
-            "SELECT rank, pg_name, count(*), count(pg_ranks), "
-            "arg_min(CAST(pg_ranks AS INTEGER[]), start_ns) FROM collectives "
-            "WHERE source = 'kernel' GROUP BY ALL ORDER BY ALL"
-        ).fetchall()
-        groups = con.execute("SELECT group_key, ranks FROM process_groups ORDER BY 1").fetchall()
-        matched = con.execute(
-            "SELECT pg_name, count(DISTINCT match_key), count(*) FROM matched_collectives "
-            "GROUP BY 1 ORDER BY 1"
-        ).fetchall()
+    stored, groups, matched = _ingested_rows(
+        write_ranks(tmp_path / "cap", traces),
+        tmp_path,
+        "SELECT rank, pg_name, count(*), count(pg_ranks), "
+        "arg_min(CAST(pg_ranks AS INTEGER[]), start_ns) FROM collectives "
+        "WHERE source = 'kernel' GROUP BY ALL ORDER BY ALL",
+        GROUPS_SQL,
+        "SELECT pg_name, count(DISTINCT match_key), count(*) FROM matched_collectives "
+        "GROUP BY 1 ORDER BY 1",
+    )
     first = {"0": 0, "tp0": 0, "tp2": 2}  # each group's lowest rank
     members = {"0": [0, 1, 2, 3], "tp0": [0, 1], "tp2": [2, 3]}
     assert stored == [
@@ -199,14 +196,24 @@ def test_collector_records_keep_a_groups_ranks_once(tmp_path: Path) -> None:
         if '"pg_ranks":[0,1,2,3]' in line
     )
     assert lines > 100
-    db = tmp_path / "s.duckdb"
-    ingest([capture], db=db, run="r", workers=1, progress=False)
-    with open_store(db) as con:
-        stored = con.execute(
-            "SELECT pg_name, count(*), count(pg_ranks), arg_min(rank, start_ns) FILTER "
-            "(WHERE pg_ranks IS NOT NULL), CAST(any_value(pg_ranks) AS INTEGER[]) "
-            "FROM collectives WHERE source IN ('collector', 'flight_recorder') GROUP BY ALL"
-        ).fetchall()
-        groups = con.execute("SELECT group_key, ranks FROM process_groups").fetchall()
+    stored, groups = _ingested_rows(
+        [capture],
+        tmp_path,
+        "SELECT pg_name, count(*), count(pg_ranks), arg_min(rank, start_ns) FILTER "
+        "(WHERE pg_ranks IS NOT NULL), CAST(any_value(pg_ranks) AS INTEGER[]) "
+        "FROM collectives WHERE source IN ('collector', 'flight_recorder') GROUP BY ALL",
+        GROUPS_SQL,
+    )
     assert stored == [("0", lines, 1, 0, [0, 1, 2, 3])]
     assert groups == [("0", [0, 1, 2, 3])]
+
+
+GROUPS_SQL = "SELECT group_key, ranks FROM process_groups ORDER BY 1"
+
+
+def _ingested_rows(paths: list[Path], tmp_path: Path, *queries: str) -> list[list[Any]]:
+    """Ingest `paths` as one run into a new store; each query's rows."""
+    db = tmp_path / "s.duckdb"
+    ingest(paths, db=db, run="r", workers=1, progress=False)
+    with open_store(db) as con:
+        return [con.execute(q).fetchall() for q in queries]
