@@ -345,8 +345,7 @@ def _apply_patterns(
             "group_key": pa.array([k for _, _, k in assigned], pa.string()),
         }
     )
-    con.register("_tl_amap", amap)
-    try:
+    with sqlfiles.registered(con, {"_tl_amap": amap}):
         rows = con.execute(
             """
             WITH bw AS (
@@ -370,8 +369,6 @@ def _apply_patterns(
             """,
             {"run": run_id},
         ).fetchall()
-    finally:
-        con.unregister("_tl_amap")
     found: dict[tuple[int, str], tuple[str, str]] = {}
     for gk, ops, fwd, marked in rows:
         g = groups.get(gk)

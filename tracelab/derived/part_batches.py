@@ -174,8 +174,5 @@ def store(con: duckdb.DuckDBPyConnection, result: BatchResult) -> None:
     for name, table in result.rows.items():
         if not len(table):
             continue
-        con.register("_tl_batch_rows", table)
-        try:
+        with sqlfiles.registered(con, {"_tl_batch_rows": table}):
             con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _tl_batch_rows")
-        finally:
-            con.unregister("_tl_batch_rows")

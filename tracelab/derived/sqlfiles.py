@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from typing import Any
 
@@ -98,20 +98,14 @@ def create_macros(
     )
 
 
-def run(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    params: Mapping[str, Any],
-    tables: Mapping[str, pa.Table] | None = None,
-) -> None:
-    """Execute the statement of `name` with its named parameters, the Arrow `tables`
-    registered under their names while it runs."""
-    tables = tables or {}
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, tables: Mapping[str, pa.Table]) -> Iterator[None]:
+    """The Arrow `tables` registered on `con` under their names while inside."""
     for key, table in tables.items():
         con.register(key, table)
     ok = False
     try:
-        con.execute(statement(name), dict(params))
+        yield
         ok = True
     finally:
         # A failed statement aborts the transaction, so unregistering then fails too ("Current
@@ -120,3 +114,15 @@ def run(
         for key in tables:
             with contextlib.nullcontext() if ok else contextlib.suppress(duckdb.Error):
                 con.unregister(key)
+
+
+def run(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    params: Mapping[str, Any],
+    tables: Mapping[str, pa.Table] | None = None,
+) -> None:
+    """Execute the statement of `name` with its named parameters, the Arrow `tables`
+    registered under their names while it runs."""
+    with registered(con, tables or {}):
+        con.execute(statement(name), dict(params))

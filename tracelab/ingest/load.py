@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from tracelab.derived.sqlfiles import registered
 from tracelab.vocabulary import DTYPE_BYTES, OP_RULES
 
 if TYPE_CHECKING:
@@ -63,11 +64,8 @@ def part_files(
             "off": pa.array([e[2] for e in entries], pa.int64()),
         }
     )
-    con.register("_tl_part_files", table)
-    try:
+    with registered(con, {"_tl_part_files": table}):
         yield
-    finally:
-        con.unregister("_tl_part_files")
 
 
 def load_steps(con: duckdb.DuckDBPyConnection, run_id: int, steps: list[str]) -> None:

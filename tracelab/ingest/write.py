@@ -289,6 +289,8 @@ def _insert_ranks(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -
     "dictionary" travel once."""
     import pyarrow as pa
 
+    from tracelab.derived.sqlfiles import registered
+
     arrays = []
     for i, (_, kind) in enumerate(_RANK_COLUMNS):
         values = [row[i] for row in rows]
@@ -303,12 +305,9 @@ def _insert_ranks(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -
         else:
             arrays.append(pa.array(values, getattr(pa, kind)()))
     table = pa.Table.from_arrays(arrays, names=[name for name, _ in _RANK_COLUMNS])
-    con.register("_tl_ranks", table)
-    try:
-        cols = ", ".join(name for name, _ in _RANK_COLUMNS)
+    cols = ", ".join(name for name, _ in _RANK_COLUMNS)
+    with registered(con, {"_tl_ranks": table}):
         con.execute(f"INSERT INTO ranks ({cols}) SELECT {cols} FROM _tl_ranks")
-    finally:
-        con.unregister("_tl_ranks")
 
 
 def _parts(
