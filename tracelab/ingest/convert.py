@@ -9,6 +9,7 @@ job never funnels through one parser. Output, in `out_dir`:
 - `steps.parquet`: the ProfilerStep spans
 - `memory.parquet`: the `[memory]` instants (ts_ns, step, args, and the numeric fields of args)
 - `lanes.parquet`: process/thread names and sort indices from `M` events
+- `collectives.parquet`: the collectives the events show (tracelab.ingest.trace_collectives)
 - `trace.json`: the file's metadata (rank info, base time, counts) as `TraceInfo`
 
 The folder's schemas, and reading it back, are tracelab.ingest.converted.
@@ -37,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracelab.errors import InputError, TraceFormatError
-from tracelab.ingest import columns, gunzip, validate
+from tracelab.ingest import columns, gunzip, trace_collectives, validate
 from tracelab.ingest.converted import (
     CONVERTED_FORMAT,
     EVENTS_SCHEMA,
@@ -211,6 +212,11 @@ def convert_trace(path: str | os.PathLike[str], out_dir: str | os.PathLike[str])
     _write_memory(d, mem, base_ns, events.steps, out / "memory.parquet")
     _write_steps(events.steps, events.end_ns, events.on_device, events.step, out / "steps.parquet")
     _write_lanes(d, lanes, out / "lanes.parquet", path)
+    pq.write_table(
+        trace_collectives.trace_collectives(events.table),
+        out / "collectives.parquet",
+        compression=_CODEC,
+    )
     del events
 
     info = TraceInfo(

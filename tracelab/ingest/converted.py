@@ -20,11 +20,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracelab.errors import InputError
-from tracelab.ingest import validate
+from tracelab.ingest import trace_collectives, validate
 
 #: Version of the converted form (the Parquet files' columns). A folder of another version,
 #: e.g. left by an older collector, is converted again rather than registered.
-CONVERTED_FORMAT = 2
+CONVERTED_FORMAT = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +84,7 @@ EVENTS_SCHEMA = pa.schema(
 #: Suffix of the folder holding a trace's columnar form next to the trace itself.
 CONVERTED_SUFFIX = ".tracelab"
 #: The Parquet files of a converted trace, by kind (`events` -> events.parquet).
-PARQUET_KINDS = ("events", "steps", "memory", "lanes")
+PARQUET_KINDS = ("events", "steps", "memory", "lanes", "collectives")
 
 
 def _sha256(fh: Any) -> str:
@@ -179,6 +179,7 @@ def _valid_converted(folder: Path, info: TraceInfo) -> bool:
             "steps": STEPS_SCHEMA,
             "memory": MEMORY_SCHEMA,
             "lanes": LANES_SCHEMA,
+            "collectives": trace_collectives.SCHEMA,
         }
         for kind, schema in expected.items():
             if not pq.read_schema(folder / f"{kind}.parquet").equals(schema, check_metadata=False):

@@ -339,7 +339,6 @@ def _load(
     parts, entries = _parts(by_rank)
     with load_sql.part_files(con, entries):
         _load_parts(con, rid, parts, by_rank)
-    load_sql.load_trace_collectives(con, rid)
     if capture is not None:
         load_capture_records(con, rid, capture, set(by_rank))
     from tracelab.derived import derive
@@ -353,7 +352,8 @@ def _load_parts(
     parts: dict[str, list[str]],
     by_rank: dict[int, ConvertedRank],
 ) -> None:
-    """The steps, memory instants and lanes of the converted files (load_sql.PARTS)."""
+    """The steps, memory instants, lanes and collectives of the converted files
+    (load_sql.PARTS)."""
     load_sql.load_steps(con, rid, parts["steps"])
     loaded = dict(
         con.execute(
@@ -365,3 +365,4 @@ def _load_parts(
         raise RuntimeError(f"events landed on the wrong ranks: {loaded} != {expected}")
     load_sql.load_trace_memory(con, rid, parts["memory"])
     load_sql.load_lanes(con, rid, parts["lanes"])
+    load_sql.load_trace_collectives(con, rid, parts["collectives"])
