@@ -17,6 +17,9 @@ MARKER = ".tracelab-store"
 #: Suffix of the store folder's name, replacing the store file's `.duckdb`.
 FOLDER_SUFFIX = ".parquet"
 
+#: The columns of parquet_files, the catalog of the store folder's files.
+PARQUET_FILES_COLUMNS = ("run_id", "rank", "kind", "path", "row_count", "file_bytes")
+
 #: The columns of an events file, in the view's order (run_id and rank come from the path).
 EVENT_FILE_COLUMNS = (
     "idx",

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from tracelab.derived import sqlfiles
 from tracelab.derived.sqlcomments import apply_comments
-from tracelab.store_folder import listed, sql_text, store_root
+from tracelab.store_folder import PARQUET_FILES_COLUMNS, listed, sql_text, store_root
 
 #: parquet_files.kind of these files.
 KIND = "time_parts"
@@ -65,11 +65,12 @@ def register(
     """List the run's new files in place of its old ones, and replace the view (in the caller's
     transaction)."""
     con.execute("DELETE FROM parquet_files WHERE run_id = ? AND kind = ?", [int(run_id), KIND])
-    if files:
-        con.executemany(
-            "INSERT INTO parquet_files VALUES (?, ?, ?, ?, ?, ?)",
-            [[int(run_id), first, KIND, rel, rows, size] for first, rel, rows, size in files],
-        )
+    sqlfiles.insert_rows(
+        con,
+        "parquet_files",
+        PARQUET_FILES_COLUMNS,
+        [[int(run_id), first, KIND, rel, rows, size] for first, rel, rows, size in files],
+    )
     refresh_view(con)
 
 

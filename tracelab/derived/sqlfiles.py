@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -126,3 +126,21 @@ def run(
     registered under their names while it runs."""
     with registered(con, tables or {}):
         con.execute(statement(name), dict(params))
+
+
+def insert_rows(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+) -> None:
+    """INSERT many Python rows into `table` (`columns`, in order) in one statement, through
+    Arrow typed as the table's columns. DuckDB's executemany runs one statement a row: 0.6 ms
+    each, 1.2 s to list a 2,000-rank run's files."""
+    if not rows:
+        return
+    cols = ", ".join(columns)
+    schema = con.sql(f"SELECT {cols} FROM {table} LIMIT 0").to_arrow_table().schema
+    arrays = [pa.array([row[i] for row in rows], type=field.type) for i, field in enumerate(schema)]
+    with registered(con, {"_tl_rows": pa.Table.from_arrays(arrays, schema=schema)}):
+        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _tl_rows")

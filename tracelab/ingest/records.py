@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracelab.derived.sqlfiles import insert_rows
 from tracelab.errors import InputError
 from tracelab.ingest import validate as v
 from tracelab.ingest.discover import Capture, capture_path
@@ -35,6 +36,19 @@ _COLLECTIVE_FIELDS = (
     "step",
     "in_split_bytes",
     "out_split_bytes",
+)
+#: The memory table's columns, in the order of the rows built here.
+_MEMORY_COLUMNS = (
+    "run_id",
+    "rank",
+    "source",
+    "ts_ns",
+    "step",
+    "device_type",
+    "device_id",
+    "delta_bytes",
+    "allocated_bytes",
+    "reserved_bytes",
 )
 _SOURCES = ("collector", "flight_recorder")
 #: What each field of a collective record may hold (tracelab.ingest.validate).
@@ -111,7 +125,7 @@ def load_capture_records(
     coll_rows: list[list[Any]] = []
     mem_rows: list[list[Any]] = []
     # A named group's rank list is kept on its first record of the run only, as for a trace's
-    # kernels (tracelab.ingest.load._load_group_ranks): captures of collectors before 2026-12
+    # kernels (tracelab.ingest.load.load_trace_collectives): captures of collectors before 2026-12
     # repeat it on every line, and a 10,000-rank group's list per call and rank would be
     # ranks x calls x group size.
     listed: set[str] = set()
@@ -153,13 +167,5 @@ def load_capture_records(
                     peak.get("peak_reserved_bytes"),
                 ]
             )
-    if coll_rows:
-        con.executemany(
-            """INSERT INTO collectives (run_id, rank, source, op, pg_name, pg_desc, pg_ranks,
-               group_size, seq, in_bytes, out_bytes, dtype, peer, enqueue_ns, start_ns, end_ns,
-               step, in_split_bytes, out_split_bytes, event_idx)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)""",
-            coll_rows,
-        )
-    if mem_rows:
-        con.executemany("INSERT INTO memory VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", mem_rows)
+    insert_rows(con, "collectives", ("run_id", "rank", *_COLLECTIVE_FIELDS), coll_rows)
+    insert_rows(con, "memory", _MEMORY_COLUMNS, mem_rows)

@@ -28,12 +28,13 @@ from pathlib import Path
 
 import duckdb
 
+from tracelab.derived.sqlfiles import insert_rows
 from tracelab.errors import StoreError
 from tracelab.store.versions import first_row
 from tracelab.store_folder import EVENT_FILE_COLUMNS as EVENT_FILE_COLUMNS  # re-exported
 from tracelab.store_folder import FOLDER_SUFFIX as FOLDER_SUFFIX  # re-exported
 from tracelab.store_folder import MARKER as MARKER
-from tracelab.store_folder import events_select_sql, listed
+from tracelab.store_folder import PARQUET_FILES_COLUMNS, events_select_sql, listed
 from tracelab.store_folder import make_root as make_root
 from tracelab.store_folder import parquet_root as parquet_root
 from tracelab.store_folder import store_root as store_root
@@ -131,7 +132,7 @@ def register_files(
     for rank, offset, count in files:
         path = event_file(run_id, rank, offset)
         rows.append([run_id, rank, "events", path, count, (root / path).stat().st_size])
-    con.executemany("INSERT INTO parquet_files VALUES (?, ?, ?, ?, ?, ?)", rows)
+    insert_rows(con, "parquet_files", PARQUET_FILES_COLUMNS, rows)
     refresh_events_view(con)
 
 
