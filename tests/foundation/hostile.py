@@ -17,7 +17,17 @@ from tracelab.store import open_store
 from .kineto import run_set
 
 REPO = Path(__file__).resolve().parents[2]
-TABLES = ("runs", "ranks", "events", "steps", "lanes", "collectives", "memory", "baselines")
+TABLES = (
+    "runs",
+    "ranks",
+    "process_group_configs",
+    "events",
+    "steps",
+    "lanes",
+    "collectives",
+    "memory",
+    "baselines",
+)
 #: Exit codes a command may end with on any input: ok, usage error, input error.
 CLEAN_EXITS = (0, 2, 3)
 

@@ -16,7 +16,16 @@ from tracelab.store import open_store
 
 from .kineto import run_set, trace, write
 
-TABLES = ("runs", "ranks", "events", "steps", "lanes", "collectives", "memory")
+TABLES = (
+    "runs",
+    "ranks",
+    "process_group_configs",
+    "events",
+    "steps",
+    "lanes",
+    "collectives",
+    "memory",
+)
 
 
 def snapshot(db: Path) -> dict[str, int]:

@@ -56,7 +56,11 @@ def test_counts_ranks_and_groups_match_the_json(rel: str, hta_traces: Path, tmp_
     )
     with open_store(tmp_path / "s.duckdb") as con:
         stored = dict(con.execute("SELECT category, count(*) FROM events GROUP BY 1").fetchall())
-        rank_row = con.execute("SELECT rank, world_size, process_groups FROM ranks").fetchone()
+        rank_row = con.execute(
+            "SELECT r.rank, r.world_size, c.process_groups FROM ranks r "
+            "JOIN process_group_configs c ON c.run_id = r.run_id "
+            "AND c.config = r.process_groups_config"
+        ).fetchone()
         mem = con.execute("SELECT count(*) FROM memory").fetchone()[0]
         negative = con.execute("SELECT count(*) FROM events WHERE dur_ns < 0").fetchone()[0]
     assert stored == dict(direct)

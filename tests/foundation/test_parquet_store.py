@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import filecmp
 import gzip
+import json
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -257,6 +259,78 @@ def test_a_version_3_store_keeps_its_hang_verdicts_through_the_migration(tmp_pat
     assert pq.read_table(out / "hang_verdicts.parquet").num_rows == 1
 
 
+def _as_version_5(con: Any) -> None:
+    """A store of this tracelab turned into what version 5 wrote: each rank's own copy of its
+    process-group configuration (ranks.process_groups), no process_group_configs."""
+    con.execute("ALTER TABLE ranks ADD COLUMN process_groups JSON")
+    con.execute(
+        "UPDATE ranks SET process_groups = c.process_groups FROM process_group_configs c "
+        "WHERE c.run_id = ranks.run_id AND c.config = ranks.process_groups_config"
+    )
+    con.execute("ALTER TABLE ranks ALTER COLUMN process_groups SET NOT NULL")
+    con.execute("ALTER TABLE ranks DROP COLUMN process_groups_config")
+    con.execute("DROP TABLE process_group_configs")
+    con.execute("UPDATE tracelab_meta SET value = '5' WHERE key = 'schema_version'")
+
+
+def _groups_of_ranks(db: Path) -> dict[tuple[str, int], Any]:
+    with open_store(db, read_only=True) as con:
+        rows = con.execute(
+            "SELECT n.name, r.rank, CAST(c.process_groups AS VARCHAR) FROM ranks r "
+            "JOIN runs n USING (run_id) JOIN process_group_configs c "
+            "ON c.run_id = r.run_id AND c.config = r.process_groups_config"
+        ).fetchall()
+    return {(name, rank): json.loads(text) for name, rank, text in rows}
+
+
+def test_a_version_5_store_keeps_each_process_group_configuration_once(tmp_path: Path) -> None:
+    """A version 5 store (a copy of the configuration per rank) is refused with the command,
+    then migrated in place: each run's distinct configurations once, numbered from its lowest
+    rank, each rank naming its own; the derived groups as they were; it takes new runs."""
+    import duckdb
+
+    from tracelab.testing.synth import MS, RankTrace, write_ranks
+
+    db = tmp_path / "v5.duckdb"
+    ingest([run_set(tmp_path / "ta", ranks=2)], db=db, run="a", progress=False)
+    traces = [RankTrace(r, 4, pg_ranks=[0, 1] if r < 2 else [2, 3]) for r in range(4)]
+    for t in traces:
+        t.step(1, 0, 10 * MS)
+        t.kernel("gemm", 1 * MS, 2 * MS)
+    ingest(write_ranks(tmp_path / "tb", traces), db=db, run="b", progress=False)
+    before, groups = snapshot(db), _groups_of_ranks(db)
+    with open_store(db, read_only=True) as con:
+        derived = con.execute("SELECT * FROM process_groups ORDER BY ALL").fetchall()
+    con = duckdb.connect(str(db))
+    try:
+        _as_version_5(con)
+    finally:
+        con.close()
+    with pytest.raises(StoreError, match=r"version 5 \(a copy of the .*tracelab migrate --db"):
+        with open_store(db):
+            pass
+    res = cli("migrate", "--db", str(db))
+    assert res.code == 0 and "from schema version 5 to 6" in res.err, res.err
+    assert _groups_of_ranks(db) == groups
+    with open_store(db, read_only=True) as con:
+        configs = con.execute(
+            "SELECT n.name, c.config, CAST(c.process_groups -> '$[0].ranks' AS VARCHAR) "
+            "FROM process_group_configs c JOIN runs n USING (run_id) ORDER BY ALL"
+        ).fetchall()
+        ranks = con.execute(
+            "SELECT rank, process_groups_config FROM ranks JOIN runs USING (run_id) "
+            "WHERE name = 'b' ORDER BY rank"
+        ).fetchall()
+        assert con.execute("SELECT * FROM process_groups ORDER BY ALL").fetchall() == derived
+    assert configs == [("a", 0, "[0,1]"), ("b", 0, "[0,1]"), ("b", 1, "[2,3]")]
+    assert ranks == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    after = snapshot(db)
+    assert after["events"] == before["events"] and after["collectives"] == before["collectives"]
+    assert "nothing to do" in cli("migrate", "--db", str(db)).out
+    ingest([run_set(tmp_path / "tc", ranks=1)], db=db, run="c", progress=False)
+    assert check_catalog(db)["c"] == 4
+
+
 def test_a_version_4_store_gains_the_split_columns(tmp_path: Path) -> None:
     """A version 4 store (the current DDL less collectives.in_split_bytes / out_split_bytes, as
     version 4 wrote it) is refused with the command, then migrated in place: the columns are
@@ -268,6 +342,7 @@ def test_a_version_4_store_gains_the_split_columns(tmp_path: Path) -> None:
     before = snapshot(db)
     con = duckdb.connect(str(db))
     try:
+        _as_version_5(con)
         for col in ("in_split_bytes", "out_split_bytes"):
             con.execute(f"ALTER TABLE collectives DROP COLUMN {col}")
         con.execute("UPDATE tracelab_meta SET value = '4' WHERE key = 'schema_version'")
@@ -277,7 +352,7 @@ def test_a_version_4_store_gains_the_split_columns(tmp_path: Path) -> None:
         with open_store(db):
             pass
     res = cli("migrate", "--db", str(db))
-    assert res.code == 0 and "from schema version 4 to 5" in res.err, res.err
+    assert res.code == 0 and "from schema version 4 to 6" in res.err, res.err
     assert "rederived" not in res.err
     with open_store(db) as con:
         rows = con.execute(

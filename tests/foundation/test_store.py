@@ -69,7 +69,16 @@ def test_delete_run_removes_every_row(tmp_path: Path) -> None:
         delete_run(con, rid)
         leftovers = sum(
             con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [rid]).fetchone()[0]
-            for t in ("runs", "ranks", "events", "steps", "lanes", "collectives", "memory")
+            for t in (
+                "runs",
+                "ranks",
+                "process_group_configs",
+                "events",
+                "steps",
+                "lanes",
+                "collectives",
+                "memory",
+            )
         )
     assert leftovers == 0
     assert counts(db, "b")["events"] == 8

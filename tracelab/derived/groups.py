@@ -151,11 +151,10 @@ def derive(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     declared = con.execute(
         """
         SELECT DISTINCT g->>'pg_name', g->>'pg_desc', CAST(g->'ranks' AS INTEGER[])
-        -- Each distinct configuration once: every rank of a job usually holds the same one,
-        -- and 10,000 ranks' copies of 10,000-rank lists unnested are 10^8 rows.
-        FROM (SELECT unnest(CAST(pg AS JSON[])) AS g
-              FROM (SELECT any_value(process_groups) AS pg FROM ranks WHERE run_id = $run
-                    GROUP BY md5(CAST(process_groups AS VARCHAR))))
+        -- Each distinct configuration of the run's ranks, once (process_group_configs: 10,000
+        -- ranks' copies of 10,000-rank lists unnested were 10^8 rows).
+        FROM (SELECT unnest(CAST(process_groups AS JSON[])) AS g
+              FROM process_group_configs WHERE run_id = $run)
         UNION
         SELECT DISTINCT pg_name, pg_desc, TRY_CAST(pg_ranks AS INTEGER[]) FROM collectives
         WHERE run_id = $run AND pg_name IS NOT NULL

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tracelab import __version__
+from tracelab.derived.sqlfiles import insert_rows
 from tracelab.errors import (
     UsageError,
 )
@@ -222,9 +223,9 @@ def _insert_run(
     rows = []
     # Every rank of a job usually holds the same process-group configuration (one object, shared
     # by the pool: tracelab.ingest.pool), at 10,000 ranks a 59 KB list each: dumped once per
-    # object, sent as one dictionary entry, and inserted from Arrow in one statement (per-row
-    # executemany and dumps took 19 s for 10,000 such rows).
-    groups_json: dict[int, tuple[Any, str]] = {}
+    # object and stored once per run (process_group_configs), each rank naming its number.
+    dumped: dict[int, str] = {}
+    configs: dict[str, int] = {}
     for rank, cr in sorted(by_rank.items()):
         first = cr.infos[0]
         entry = capture.ranks.get(rank, {}) if capture is not None else {}
@@ -232,8 +233,9 @@ def _insert_run(
         trace_meta = dict(first.metadata)
         trace_meta["tracelab_sha256"] = [i.sha256 for i in cr.infos]
         groups = entry.get("process_groups") or first.process_groups
-        if id(groups) not in groups_json:
-            groups_json[id(groups)] = (groups, json.dumps(groups))
+        text = dumped.get(id(groups))
+        if text is None:
+            text = dumped[id(groups)] = json.dumps(groups)
         rows.append(
             (
                 rid,
@@ -245,7 +247,6 @@ def _insert_run(
                 or first.device
                 or ("cpu" if first.device_properties is None else None),
                 entry.get("device_memory_bytes") or first.device_memory_bytes,
-                groups_json[id(groups)][1],
                 json.dumps([i.file for i in cr.infos]),
                 sum(i.file_bytes for i in cr.infos),
                 first.base_time_ns,
@@ -256,58 +257,39 @@ def _insert_run(
                 json.dumps(first.device_properties) if first.device_properties else None,
                 json.dumps(trace_meta),
                 sum(i.event_count for i in cr.infos),
+                configs.setdefault(text, len(configs)),
             )
         )
-    _insert_ranks(con, rows)
+    insert_rows(con, "ranks", _RANK_COLUMNS, rows)
+    insert_rows(
+        con,
+        "process_group_configs",
+        ("run_id", "config", "process_groups"),
+        [(rid, n, text) for text, n in configs.items()],
+    )
 
 
-#: The ranks table's columns and their Arrow types, in its order (store/schema/tables.sql).
+#: The ranks table's columns, in the order of the rows _insert_run builds.
 _RANK_COLUMNS = (
-    ("run_id", "int32"),
-    ("rank", "int32"),
-    ("host", "string"),
-    ("world_size", "int32"),
-    ("backend", "string"),
-    ("device", "string"),
-    ("device_memory_bytes", "int64"),
-    ("process_groups", "dictionary"),
-    ("files", "string"),
-    ("file_bytes", "int64"),
-    ("base_time_ns", "int64"),
-    ("clock_offset_ns", "int64"),
-    ("clock_uncertainty_ns", "int64"),
-    ("pp_stage", "int32"),
-    ("coords", "string"),
-    ("device_properties", "string"),
-    ("trace_metadata", "string"),
-    ("event_count", "int64"),
+    "run_id",
+    "rank",
+    "host",
+    "world_size",
+    "backend",
+    "device",
+    "device_memory_bytes",
+    "files",
+    "file_bytes",
+    "base_time_ns",
+    "clock_offset_ns",
+    "clock_uncertainty_ns",
+    "pp_stage",
+    "coords",
+    "device_properties",
+    "trace_metadata",
+    "event_count",
+    "process_groups_config",
 )
-
-
-def _insert_ranks(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -> None:
-    """Insert the ranks rows in one statement from Arrow; repeated values of a column typed
-    "dictionary" travel once."""
-    import pyarrow as pa
-
-    from tracelab.derived.sqlfiles import registered
-
-    arrays = []
-    for i, (_, kind) in enumerate(_RANK_COLUMNS):
-        values = [row[i] for row in rows]
-        if kind == "dictionary":
-            index: dict[str, int] = {}
-            codes = [index.setdefault(v, len(index)) for v in values]
-            arrays.append(
-                pa.DictionaryArray.from_arrays(
-                    pa.array(codes, pa.int32()), pa.array(list(index), pa.string())
-                )
-            )
-        else:
-            arrays.append(pa.array(values, getattr(pa, kind)()))
-    table = pa.Table.from_arrays(arrays, names=[name for name, _ in _RANK_COLUMNS])
-    cols = ", ".join(name for name, _ in _RANK_COLUMNS)
-    with registered(con, {"_tl_ranks": table}):
-        con.execute(f"INSERT INTO ranks ({cols}) SELECT {cols} FROM _tl_ranks")
 
 
 def _parts(

@@ -28,6 +28,7 @@ EXPORT_TABLES = {
     "events": True,
     "steps": False,
     "ranks": False,
+    "process_group_configs": False,
     "collectives": False,
     "memory": False,
     "lanes": False,

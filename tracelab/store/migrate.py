@@ -1,18 +1,21 @@
-"""Migrating a store of schema version 2 or 3 (events in a DuckDB table; 3 added hang_verdicts)
-or 4 (events as Parquet files in the store folder, `events` a view over them) to version 5 (the
-collectives table gains the all-to-all's per-peer bytes, in_split_bytes / out_split_bytes, NULL
-on the rows already there: the store never kept them), in place, keeping every run.
+"""Migrating a store of schema version 2 or 3 (events in a DuckDB table; 3 added hang_verdicts),
+4 (events as Parquet files in the store folder, `events` a view over them) or 5 (the
+collectives table gained the all-to-all's per-peer bytes, in_split_bytes / out_split_bytes,
+NULL on the rows already there: the store never kept them) to version 6 (each run's distinct
+process-group configurations once, in process_group_configs, each rank naming its own by
+number, in place of a copy per rank), in place, keeping every run.
 
 The files are written first, each under a temporary name renamed when whole; then one
 transaction drops the events table, lists the files and sets the version. A migration killed
 before its commit leaves the store as it was (its files are removed by the next writer, or
-overwritten by the next migration); after it, a version 5 store. A version 4 store only gains
-the two columns, in one transaction.
+overwritten by the next migration); after it, a version 6 store. A version 4 or 5 store only
+changes its tables, in one transaction.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -56,16 +59,18 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
         found = int(row[0]) if row else None
         if found == SCHEMA_VERSION:
             return Migrated(from_version=found, files=0, events=0)
-        if found not in (2, 3, 4):
+        if found not in (2, 3, 4, 5):
             raise StoreError(
                 f"{path}: store schema version {found}; `tracelab migrate` migrates version 2, "
-                "3 and 4 stores. Re-ingest the traces into a new store (--db NEW.duckdb)."
+                "3, 4 and 5 stores. Re-ingest the traces into a new store (--db NEW.duckdb)."
             )
-        if found == 4:
+        if found in (4, 5):
             con.execute("BEGIN TRANSACTION")
             try:
-                _add_split_columns(con)
-                apply_comments(con, _tables_sql(), only="collectives")
+                if found == 4:
+                    _add_split_columns(con)
+                    apply_comments(con, _tables_sql(), only="collectives")
+                _share_process_groups(con)
                 _set_version(con)
                 con.execute("COMMIT")
             except BaseException:
@@ -98,6 +103,7 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
             tables = _tables_sql()
             con.execute(tables)  # parquet_files, the empty events view (and hang_verdicts, from 2)
             _add_split_columns(con)
+            _share_process_groups(con)
             apply_comments(con, tables)
             by_run: dict[int, list[tuple[int, int, int]]] = {}
             for rid, rank, n in files:
@@ -126,6 +132,46 @@ def _add_split_columns(con: duckdb.DuckDBPyConnection) -> None:
     """Version 5's columns of collectives, NULL on the rows already there."""
     for column in ("in_split_bytes", "out_split_bytes"):
         con.execute(f"ALTER TABLE collectives ADD COLUMN IF NOT EXISTS {column} BIGINT[]")
+
+
+def _create_sql(table: str) -> str:
+    """The CREATE TABLE of `table` in the store's schema files."""
+    found = re.search(
+        rf"^CREATE TABLE IF NOT EXISTS {table} \(.*?^\);$", _tables_sql(), re.M | re.S
+    )
+    assert found is not None, f"tables.sql defines {table}"
+    return found.group(0)
+
+
+def _share_process_groups(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 6: each run's distinct process-group configurations once, numbered in the order
+    of the lowest rank holding each, and each rank's number in place of its copy. The ranks
+    table is made again (DuckDB cannot alter a table whose primary key holds rows changed in
+    the same transaction)."""
+    con.execute(_create_sql("process_group_configs"))
+    con.execute(
+        """
+        INSERT INTO process_group_configs
+        SELECT run_id, CAST(row_number() OVER (PARTITION BY run_id ORDER BY first) - 1 AS INTEGER),
+               groups
+        FROM (SELECT run_id, min(rank) AS first, any_value(process_groups) AS groups FROM ranks
+              GROUP BY run_id, CAST(process_groups AS VARCHAR))
+        """
+    )
+    con.execute(
+        """
+        CREATE TEMP TABLE _tl_ranks AS
+        SELECT r.* EXCLUDE (process_groups), c.config AS process_groups_config
+        FROM ranks r JOIN process_group_configs c ON c.run_id = r.run_id
+             AND CAST(c.process_groups AS VARCHAR) = CAST(r.process_groups AS VARCHAR)
+        """
+    )
+    con.execute("DROP TABLE ranks")
+    con.execute(_create_sql("ranks"))
+    con.execute("INSERT INTO ranks BY NAME SELECT * FROM _tl_ranks")
+    con.execute("DROP TABLE _tl_ranks")
+    apply_comments(con, _tables_sql(), only="ranks")
+    apply_comments(con, _tables_sql(), only="process_group_configs")
 
 
 def _set_version(con: duckdb.DuckDBPyConnection) -> None:

@@ -40,6 +40,7 @@ RUN_TABLES = DERIVED_TABLES + (
     "lanes",
     "collectives",
     "memory",
+    "process_group_configs",
     "ranks",
     "runs",
 )

@@ -59,8 +59,6 @@ CREATE TABLE IF NOT EXISTS ranks (
     device VARCHAR,
     -- Device memory capacity in bytes, when known (deviceProperties.totalGlobalMem).
     device_memory_bytes BIGINT,
-    -- Process groups as in distributedInfo.pg_config (JSON list of {pg_name, pg_desc, pg_size, ranks}).
-    process_groups JSON NOT NULL,
     -- Paths of the trace files this rank came from (one per profiling window), JSON list.
     files JSON NOT NULL,
     -- Their total size in bytes.
@@ -82,7 +80,24 @@ CREATE TABLE IF NOT EXISTS ranks (
     trace_metadata JSON NOT NULL,
     -- Number of complete (X) events of this rank.
     event_count BIGINT NOT NULL,
+    -- Its process groups (distributedInfo.pg_config, or the capture's manifest): the number of
+    -- its configuration in process_group_configs (process_group_configs.config).
+    process_groups_config INTEGER NOT NULL,
     PRIMARY KEY (run_id, rank)
+);
+
+-- Each distinct process-group configuration of a run's ranks, once (ranks.process_groups_config
+-- names a rank's): every rank of a job usually holds the same one, a list of every group with its
+-- member ranks, 59 KB at 10,000 ranks, so a copy per rank grew as ranks squared (590 MB).
+CREATE TABLE IF NOT EXISTS process_group_configs (
+    -- The run.
+    run_id INTEGER NOT NULL,
+    -- Its number in the run, from 0 (in the order of the lowest rank holding it).
+    config INTEGER NOT NULL,
+    -- The groups as in distributedInfo.pg_config (JSON list of {pg_name, pg_desc, pg_size,
+    -- ranks}).
+    process_groups JSON NOT NULL,
+    PRIMARY KEY (run_id, config)
 );
 
 -- The Parquet files of the runs' per-rank tables, the store's catalog of them: a file is listed
