@@ -171,7 +171,7 @@ def trace_collectives(events: pa.Table) -> pa.Table:
         records.column("external_id").to_pylist(), records.column("args").to_pylist(), strict=True
     ):
         by_ext[ext].append(_object(text))
-    by_corr: dict[int, list[tuple[int, Any]]] = defaultdict(list)
+    by_corr: dict[int, list[tuple[int | None, Any]]] = defaultdict(list)
     for corr, ts, tid in zip(
         *(launches.column(c).to_pylist() for c in ("correlation", "ts_ns", "tid")), strict=True
     ):
@@ -205,10 +205,9 @@ def trace_collectives(events: pa.Table) -> pa.Table:
             [k if k is not None else r for k, r in zip(own, _fields(ra), strict=True)]
             for ra in recs
         ] or [own]
+        launches_of = (by_corr.get(corr) if corr is not None else None) or [(None, None)]
         for fields in joined:
-            for launch_ts, tid in (by_corr.get(corr, []) if corr is not None else []) or [
-                (None, None)
-            ]:
+            for launch_ts, tid in launches_of:
                 rows["source"].append("kernel")
                 rows["name"].append(kname)
                 rows["host_op"].append(ops.around(tid, launch_ts))
