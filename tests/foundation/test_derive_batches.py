@@ -29,9 +29,10 @@ def _rows(db: Path) -> dict[str, list[tuple[object, ...]]]:
         }
 
 
-def _rederive(db: Path) -> None:
+def _rederive(db: Path, runner: part_batches.Runner | None = None) -> None:
+    """Derive run 1 again, its batches one after another in this process unless `runner`."""
     with open_store(db, read_only=False) as con:
-        assert not derive_in_transaction(con, 1).errors
+        assert not derive_in_transaction(con, 1, runner or part_batches.Runner()).errors
 
 
 SAMPLE_CASES = ["ddp_slow_rank", "fsdp2", "tensor_parallel", "pipeline_1f1b"]
@@ -45,8 +46,12 @@ def test_every_batching_gives_the_rows_of_one_batch(
     paths = [str(SAMPLES / case)] if case in SAMPLE_CASES else build_run(tmp_path, case).paths
     db = tmp_path / "s.duckdb"
     ingest(paths, db=str(db), run="r", workers=1, progress=False)
+    ingested = _rows(db)  # two batches at once, in threads (part_batches.local_runner)
+    monkeypatch.setattr(batches, "BATCH_EVENTS", 2**40)
+    _rederive(db)
     whole = _rows(db)
     assert whole["step_parts"] and whole["time_parts"]
+    assert ingested == whole
     with open_store(db) as con:
         ranks = con.execute("SELECT count(*) FROM ranks").fetchall()[0][0]
         monkeypatch.setattr(batches, "BATCH_EVENTS", 1)
@@ -58,6 +63,8 @@ def test_every_batching_gives_the_rows_of_one_batch(
         monkeypatch.setattr(batches, "BATCH_EVENTS", 2 * int(events))
         assert len(batches.rank_batches(con, 1)) == (ranks + 1) // 2
     _rederive(db)
+    assert _rows(db) == whole
+    _rederive(db, part_batches.local_runner(2))  # one rank a batch, two at once
     assert _rows(db) == whole
 
 

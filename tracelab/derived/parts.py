@@ -407,11 +407,13 @@ def derive(
     """Fill time_parts (its files, tracelab.derived.part_files), step_parts and
     comm_attribution for the run (tracelab/derived/sql/time_parts.sql, step_parts.sql,
     comm_attribution.sql), a batch of ranks at a time (rank_batches), each batch derived where
-    `runner` runs it (default: in this process, one after another; part_batches)."""
-    runner = runner or part_batches.Runner()
+    `runner` runs it (default: in threads of this process, part_batches.local_runner)."""
+    runner = runner or part_batches.local_runner()
     device = _device_ranks(con, run_id)
     token = part_files.new_token()
-    ranks = batches.rank_batches(con, run_id, parts=runner.workers)
+    ranks = batches.rank_batches(
+        con, run_id, batch_events=runner.batch_events(), parts=runner.workers
+    )
     jobs = part_batches.jobs(con, run_id, ranks, device, token, runner.threads())
     files = []
     for result in runner.map(part_batches.run, jobs):
