@@ -17,7 +17,8 @@ from tracelab.store import open_store
 from .kineto import run_set
 
 REPO = Path(__file__).resolve().parents[2]
-TABLES = (
+#: The base tables that hold a run's rows (an ingest that fails must leave none).
+RUN_BASE_TABLES = (
     "runs",
     "ranks",
     "process_group_configs",
@@ -26,8 +27,8 @@ TABLES = (
     "lanes",
     "collectives",
     "memory",
-    "baselines",
 )
+TABLES = (*RUN_BASE_TABLES, "baselines")
 #: Exit codes a command may end with on any input: ok, usage error, input error.
 CLEAN_EXITS = (0, 2, 3)
 

@@ -14,18 +14,10 @@ from tracelab.errors import InputError, RankConflictError, TraceFormatError
 from tracelab.ingest import ingest
 from tracelab.store import open_store
 
+from .hostile import RUN_BASE_TABLES
 from .kineto import run_set, trace, write
 
-TABLES = (
-    "runs",
-    "ranks",
-    "process_group_configs",
-    "events",
-    "steps",
-    "lanes",
-    "collectives",
-    "memory",
-)
+TABLES = RUN_BASE_TABLES
 
 
 def snapshot(db: Path) -> dict[str, int]:

@@ -15,6 +15,7 @@ from tracelab.errors import StoreError, UsageError
 from tracelab.ingest import ingest
 from tracelab.store import delete_run, list_runs, open_store, run_id
 
+from .hostile import RUN_BASE_TABLES
 from .kineto import run_set, trace, write
 
 
@@ -69,16 +70,7 @@ def test_delete_run_removes_every_row(tmp_path: Path) -> None:
         delete_run(con, rid)
         leftovers = sum(
             con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [rid]).fetchone()[0]
-            for t in (
-                "runs",
-                "ranks",
-                "process_group_configs",
-                "events",
-                "steps",
-                "lanes",
-                "collectives",
-                "memory",
-            )
+            for t in RUN_BASE_TABLES
         )
     assert leftovers == 0
     assert counts(db, "b")["events"] == 8

@@ -18,12 +18,17 @@ ALL_RANKS = (-(2**31), 2**31 - 1)
 
 
 def rank_batches(
-    con: duckdb.DuckDBPyConnection, run_id: int, batch_events: int | None = None, parts: int = 1
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    batch_events: int | None = None,
+    parts: int = 1,
+    least: int = 1,
 ) -> list[tuple[int, int]]:
     """Consecutive rank ranges (lo, hi) covering every rank, each holding at most
     `batch_events` events (default BATCH_EVENTS; or one rank, whichever is more), from the
     catalog's row counts; and at most 1/`parts` of the run's events (so that `parts` workers
-    share the run) where the ranks allow."""
+    share the run) where the ranks allow, but not below `least` events a batch (a batch's
+    fixed cost outweighs sharing a small run)."""
     batch_events = BATCH_EVENTS if batch_events is None else batch_events
     counts = con.execute(
         "SELECT rank, sum(row_count) FROM parquet_files WHERE run_id = $run AND kind = 'events' "
@@ -32,7 +37,7 @@ def rank_batches(
     ).fetchall()
     if parts > 1:
         total = sum(int(n) for _, n in counts)
-        batch_events = min(batch_events, max(1, -(-total // parts)))
+        batch_events = min(batch_events, max(least, -(-total // parts)))
     bounds: list[tuple[int, int]] = []
     lo, held = ALL_RANKS[0], 0
     for rank, n in counts:

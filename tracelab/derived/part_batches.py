@@ -1,6 +1,6 @@
 """The lost-time parts of one batch of ranks, computed wherever its inputs can be read: in a
-thread of this process (local_runner: two batches at once on two cores, 0.57 -> 0.50 s of the
-8-rank set's parts), in a local worker process, or as a Ray task on another node of the cluster.
+thread of this process (local_runner: two batches at once on two cores; the 8-rank set's
+parts 0.59-0.60 s -> 0.48-0.53 s), in a local worker process, or as a Ray task on another node of the cluster.
 
 The parts are the derived work that grows with events (tracelab.derived.parts). A batch's
 inputs are its ranks' events files, in the store folder (on a shared filesystem for Ray, as the
@@ -58,6 +58,9 @@ class Runner:
     workers: int = 1
     #: The workers are on other machines (Ray): leave DuckDB's threads at its default.
     remote: bool = False
+    #: The fewest events worth a batch of their own when the run is shared among the workers
+    #: (rank_batches' `least`).
+    least: int = 1
 
     def threads(self) -> int | None:
         if self.remote or self.workers <= 1:
@@ -69,6 +72,10 @@ class Runner:
         in this process (so the memory bound is one batch's, however many run at once)."""
         budget = batches.BATCH_EVENTS
         return budget if self.remote else max(1, budget // self.workers)
+
+
+#: The fewest events a local batch of its own holds (local_runner).
+LEAST_SHARED = 250_000
 
 
 def local_runner(workers: int | None = None) -> Runner:
@@ -85,7 +92,10 @@ def local_runner(workers: int | None = None) -> Runner:
         with ThreadPoolExecutor(n) as pool:
             yield from pool.map(fn, jobs)
 
-    return Runner(map=map_threads, workers=n)
+    # A batch costs about 0.1 s besides its events (its DuckDB connection, the small tables,
+    # its queries: 3 batches of a 12-event run took 0.34 s, one 0.13 s), the parts about 0.05 s
+    # per 100k events: runs of fewer than twice LEAST_SHARED events stay one batch.
+    return Runner(map=map_threads, workers=n, least=LEAST_SHARED)
 
 
 @dataclass(frozen=True, kw_only=True)

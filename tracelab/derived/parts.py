@@ -412,7 +412,7 @@ def derive(
     device = _device_ranks(con, run_id)
     token = part_files.new_token()
     ranks = batches.rank_batches(
-        con, run_id, batch_events=runner.batch_events(), parts=runner.workers
+        con, run_id, batch_events=runner.batch_events(), parts=runner.workers, least=runner.least
     )
     jobs = part_batches.jobs(con, run_id, ranks, device, token, runner.threads())
     files = []
