@@ -1,6 +1,7 @@
 """The lost-time parts of one batch of ranks, computed wherever its inputs can be read: in a
 thread of this process (local_runner: two batches at once on two cores; the 8-rank set's
-parts 0.59-0.60 s -> 0.48-0.53 s), in a local worker process, or as a Ray task on another node of the cluster.
+parts 0.59-0.60 s -> 0.48-0.53 s), in a local worker process, or as a Ray task on another
+node of the cluster.
 
 The parts are the derived work that grows with events (tracelab.derived.parts). A batch's
 inputs are its ranks' events files, in the store folder (on a shared filesystem for Ray, as the
