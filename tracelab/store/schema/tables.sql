@@ -88,7 +88,7 @@ CREATE TABLE IF NOT EXISTS ranks (
 
 -- Each distinct process-group configuration of a run's ranks, once (ranks.process_groups_config
 -- names a rank's): every rank of a job usually holds the same one, a list of every group with its
--- member ranks, 59 KB at 10,000 ranks, so a copy per rank grew as ranks squared (590 MB).
+-- member ranks, 59 KB at 10,000 ranks, so a copy per rank grew as ranks squared.
 CREATE TABLE IF NOT EXISTS process_group_configs (
     -- The run.
     run_id INTEGER NOT NULL,
