@@ -127,17 +127,14 @@ def _json(out: Path) -> dict[str, Any]:
     return dict(json.loads((out / "tracelab-report.json").read_text()))
 
 
-def test_aa_rerun_of_the_same_training_passes(
-    captures: dict[str, Path], store: str, tmp_path: Path
-) -> None:
-    out = tmp_path / "aa"
+def _aa_report(store: str, candidate: Path, out: Path) -> tuple[int, dict[str, Any]]:
     rc = main(
         [
             "report",
             "--baseline",
             "main-baseline",
             "--candidate",
-            str(captures["rerun"]),
+            str(candidate),
             "--db",
             store,
             "--format",
@@ -148,8 +145,27 @@ def test_aa_rerun_of_the_same_training_passes(
             str(out),
         ]
     )
-    data = _json(out)
-    assert data["regressions"] == [], (out / "tracelab-report.md").read_text()
+    return rc, _json(out)
+
+
+def test_aa_rerun_of_the_same_training_passes(
+    captures: dict[str, Path], store: str, tmp_path: Path
+) -> None:
+    rc, data = _aa_report(store, captures["rerun"], tmp_path / "aa")
+    if data["regressions"]:
+        # The other test worker's jobs loaded one capture and not the other (a full run once
+        # saw the re-run's all-reduces 5x slower than the baseline's, and the same pair passed
+        # alone): the same training is captured as a fresh pair, back to back, and that pair
+        # must pass. A gate that flags an A/A pair for what it measures fails both times.
+        first = (tmp_path / "aa" / "tracelab-report.md").read_text()
+        base = _wait(_start("ddp.py", tmp_path / "base2"))
+        rerun = _wait(_start("ddp.py", tmp_path / "rerun2"))
+        db = str(tmp_path / "aa2.duckdb")
+        assert main(["ingest", str(base), "--db", db, "--run", "main"]) == 0
+        assert main(["baseline", "save", "main-baseline", "--run", "main", "--db", db]) == 0
+        rc, data = _aa_report(db, rerun, tmp_path / "aa2")
+        out = tmp_path / "aa2"
+        assert data["regressions"] == [], first + (out / "tracelab-report.md").read_text()
     assert rc == 0
     assert data["settings"]["config_file"].endswith(".tracelab-thresholds.yml")
     steps = next(m for m in data["metrics"] if m["key"] == "step_time")
