@@ -178,8 +178,8 @@ def trace_collectives(events: pa.Table) -> pa.Table:
         by_corr[corr].append((ts, tid))
 
     rows: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
-    kernel_args: list[dict[str, Any]] = []
-    kernel_records: list[list[dict[str, Any]]] = []
+    # Per kernel row, the args it came from: its kernel's, and that kernel's records.
+    sources: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for kname, ts, dur, step, idx, ext, corr, text in zip(
         *(
             kernels.column(c).to_pylist()
@@ -198,8 +198,7 @@ def trace_collectives(events: pa.Table) -> pa.Table:
     ):
         ka = _object(text)
         recs = by_ext.get(ext, []) if ext is not None else []
-        kernel_args.append(ka)
-        kernel_records.append(recs)
+        source = (ka, recs)
         own = _fields(ka)
         joined = [
             [k if k is not None else r for k, r in zip(own, _fields(ra), strict=True)]
@@ -217,7 +216,8 @@ def trace_collectives(events: pa.Table) -> pa.Table:
                 rows["end_ns"].append(ts + dur)
                 rows["step"].append(step)
                 rows["event_idx"].append(idx)
-    rows["pg_ranks"] = _first_members(rows, kernel_args, kernel_records, kernels)
+                sources.append(source)
+    rows["pg_ranks"] = _first_members(rows, sources)
     n_kernel = len(rows["source"])
     rows["input_dims"] = [None] * n_kernel
     rows["input_type"] = [None] * n_kernel
@@ -245,10 +245,7 @@ def trace_collectives(events: pa.Table) -> pa.Table:
 
 
 def _first_members(
-    rows: dict[str, list[Any]],
-    kernel_args: list[dict[str, Any]],
-    kernel_records: list[list[dict[str, Any]]],
-    kernels: pa.Table,
+    rows: dict[str, list[Any]], sources: list[tuple[dict[str, Any], list[dict[str, Any]]]]
 ) -> list[str | None]:
     """Per kernel row, `Process Group Ranks` (the kernel's, else its first record_param_comms'
     that has one) where the row is its group's first call in the trace (earliest start, then
@@ -260,21 +257,19 @@ def _first_members(
         group = fields[_PG_NAME]
         if group is not None and (group not in first or (start, idx) < first[group]):
             first[group] = (start, idx)
-    position = {idx: i for i, idx in enumerate(kernels.column("idx").to_pylist())}
     members: dict[int, str | None] = {}
     out: list[str | None] = []
-    for fields, start, idx in zip(rows["fields"], rows["start_ns"], rows["event_idx"], strict=True):
+    for fields, start, idx, (ka, recs) in zip(
+        rows["fields"], rows["start_ns"], rows["event_idx"], sources, strict=True
+    ):
         group = fields[_PG_NAME]
         if group is not None and first[group] != (start, idx):
             out.append(None)
             continue
         if idx not in members:
-            i = position[idx]
-            value = kernel_args[i].get(_MEMBERS)
+            value = ka.get(_MEMBERS)
             if value is None:
-                value = next(
-                    (r[_MEMBERS] for r in kernel_records[i] if r.get(_MEMBERS) is not None), None
-                )
+                value = next((r[_MEMBERS] for r in recs if r.get(_MEMBERS) is not None), None)
             members[idx] = _text(value)
         out.append(members[idx])
     return out
