@@ -134,11 +134,9 @@ def _add_split_columns(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"ALTER TABLE collectives ADD COLUMN IF NOT EXISTS {column} BIGINT[]")
 
 
-def _create_sql(table: str) -> str:
-    """The CREATE TABLE of `table` in the store's schema files."""
-    found = re.search(
-        rf"^CREATE TABLE IF NOT EXISTS {table} \(.*?^\);$", _tables_sql(), re.M | re.S
-    )
+def _create_sql(tables: str, table: str) -> str:
+    """The CREATE TABLE of `table` in the store's schema files (their text, `tables`)."""
+    found = re.search(rf"^CREATE TABLE IF NOT EXISTS {table} \(.*?^\);$", tables, re.M | re.S)
     assert found is not None, f"tables.sql defines {table}"
     return found.group(0)
 
@@ -148,7 +146,8 @@ def _share_process_groups(con: duckdb.DuckDBPyConnection) -> None:
     of the lowest rank holding each, and each rank's number in place of its copy. The ranks
     table is made again (DuckDB cannot alter a table whose primary key holds rows changed in
     the same transaction)."""
-    con.execute(_create_sql("process_group_configs"))
+    tables = _tables_sql()
+    con.execute(_create_sql(tables, "process_group_configs"))
     con.execute(
         """
         INSERT INTO process_group_configs
@@ -167,11 +166,11 @@ def _share_process_groups(con: duckdb.DuckDBPyConnection) -> None:
         """
     )
     con.execute("DROP TABLE ranks")
-    con.execute(_create_sql("ranks"))
+    con.execute(_create_sql(tables, "ranks"))
     con.execute("INSERT INTO ranks BY NAME SELECT * FROM _tl_ranks")
     con.execute("DROP TABLE _tl_ranks")
-    apply_comments(con, _tables_sql(), only="ranks")
-    apply_comments(con, _tables_sql(), only="process_group_configs")
+    for table in ("ranks", "process_group_configs"):
+        apply_comments(con, tables, only=table)
 
 
 def _set_version(con: duckdb.DuckDBPyConnection) -> None:
