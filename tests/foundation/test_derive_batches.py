@@ -66,6 +66,10 @@ def test_every_batching_gives_the_rows_of_one_batch(
     assert _rows(db) == whole
     _rederive(db, part_batches.local_runner(2))  # one rank a batch, two at once
     assert _rows(db) == whole
+    for small in (0, 2**40):  # every batch's events read as a view, then into memory
+        monkeypatch.setattr(part_batches, "SMALL_FILES_EVENTS", small)
+        _rederive(db)
+        assert _rows(db) == whole
 
 
 def test_batches_cover_every_rank_and_hold_at_most_the_budget(tmp_path: Path) -> None:
