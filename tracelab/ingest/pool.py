@@ -37,7 +37,9 @@ class Engine:
 
 
 def _convert_one(path: str, out_dir: str) -> TraceInfo:
-    return convert_trace(path, out_dir)
+    """Convert one file into the ingest's staging folder `out_dir` (its TraceInfo travels back
+    as the result, not as a file)."""
+    return convert_trace(path, out_dir, info_file=False)
 
 
 class _NoPandas:
