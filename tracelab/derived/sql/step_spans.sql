@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS step_spans (
 );
 
 INSERT INTO step_spans BY NAME
--- Per rank, in step order (tracelab.derived.steps). Parameters: $run, $warmup.
+-- Per rank, in step order (tracelab.derived.steps). Parameters: $run, $warmup, $stepless (the
+-- run's ranks without ProfilerStep spans: only their events files are read, none when empty).
 WITH s AS (
     SELECT rank, step, start_ns AS hs, end_ns AS he, device_end_ns AS de, 'profiler_step' AS src
     FROM steps WHERE run_id = $run
@@ -43,7 +44,7 @@ WITH s AS (
 whole AS (
     SELECT rank, 0 AS step, min(ts_ns) AS hs, max(ts_ns + dur_ns) AS he,
            max(ts_ns + dur_ns) FILTER (WHERE on_device) AS de, 'whole_trace' AS src
-    FROM events WHERE run_id = $run AND rank NOT IN (SELECT rank FROM s) GROUP BY rank
+    FROM events WHERE run_id = $run AND list_contains($stepless::INTEGER[], rank) GROUP BY rank
 ),
 a AS (SELECT *, greatest(he, coalesce(de, he)) AS e FROM (FROM s UNION ALL FROM whole)),
 t AS (
