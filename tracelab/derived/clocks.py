@@ -25,6 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from tracelab.derived import sqlfiles
+from tracelab.derived.collectives import host_bytes_needed
 
 #: Resolution of Kineto timestamps (µs with three decimals, from a µs-resolution clock).
 CLOCK_RESOLUTION_NS = 1_000
@@ -80,7 +81,7 @@ def _bounds(
     groups = [[r, f"host:{h}" if h is not None else f"rank:{r}"] for r, h, _, _ in ranks]
     rows = con.execute(
         """
-        WITH mt AS (FROM keyed_collectives($run, $source)),
+        WITH mt AS (FROM keyed_collectives($run, $source, $host_bytes)),
         g AS (SELECT unnest($ranks::INTEGER[]) AS rank, unnest($groups::VARCHAR[]) AS grp),
         d AS (SELECT g.grp, x.start_ns - r.end_ns AS lo, x.end_ns - r.start_ns AS hi,
                      x.end_ns - r.end_ns AS diff
@@ -94,6 +95,7 @@ def _bounds(
             "ranks": [g[0] for g in groups],
             "groups": [g[1] for g in groups],
             "ref": ref,
+            "host_bytes": host_bytes_needed(con, run_id),
         },
     ).fetchall()
     return {

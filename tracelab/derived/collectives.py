@@ -70,11 +70,19 @@ def host_op_bytes_sql(args: str) -> str:
                FROM (SELECT {dims} AS _d, {types} AS _t))"""
 
 
+#: A collectives row (`c0`) whose sizes come from its host op (HOST_OP_IN_BYTES_SQL).
+LACKS_SIZES = (
+    "c0.source = 'kernel' AND c0.in_bytes IS NULL AND c0.out_bytes IS NULL "
+    "AND c0.event_idx IS NOT NULL"
+)
+
+
 #: Message sizes of kernel collectives whose trace has no `record_param_comms` (the NCCL
 #: kernel's args, e.g. in PyTorch 1.8-2.0 traces, carry no size): the `nccl:*`/`gloo:*` host op
 #: with the kernel's External id. Its inputs are what this rank sends: an all-gather's shard, a
-#: reduce-scatter's whole input, so they fill in_bytes. Binds nothing: rows are joined on the
-#: run of the collectives rows `c0` (columns run_id, rank, event_idx).
+#: reduce-scatter's whole input, so they fill in_bytes. Rows are joined on the run of the
+#: collectives rows `c0` (columns run_id, rank, event_idx, source, in_bytes, out_bytes); the
+#: events are read only where `_host_bytes` is true (host_bytes_needed, given as a value).
 HOST_OP_IN_BYTES_SQL = f"""
     SELECT c0.rank, c0.event_idx, max({host_op_bytes_sql("h.args")}) AS host_in_bytes
     FROM c0
@@ -82,8 +90,7 @@ HOST_OP_IN_BYTES_SQL = f"""
      AND d.on_device AND d.category = 'communication'
     JOIN events h ON h.run_id = d.run_id AND h.rank = d.rank AND h.external_id = d.external_id
      AND NOT h.on_device AND (h.name LIKE 'nccl:%' OR h.name LIKE 'gloo:%')
-    WHERE c0.source = 'kernel' AND c0.in_bytes IS NULL AND c0.out_bytes IS NULL
-      AND c0.event_idx IS NOT NULL AND d.external_id IS NOT NULL
+    WHERE _host_bytes AND {LACKS_SIZES} AND d.external_id IS NOT NULL
     GROUP BY ALL
 """
 
@@ -187,7 +194,23 @@ def derive_matched(con: duckdb.DuckDBPyConnection, run_id: int, source: str | No
     tracelab/derived/sql/matched_collectives.sql."""
     if source is None:
         return
-    sqlfiles.run(con, "matched_collectives", {"run": run_id, "source": source})
+    sqlfiles.run(
+        con,
+        "matched_collectives",
+        {"run": run_id, "source": source, "host_bytes": host_bytes_needed(con, run_id)},
+    )
+
+
+def host_bytes_needed(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
+    """Whether a collectives row of the run takes its sizes from its host op
+    (HOST_OP_IN_BYTES_SQL): keyed_collectives' `_host_bytes`. Given as a value, false lets
+    DuckDB drop that statement's two reads of the events (each opened every rank's file:
+    0.2-0.4 s at 2,000 ranks), where no kernel lacks its sizes."""
+    row = con.execute(
+        f"SELECT count(*) > 0 FROM collectives c0 WHERE c0.run_id = $run AND {LACKS_SIZES}",
+        {"run": run_id},
+    ).fetchall()
+    return bool(row[0][0])
 
 
 def derive_p2p(con: duckdb.DuckDBPyConnection, run_id: int) -> None:

@@ -82,7 +82,8 @@ def create_macros(
     """Create the shared macros, temporary, on this connection: those of _macros.sql and, with
     `store` (the connection holds a store's tables), those of _store_macros.sql and, with
     `collectives` too (the whole collectives table is there: a batch worker has only the
-    columns it reads, tracelab.derived.part_batches), keyed_collectives(_run, _source), the
+    columns it reads, tracelab.derived.part_batches), keyed_collectives(_run, _source,
+    _host_bytes), the
     matched group collectives of tracelab.derived.collectives.keyed_sql (its size rules are
     generated from Python tables)."""
     from tracelab.derived.collectives import keyed_sql
@@ -94,7 +95,8 @@ def create_macros(
     if not collectives:
         return
     con.execute(
-        f"CREATE OR REPLACE TEMP MACRO keyed_collectives(_run, _source) AS TABLE {keyed_sql()}"
+        "CREATE OR REPLACE TEMP MACRO keyed_collectives(_run, _source, _host_bytes) AS TABLE "
+        + keyed_sql()
     )
 
 
