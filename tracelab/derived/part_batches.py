@@ -112,7 +112,6 @@ class BatchJob:
 
     run_id: int
     ranks: tuple[int, int]
-    device_ranks: tuple[int, ...]
     token: str
     root: str
     event_files: tuple[str, ...]
@@ -138,7 +137,6 @@ def jobs(
     con: duckdb.DuckDBPyConnection,
     run_id: int,
     batches: list[tuple[int, int]],
-    device_ranks: set[int],
     token: str,
     threads: int | None = None,
 ) -> Iterable[BatchJob]:
@@ -173,7 +171,6 @@ def jobs(
         yield BatchJob(
             run_id=run_id,
             ranks=(lo, hi),
-            device_ranks=tuple(sorted(device_ranks)),
             token=token,
             root=str(root),
             event_files=files,
@@ -206,9 +203,7 @@ def run(job: BatchJob) -> BatchResult:
         for name in OUTPUTS:
             con.execute(sqlfiles.ddl(name))
         sqlfiles.create_macros(con, collectives=False)
-        file = parts.derive_ranks(
-            con, job.run_id, job.ranks, set(job.device_ranks), job.token, Path(job.root)
-        )
+        file = parts.derive_ranks(con, job.run_id, job.ranks, job.token, Path(job.root))
         rows = {name: con.sql(f"FROM {name}").to_arrow_table() for name in OUTPUTS}
         return BatchResult(file=file, rows=rows)
     finally:
