@@ -34,3 +34,38 @@ def test_trace_without_profiler_step_names_the_straggler(tmp_path: Path) -> None
         strag = [f for f in findings if f.code.startswith("STRAGGLER")]
         assert strag, [f.code for f in findings]
         assert "Rank 2" in strag[0].title
+
+
+def test_a_rank_without_steps_beside_ranks_with_them_is_one_step_over_its_trace(
+    tmp_path: Path,
+) -> None:
+    """step_spans reads the events of the stepless ranks only (tracelab.derived.steps names
+    them): the rank without ProfilerStep spans is one step over its whole trace, the others
+    keep theirs."""
+    r = build_run(tmp_path / "synth", "stragglers")
+    out = tmp_path / "mixed"
+    out.mkdir()
+    for p in r.paths:
+        d = json.loads(Path(p).read_text())
+        if Path(p).name.startswith("rank-1."):
+            d["traceEvents"] = [
+                e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")
+            ]
+        (out / Path(p).name).write_text(json.dumps(d))
+    db = tmp_path / "s.duckdb"
+    ingest(sorted(out.glob("rank-*.json")), db=db, run="mixed", workers=1, progress=False)
+    with open_store(db) as con:
+        rid, _ = resolve_run(con, "mixed")
+        spans = con.execute(
+            "SELECT rank, source, count(*), min(host_start_ns), max(host_end_ns) "
+            "FROM step_spans WHERE run_id = ? GROUP BY ALL ORDER BY rank",
+            [rid],
+        ).fetchall()
+        bounds = con.execute(
+            "SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE run_id = ? AND rank = 1",
+            [rid],
+        ).fetchone()
+    by_rank = {rank: (source, n, lo, hi) for rank, source, n, lo, hi in spans}
+    assert len(by_rank) == len(r.paths) > 2
+    assert by_rank[1] == ("whole_trace", 1, *bounds)
+    assert all(s == "profiler_step" and n > 1 for k, (s, n, _, _) in by_rank.items() if k != 1)

@@ -44,7 +44,10 @@ WITH s AS (
 whole AS (
     SELECT rank, 0 AS step, min(ts_ns) AS hs, max(ts_ns + dur_ns) AS he,
            max(ts_ns + dur_ns) FILTER (WHERE on_device) AS de, 'whole_trace' AS src
-    FROM events WHERE run_id = $run AND list_contains($stepless::INTEGER[], rank) GROUP BY rank
+    -- (len() > 0, a constant, lets DuckDB drop the read; list_contains instead of IN took
+    -- 2.9 s for 2,000 stepless ranks, a scan of the list per event)
+    FROM events WHERE run_id = $run AND len($stepless::INTEGER[]) > 0
+      AND rank IN (SELECT unnest($stepless::INTEGER[])) GROUP BY rank
 ),
 a AS (SELECT *, greatest(he, coalesce(de, he)) AS e FROM (FROM s UNION ALL FROM whole)),
 t AS (
