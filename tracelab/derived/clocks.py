@@ -95,7 +95,7 @@ def _bounds(
             "ranks": [g[0] for g in groups],
             "groups": [g[1] for g in groups],
             "ref": ref,
-            "host_bytes": host_bytes_needed(con, run_id),
+            "host_bytes": host_bytes_needed(con, run_id, source),
         },
     ).fetchall()
     return {

@@ -117,7 +117,8 @@ def choose_source(con: duckdb.DuckDBPyConnection, run_id: int) -> str | None:
 
 def keyed_sql() -> str:
     """Matched group collectives on the ranks' own clocks, one row per (match, rank): the body
-    of the macro keyed_collectives(_run, _source) (tracelab.derived.sqlfiles.create_macros).
+    of the macro keyed_collectives(_run, _source, _host_bytes)
+    (tracelab.derived.sqlfiles.create_macros; _host_bytes: host_bytes_needed).
     Columns: rank, key, op, pg_name, group_key (pg_name, else the group
     tracelab.derived.groups inferred, collective_groups), step (the match's), start_ns, end_ns,
     bytes (nccl-tests size; for kernels without record_param_comms, from the host op's
@@ -197,18 +198,21 @@ def derive_matched(con: duckdb.DuckDBPyConnection, run_id: int, source: str | No
     sqlfiles.run(
         con,
         "matched_collectives",
-        {"run": run_id, "source": source, "host_bytes": host_bytes_needed(con, run_id)},
+        {"run": run_id, "source": source, "host_bytes": host_bytes_needed(con, run_id, source)},
     )
 
 
-def host_bytes_needed(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
-    """Whether a collectives row of the run takes its sizes from its host op
+def host_bytes_needed(con: duckdb.DuckDBPyConnection, run_id: int, source: str) -> bool:
+    """Whether a collectives row of the run's `source` may take its sizes from its host op
     (HOST_OP_IN_BYTES_SQL): keyed_collectives' `_host_bytes`. Given as a value, false lets
     DuckDB drop that statement's two reads of the events (each opened every rank's file:
-    0.2-0.4 s at 2,000 ranks), where no kernel lacks its sizes."""
+    0.2-0.4 s at 2,000 ranks), where no kernel lacks its sizes. (Looser than the macro's own
+    rows, which also need both times and no send/recv: true where they would find none only
+    costs the reads.)"""
     row = con.execute(
-        f"SELECT count(*) > 0 FROM collectives c0 WHERE c0.run_id = $run AND {LACKS_SIZES}",
-        {"run": run_id},
+        "SELECT count(*) > 0 FROM collectives c0 "
+        f"WHERE c0.run_id = $run AND c0.source = $source AND {LACKS_SIZES}",
+        {"run": run_id, "source": source},
     ).fetchall()
     return bool(row[0][0])
 

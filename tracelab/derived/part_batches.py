@@ -77,13 +77,20 @@ class Runner:
 
 #: The fewest events a local batch of its own holds (local_runner).
 LEAST_SHARED = 250_000
-#: A batch whose events files hold fewer events than this on average is read into memory once
-#: (Arrow, every column but args) before its parts are derived; larger files stay a view.
-#: INTERVALS_SQL reads the events four times, and on small files opening each file costs more
-#: than its rows: a batch of 5,000 ranks of 39 events took 5.8 s as a view and 1.4 s read once;
-#: 16 ranks of 333 events 0.14 s and 0.13 s; but 156 ranks of 12,836 events 1.5 s and 2.0 s,
-#: and 4 ranks of 123k events 0.39 s and 0.45 s (one run each).
+#: A batch whose events files hold fewer events than this on average, and MEMORY_EVENTS at
+#: most in all, is read into memory once (Arrow, EVENT_COLUMNS) before its parts are derived;
+#: other batches read their files through a view. INTERVALS_SQL reads the events four times,
+#: and on small files opening each file costs more than its rows: a batch of 5,000 ranks of 39
+#: events took 5.8 s as a view and 1.4 s read once; 16 ranks of 333 events 0.14 s and 0.13 s;
+#: but 156 ranks of 12,836 events 1.5 s and 2.0 s, and 4 ranks of 123k events 0.39 s and
+#: 0.45 s (one run each).
 SMALL_FILES_EVENTS = 2_000
+#: The most events a batch reads into memory: Arrow outside DuckDB's memory limit, about 100-125
+#: bytes an event with EVENT_COLUMNS (measured on the 10,000-rank and the 8-rank sets).
+MEMORY_EVENTS = 1_000_000
+#: The events columns a batch's queries read (INTERVALS_SQL with HOST_OPS_SQL, the device
+#: ranks): what a batch read into memory holds.
+EVENT_COLUMNS = "run_id, rank, idx, cat, name, tid, ts_ns, dur_ns, category, on_device, step"
 
 
 def local_runner(workers: int | None = None) -> Runner:
@@ -120,7 +127,7 @@ class BatchJob:
     threads: int | None = None
     #: DuckDB's memory limit in the worker: the driver's store connection's (None: DuckDB's).
     memory_limit: str | None = None
-    #: Read the events files into memory once (SMALL_FILES_EVENTS) rather than as a view.
+    #: Read the events files into memory once (_in_memory) rather than through a view.
     events_in_memory: bool = False
 
 
@@ -177,8 +184,14 @@ def jobs(
             tables={**tables, **run_tables},
             threads=threads,
             memory_limit=str(limit) if limit else None,
-            events_in_memory=sum(int(n) for _, n in listed) < SMALL_FILES_EVENTS * len(listed),
+            events_in_memory=_in_memory([int(n) for _, n in listed]),
         )
+
+
+def _in_memory(rows: list[int]) -> bool:
+    """Whether a batch of events files of these row counts is read into memory once
+    (SMALL_FILES_EVENTS, MEMORY_EVENTS)."""
+    return sum(rows) < SMALL_FILES_EVENTS * len(rows) and sum(rows) <= MEMORY_EVENTS
 
 
 def run(job: BatchJob) -> BatchResult:
@@ -196,7 +209,7 @@ def run(job: BatchJob) -> BatchResult:
         if job.event_files:
             select = events_select_sql(Path(job.root), list(job.event_files))
             if job.events_in_memory:
-                events = con.sql(f"SELECT * EXCLUDE (args) FROM ({select})").to_arrow_table()
+                events = con.sql(f"SELECT {EVENT_COLUMNS} FROM ({select})").to_arrow_table()
                 con.register("events", events)
             else:
                 con.execute(f"CREATE TEMP VIEW events AS {select}")

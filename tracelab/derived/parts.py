@@ -90,7 +90,8 @@ _OP_COMPUTE_SQL = host_compute_sql("SELECT * FROM hs", "rank, step, tid")
 #: group's, process_groups.dim; send/recv are the pipeline's), of the ranks $lo..$hi (every
 #: relation that reads events is filtered on it, so only those ranks' files are read; the rows
 #: of the small tables are filtered by intervals()). Named parameters: $run, $lo, $hi,
-#: $device_ranks (the run's ranks with device activity, _device_ranks_sql), $op_patterns and
+#: $device_ranks (the ranks with device activity, _device_ranks_sql: a batch's own, in
+#: derive_ranks; asked only about $lo..$hi), $op_patterns and
 #: $op_names (OP_RULES), $issue_window_ns (ISSUE_WINDOW_NS).
 INTERVALS_SQL = f"""
 WITH dev AS (SELECT unnest($device_ranks::INTEGER[]) AS rank),

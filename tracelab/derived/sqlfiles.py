@@ -83,9 +83,8 @@ def create_macros(
     `store` (the connection holds a store's tables), those of _store_macros.sql and, with
     `collectives` too (the whole collectives table is there: a batch worker has only the
     columns it reads, tracelab.derived.part_batches), keyed_collectives(_run, _source,
-    _host_bytes), the
-    matched group collectives of tracelab.derived.collectives.keyed_sql (its size rules are
-    generated from Python tables)."""
+    _host_bytes), the matched group collectives of tracelab.derived.collectives.keyed_sql (its
+    size rules are generated from Python tables)."""
     from tracelab.derived.collectives import keyed_sql
 
     con.execute(text("_macros"))

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS step_spans (
 
 INSERT INTO step_spans BY NAME
 -- Per rank, in step order (tracelab.derived.steps). Parameters: $run, $warmup, $stepless (the
--- run's ranks without ProfilerStep spans: only their events files are read, none when empty).
+-- run's ranks without ProfilerStep spans: no events file is read when it is empty; otherwise
+-- every rank's file is opened, the semi-join prunes none).
 WITH s AS (
     SELECT rank, step, start_ns AS hs, end_ns AS he, device_end_ns AS de, 'profiler_step' AS src
     FROM steps WHERE run_id = $run
