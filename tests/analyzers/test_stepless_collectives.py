@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from tracelab.analyzers import run
@@ -12,18 +13,26 @@ from tracelab.store import open_store, resolve_run
 from tracelab.testing.synth import build_run
 
 
+def _without_steps(
+    paths: Iterable[str | Path], out: Path, ranks: set[int] | None = None
+) -> list[Path]:
+    """The traces copied into `out`, those of `ranks` (default all) without ProfilerStep spans."""
+    out.mkdir()
+    for p in paths:
+        d = json.loads(Path(p).read_text())
+        if ranks is None or int(Path(p).name.split(".")[0].removeprefix("rank-")) in ranks:
+            d["traceEvents"] = [
+                e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")
+            ]
+        (out / Path(p).name).write_text(json.dumps(d))
+    return sorted(out.glob("rank-*.json"))
+
+
 def test_trace_without_profiler_step_names_the_straggler(tmp_path: Path) -> None:
     r = build_run(tmp_path / "synth", "stragglers")  # rank 2 computes longer every step
-    out = tmp_path / "nostep"
-    out.mkdir()
-    for p in r.paths:
-        d = json.loads(Path(p).read_text())
-        d["traceEvents"] = [
-            e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")
-        ]
-        (out / Path(p).name).write_text(json.dumps(d))
     db = tmp_path / "s.duckdb"
-    ingest(sorted(out.glob("rank-*.json")), db=db, run="nostep", workers=1, progress=False)
+    traces = _without_steps(r.paths, tmp_path / "nostep")
+    ingest(traces, db=db, run="nostep", workers=1, progress=False)
     with open_store(db) as con:
         rid, _ = resolve_run(con, "nostep")
         n, stepped = con.execute(
@@ -39,21 +48,13 @@ def test_trace_without_profiler_step_names_the_straggler(tmp_path: Path) -> None
 def test_a_rank_without_steps_beside_ranks_with_them_is_one_step_over_its_trace(
     tmp_path: Path,
 ) -> None:
-    """step_spans reads the events of the stepless ranks only (tracelab.derived.steps names
-    them): the rank without ProfilerStep spans is one step over its whole trace, the others
+    """step_spans takes the whole-trace bounds of the ranks tracelab.derived.steps names as
+    stepless: the rank without ProfilerStep spans is one step over its whole trace, the others
     keep theirs."""
     r = build_run(tmp_path / "synth", "stragglers")
-    out = tmp_path / "mixed"
-    out.mkdir()
-    for p in r.paths:
-        d = json.loads(Path(p).read_text())
-        if Path(p).name.startswith("rank-1."):
-            d["traceEvents"] = [
-                e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")
-            ]
-        (out / Path(p).name).write_text(json.dumps(d))
     db = tmp_path / "s.duckdb"
-    ingest(sorted(out.glob("rank-*.json")), db=db, run="mixed", workers=1, progress=False)
+    traces = _without_steps(r.paths, tmp_path / "mixed", ranks={1})
+    ingest(traces, db=db, run="mixed", workers=1, progress=False)
     with open_store(db) as con:
         rid, _ = resolve_run(con, "mixed")
         spans = con.execute(
