@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.datasets import rank_set  # noqa: E402
-from benchmarks.measure import Sample, median, run_measured  # noqa: E402
+from benchmarks.measure import Sample, compile_bytecode, median, run_measured  # noqa: E402
 
 HTA_PARSE = "from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir={folder!r})"
 #: The decode floor: what any ingest must do, and no more: read each rank's file, gunzip it and
@@ -155,6 +155,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ingest.json"))
     parser.add_argument("--cases", default="a,b,c", help="which cases, e.g. b,c")
     args = parser.parse_args()
+    compile_bytecode()  # as a wheel install would (benchmarks/measure.py)
     work = Path(tempfile.mkdtemp(prefix="tracelab-bench-"))
     cases = {
         "a": ("(a) df_index_resolver", lambda: rank_set(1), 1),

@@ -7,6 +7,7 @@ them, not only for its biggest process (which is what `time -v` reports).
 
 from __future__ import annotations
 
+import compileall
 import os
 import statistics
 import subprocess
@@ -86,3 +87,16 @@ def run_measured(
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def compile_bytecode() -> int:
+    """Compile tracelab's modules to bytecode, as pip does when it installs the wheel; returns
+    how many sources there are. Every dependency in site-packages (HTA's among them) runs from
+    bytecode compiled at its install, but a source checkout (an editable install) under
+    PYTHONDONTWRITEBYTECODE=1, which this machine sets, compiles every tracelab module again in
+    every run: 0.60 s of imports against 0.43 s from bytecode (`tracelab ingest`'s modules,
+    three runs each, 2026-12-06). The bytecode lands in git-ignored __pycache__ folders."""
+    root = Path(__file__).resolve().parents[1] / "tracelab"
+    if not compileall.compile_dir(str(root), quiet=1):
+        raise SystemExit(f"could not compile {root}")
+    return sum(1 for _ in root.rglob("*.py"))

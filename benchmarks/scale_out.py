@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.measure import Sample, run_measured  # noqa: E402
+from benchmarks.measure import Sample, compile_bytecode, run_measured  # noqa: E402
 from tracelab.testing._kineto import MS, US, RankTrace  # noqa: E402
 
 
@@ -109,6 +109,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path("bench_data"))
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    compile_bytecode()  # as a wheel install would (benchmarks/measure.py)
     name = f"scale_r{args.ranks}_s{args.steps}_k{args.kernels}_c{args.collectives}"
     folder = args.data / (name + ("_gz" if args.gzip else ""))
     events = build(folder, args.ranks, args.steps, args.kernels, args.collectives, args.gzip)
