@@ -7,7 +7,7 @@ back to the kernel once more than 128 KB is free there (M_TRIM_THRESHOLD), and g
 only what each request needs (M_TOP_PAD): the next buffer then faults every page in again, each
 fault a trip into the kernel. On the 8-rank set (benchmarks/ingest.py) that was 262k page faults
 and 1.2-1.6 s of system time in a 3.4-4.7 s ingest; keeping freed memory (trim threshold 1 GiB)
-and growing the heap 64 MiB at a time took it to 186k faults and 0.8-1.3 s (four interleaved
+and growing the heap 256 MiB at a time took it to 186k faults and 0.8-1.3 s (four interleaved
 runs each, 2026-12-06). Peak memory is not raised: the pages kept are ones the process already
 held at its peak.
 
