@@ -39,3 +39,56 @@ def test_stale_derived_tables_are_refused_then_rederived(tmp_path: Path, capsys)
         ).fetchall()[0][0]
         assert comment and "wait" in comment.lower()
     assert main(["analyze", "--db", str(db), "--format", "json"]) == 0
+
+
+#: Derived rows of a run, per table (time_parts is a view over its Parquet files).
+DERIVED_COUNTS = """
+SELECT (SELECT count(*) FROM step_parts WHERE run_id = $r),
+       (SELECT count(*) FROM time_parts WHERE run_id = $r),
+       (SELECT count(*) FROM matched_collectives WHERE run_id = $r),
+       (SELECT count(*) FROM step_spans WHERE run_id = $r)
+"""
+
+
+def _two_runs(tmp_path: Path) -> tuple[Path, dict[str, tuple[int, ...]]]:
+    db = tmp_path / "s.duckdb"
+    for name in ("stragglers", "overlap"):
+        run = build_run(tmp_path / name, name)
+        ingest(run.paths, db=db, run=name, workers=1, progress=False)
+    return db, _counts(db)
+
+
+def _counts(db: Path) -> dict[str, tuple[int, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        runs = con.execute("SELECT run_id, name FROM runs").fetchall()
+        return {name: con.execute(DERIVED_COUNTS, {"r": rid}).fetchall()[0] for rid, name in runs}
+
+
+def test_rederive_of_one_run_keeps_the_others(tmp_path: Path, capsys) -> None:
+    db, before = _two_runs(tmp_path)
+    assert all(n > 0 for counts in before.values() for n in counts), before
+    with duckdb.connect(str(db)) as con:  # the named run's parts lost: rederive restores them
+        con.execute(
+            "DELETE FROM step_parts WHERE run_id = (SELECT run_id FROM runs WHERE name = 'overlap')"
+        )
+    assert main(["rederive", "--db", str(db), "--run", "overlap"]) == 0
+    assert "rederived 1 run(s)" in capsys.readouterr().err
+    assert _counts(db) == before
+
+
+def test_rederive_of_one_run_on_a_stale_store_rederives_every_run(tmp_path: Path, capsys) -> None:
+    db, before = _two_runs(tmp_path)
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE tracelab_meta SET value = '0' WHERE key = 'derived_version'")
+    assert main(["rederive", "--db", str(db), "--run", "overlap"]) == 0
+    err = capsys.readouterr().err
+    assert "every run" in err and "rederived 2 run(s)" in err
+    assert _counts(db) == before
+    assert main(["analyze", "--db", str(db), "--run", "stragglers", "--format", "json"]) == 0
+
+
+def test_rederive_of_an_unknown_run_changes_nothing(tmp_path: Path, capsys) -> None:
+    db, before = _two_runs(tmp_path)
+    assert main(["rederive", "--db", str(db), "--run", "no-such-run"]) in (2, 3)
+    assert "no-such-run" in capsys.readouterr().err
+    assert _counts(db) == before

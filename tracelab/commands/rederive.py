@@ -1,4 +1,9 @@
-"""`tracelab rederive`: recompute the derived tables of every run (or of the named ones)."""
+"""`tracelab rederive`: recompute the derived tables of every run (or of the named ones).
+
+The derived tables are dropped and made again (this tracelab's definitions) only when every
+run is rederived: without --run, or when the store's derived tables are of another tracelab
+version, whose rows no run can keep. `--run` on a current store rederives the named runs alone,
+leaving the others' rows as they are (it used to drop every run's derived rows first)."""
 
 from __future__ import annotations
 
@@ -10,12 +15,27 @@ from tracelab.commands._common import add_db_option
 
 def run(args: argparse.Namespace) -> int:
     from tracelab.derived import derive_in_transaction
-    from tracelab.store import open_store, rederive_schema, resolve_run
+    from tracelab.store import (
+        DERIVED_VERSION,
+        open_store,
+        rederive_schema,
+        resolve_run,
+        stored_derived_version,
+    )
 
     with open_store(args.db, read_only=False, stale_derived_ok=True) as con:
-        rederive_schema(con)
-        if args.run:
-            ids = [resolve_run(con, name) for name in args.run]
+        named = [resolve_run(con, name) for name in args.run or []]
+        stale = stored_derived_version(con) != DERIVED_VERSION
+        if stale or not named:
+            rederive_schema(con)
+        if named and stale:
+            print(
+                "tracelab rederive: the store's derived tables were computed by another "
+                "tracelab version: every run is rederived, not only the runs named",
+                file=sys.stderr,
+            )
+        if named and not stale:
+            ids = named
         else:
             ids = [
                 (int(r), str(n))
