@@ -51,16 +51,62 @@ def parquet_root(db_path: str | os.PathLike[str]) -> Path:
     return path.with_name(path.name.removesuffix(".duckdb") + FOLDER_SUFFIX)
 
 
-def store_root(con: duckdb.DuckDBPyConnection) -> Path | None:
-    """The store folder of the database `con` is connected to; None for an in-memory one."""
+def _db_file(con: duckdb.DuckDBPyConnection) -> Path:
     rows = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
     ).fetchall()
-    return parquet_root(rows[0][0]) if rows and rows[0][0] else None
+    return Path(os.path.abspath(rows[0][0])) if rows and rows[0][0] else Path()
+
+
+def store_root(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """The store folder of the database `con` is connected to; None for an in-memory one."""
+    db = _db_file(con)
+    return parquet_root(db) if db != Path() else None
+
+
+def _is_duckdb_file(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(12)[8:12] == b"DUCK"
+    except OSError:
+        return False
+
+
+def check_owner(db_path: str | os.PathLike[str], *, claim: bool) -> None:
+    """Refuse a store file whose folder belongs to another store beside it.
+
+    Two store files map to one folder: `x/STORE` and `x/STORE.duckdb` both keep their files in
+    `x/STORE.parquet/`, and each would read, replace and sweep away the other's files. MARKER
+    names the store file that owns the folder (older tracelab wrote the folder's stem, which
+    names neither). A folder whose marker does not name `db_path` is refused while the other
+    store file exists (a DuckDB file); with no such file the store was renamed with its folder,
+    and a writer (`claim`) writes its own name into the marker."""
+    if str(db_path) == ":memory:":
+        return
+    db = Path(os.path.abspath(db_path))
+    root = parquet_root(db)
+    try:
+        owner = (root / MARKER).read_text().strip()
+    except OSError:
+        return  # no store folder yet (make_root marks it), or not ours to read
+    if owner == db.name:
+        return
+    stem = root.name.removesuffix(FOLDER_SUFFIX)
+    rival = db.with_name(stem if db.name != stem else stem + ".duckdb")
+    if _is_duckdb_file(rival) and owner in (rival.name, stem):
+        raise StoreError(
+            f"{db}: its Parquet folder {root} holds the files of the store {rival} (a store "
+            "file named with and without .duckdb maps to one folder, and each would replace "
+            "and remove the other's files). Give this store another name (--db), or move "
+            f"{rival} away with its folder."
+        )
+    if claim:
+        (root / MARKER).write_text(db.name + "\n")
 
 
 def make_root(con: duckdb.DuckDBPyConnection) -> Path:
-    """The store folder, created (with MARKER) when it does not exist yet."""
+    """The store folder, created (with MARKER naming the store file) when it does not exist
+    yet. A store's opening checks that an existing folder is its own (check_owner)."""
     root = store_root(con)
     if root is None:
         raise StoreError(
@@ -74,7 +120,7 @@ def make_root(con: duckdb.DuckDBPyConnection) -> Path:
             "a tracelab store folder is there. Move it away, or use another --db."
         )
     root.mkdir(parents=True, exist_ok=True)
-    (root / MARKER).write_text(root.name.removesuffix(FOLDER_SUFFIX) + "\n")
+    (root / MARKER).write_text(_db_file(con).name + "\n")
     return root
 
 

@@ -499,3 +499,49 @@ def test_a_converted_capture_is_registered_not_copied(tmp_path: Path) -> None:
             converted_dir(data / f"rank-{r}.json") / "events.parquet"
         )
     assert check_catalog(db) == {"a": 8}
+
+
+@pytest.mark.parametrize("first,second", [("s.duckdb", "s"), ("s", "s.duckdb")])
+def test_two_store_files_of_one_folder_never_share_it(tmp_path: Path, first, second) -> None:
+    # `--db s` and `--db s.duckdb` both keep their files in s.parquet/: the second is refused
+    # before it creates its file, and the first keeps every file and row.
+    ingest([run_set(tmp_path / "t", ranks=2)], db=tmp_path / first, run="a", progress=False)
+    before = check_catalog(tmp_path / first)
+    files = _files_on_disk(tmp_path / first)
+    res = cli("ingest", str(run_set(tmp_path / "u", ranks=1)), "--db", str(tmp_path / second))
+    assert res.code == 3 and "holds the files of the store" in res.err, res.err
+    assert "Traceback" not in res.err and not (tmp_path / second).exists()
+    assert check_catalog(tmp_path / first) == before == {"a": 8}
+    assert _files_on_disk(tmp_path / first) == files
+    assert (parquet_root(tmp_path / first) / MARKER).read_text().strip() == first
+
+
+def test_a_marker_of_older_tracelab_is_claimed_unless_both_store_files_exist(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=2)], db=db, run="a", progress=False)
+    marker = parquet_root(db) / MARKER
+    marker.write_text("s\n")  # as tracelab wrote it before the marker named the store file
+    ingest([run_set(tmp_path / "u", ranks=1)], db=db, run="u", progress=False)
+    assert marker.read_text().strip() == "s.duckdb"  # a writer claims it
+    # Both files beside one folder whose marker holds the stem: it names `s` (the marker of a
+    # store file without .duckdb reads the same in both formats), and s.duckdb is refused.
+    shutil.copyfile(db, tmp_path / "s")
+    marker.write_text("s\n")
+    with pytest.raises(StoreError, match="holds the files of the store"):
+        with open_store(db, read_only=True):
+            pass
+    assert check_catalog(tmp_path / "s") == {"a": 8, "u": 4}
+    assert marker.read_text().strip() == "s"
+
+
+def test_a_store_renamed_with_its_folder_opens_under_its_new_name(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=2)], db=db, run="a", progress=False)
+    db.rename(tmp_path / "r.duckdb")
+    parquet_root(db).rename(tmp_path / "r.parquet")
+    assert check_catalog(tmp_path / "r.duckdb") == {"a": 8}
+    ingest([run_set(tmp_path / "u", ranks=1)], db=tmp_path / "r.duckdb", run="u", progress=False)
+    assert check_catalog(tmp_path / "r.duckdb") == {"a": 8, "u": 4}
+    assert (tmp_path / "r.parquet" / MARKER).read_text().strip() == "r.duckdb"

@@ -28,6 +28,7 @@ from tracelab.store.versions import (
     check_version,
     unopenable_store_error,
 )
+from tracelab.store_folder import check_owner
 
 #: DuckDB's buffer memory for a writer. DuckDB keeps written blocks cached up to its limit (80%
 #: of RAM by default), which would make an ingest's RSS grow with the run's size.
@@ -82,6 +83,7 @@ def open_store(
         raise StoreError(
             f"{path}: no store here. Create one with `tracelab ingest TRACES --db {path}`."
         )
+    check_owner(path, claim=not read_only)  # before a writer creates a file beside another's
     con = connect_with_retry(path, read_only, timeout_s)
     try:
         if read_only:
