@@ -23,7 +23,7 @@ from tracelab.store import open_store
 from tracelab.store.files import MARKER, parquet_root
 
 from .hostile import REPO, cli, snapshot
-from .kineto import run_set
+from .kineto import run_set, trace, write
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -545,3 +545,38 @@ def test_a_store_renamed_with_its_folder_opens_under_its_new_name(tmp_path: Path
     ingest([run_set(tmp_path / "u", ranks=1)], db=tmp_path / "r.duckdb", run="u", progress=False)
     assert check_catalog(tmp_path / "r.duckdb") == {"a": 8, "u": 4}
     assert (tmp_path / "r.parquet" / MARKER).read_text().strip() == "r.duckdb"
+
+
+def _durations(db: Path) -> list[tuple[int, int]]:
+    with open_store(db) as con:
+        return con.execute(
+            "SELECT rank, sum(dur_ns) FROM events GROUP BY rank ORDER BY rank"
+        ).fetchall()
+
+
+def test_converting_a_trace_again_leaves_the_ingested_events_as_they_were(tmp_path: Path) -> None:
+    # A store's events files are links to a converted folder's (the collector's `convert=True`,
+    # `tracelab convert`): converting a changed trace again replaces that folder's files; the
+    # store keeps the files it ingested.
+    folder = run_set(tmp_path / "t", ranks=2)
+    for rank in range(2):
+        assert cli("convert", str(folder / f"rank-{rank}.json")).code == 0
+    db = tmp_path / "s.duckdb"
+    ingest([folder], db=db, run="a", progress=False)
+    before, events = _durations(db), check_catalog(db)
+    stored = parquet_root(db) / "run=1/rank=0/events-0.parquet"
+    converted = folder / "rank-0.tracelab" / "events.parquet"
+    assert stored.stat().st_ino == converted.stat().st_ino  # registered, not parsed again
+    other = trace(
+        rank=0,
+        world=2,
+        events=[
+            {"ph": "X", "name": "other", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 5.0, "dur": 7.0}
+        ],
+    )
+    write(folder / "rank-0.json", other)
+    res = cli("convert", str(folder / "rank-0.json"))
+    assert res.code == 0, res.err
+    assert pq.ParquetFile(converted).metadata.num_rows == 1  # the folder holds the new trace
+    assert _durations(db) == before and check_catalog(db) == events
+    assert not list(folder.glob("*.tmp-*"))

@@ -10,12 +10,12 @@ import argparse
 
 
 def run(args: argparse.Namespace) -> int:
-    from tracelab.ingest.convert import convert_trace
+    from tracelab.ingest.convert import convert_beside
     from tracelab.ingest.converted import converted_dir
 
     for path in args.traces:
         out = converted_dir(path)
-        info = convert_trace(path, out)
+        info = convert_beside(path)
         print(f"{path} -> {out} ({info.event_count:,} events, rank {info.rank})")
     return 0
 

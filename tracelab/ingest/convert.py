@@ -27,7 +27,9 @@ import contextlib
 import hashlib
 import mmap
 import os
+import shutil
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,7 @@ from tracelab.ingest.converted import (
     CONVERTED_FORMAT,
     EVENTS_SCHEMA,
     TraceInfo,
+    converted_dir,
 )
 from tracelab.ingest.decode import (
     ABSENT,
@@ -244,6 +247,25 @@ def convert_trace(
     )
     if info_file:
         (out / "trace.json").write_text(info.to_json())
+    return info
+
+
+def convert_beside(path: str | os.PathLike[str]) -> TraceInfo:
+    """Convert a trace into the folder beside it (converted_dir), as `tracelab convert`, the
+    collector and Ray's tasks do. The folder is written under a temporary name and renamed
+    when whole: a conversion killed halfway never leaves a folder that a later ingest would
+    take as converted, and an earlier conversion's files are replaced, never rewritten in
+    place, so a store that ingested them (its events files are links to them,
+    tracelab.ingest.write) keeps what it ingested."""
+    final = converted_dir(path)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        info = convert_trace(path, tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return info
 
 

@@ -24,9 +24,7 @@ it); with one, the ingest joins that cluster (`ray start --head` on one node, `r
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +32,7 @@ from typing import Any
 
 from tracelab.derived.part_batches import BatchJob, BatchResult, Runner
 from tracelab.errors import InternalError, TracelabError, UsageError
-from tracelab.ingest.convert import convert_trace
+from tracelab.ingest.convert import convert_beside
 from tracelab.ingest.converted import TraceInfo, converted_dir
 
 #: How often Ray retries a task whose worker died (a crash, the out-of-memory killer); then the
@@ -100,22 +98,6 @@ def _reachable(address: str, timeout_s: float = 5.0) -> None:
         ) from None
 
 
-def _convert_beside(path: str) -> TraceInfo:
-    """A task: convert one trace into the folder beside it. The folder is written under a
-    temporary name and renamed when whole, so a task killed halfway never leaves a folder that
-    a later ingest would take as converted."""
-    final = converted_dir(path)
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        info = convert_trace(path, tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return info
-
-
 def convert_on_ray(
     paths: list[Path],
     *,
@@ -130,7 +112,7 @@ def convert_on_ray(
     if not paths:
         return done, errors
     with connected(address, workers) as ray:
-        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(_convert_beside)
+        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(convert_beside)
         refs = {task.remote(str(p)): i for i, p in enumerate(paths)}
         pending = list(refs)
         n = 0
