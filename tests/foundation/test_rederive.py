@@ -92,3 +92,31 @@ def test_rederive_of_an_unknown_run_changes_nothing(tmp_path: Path, capsys) -> N
     assert main(["rederive", "--db", str(db), "--run", "no-such-run"]) in (2, 3)
     assert "no-such-run" in capsys.readouterr().err
     assert _counts(db) == before
+
+
+def test_a_rederive_stopped_between_runs_leaves_a_store_that_says_so(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    import tracelab.derived as derived
+
+    db, before = _two_runs(tmp_path)
+    real = derived.derive_in_transaction
+    calls = []
+
+    def stopped(con, rid, runner=None):
+        calls.append(rid)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C after the first run's commit
+        return real(con, rid, runner)
+
+    monkeypatch.setattr(derived, "derive_in_transaction", stopped)
+    assert main(["rederive", "--db", str(db)]) != 0
+    assert "interrupted" in capsys.readouterr().err
+    monkeypatch.setattr(derived, "derive_in_transaction", real)
+    # The second run has no derived rows yet: readers are refused with the command to finish.
+    assert main(["analyze", "--db", str(db), "--run", "overlap"]) == 3
+    err = capsys.readouterr().err
+    assert "were being recomputed when that stopped" in err and f"rederive --db {db}" in err
+    assert main(["rederive", "--db", str(db), "--run", "overlap"]) == 0
+    assert "rederived 2 run(s)" in capsys.readouterr().err
+    assert _counts(db) == before

@@ -17,6 +17,7 @@ def run(args: argparse.Namespace) -> int:
     from tracelab.derived import derive_in_transaction
     from tracelab.store import (
         DERIVED_VERSION,
+        mark_derived_current,
         open_store,
         rederive_schema,
         resolve_run,
@@ -30,8 +31,9 @@ def run(args: argparse.Namespace) -> int:
             rederive_schema(con)
         if named and stale:
             print(
-                "tracelab rederive: the store's derived tables were computed by another "
-                "tracelab version: every run is rederived, not only the runs named",
+                "tracelab rederive: the store's derived tables are not all this tracelab's "
+                "(another version's, or a rederive that stopped): every run is rederived, not "
+                "only the runs named",
                 file=sys.stderr,
             )
         if named and not stale:
@@ -50,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             failed += bool(report.errors)
+        if stale or not named:
+            mark_derived_current(con)  # every run is recomputed: the store opens again
     print(
         f"rederived {len(ids)} run(s) in {args.db}"
         + (f"; {failed} with components that failed (see above)" if failed else ""),

@@ -3,7 +3,13 @@ the documented DDL in schema/), run bookkeeping (runs) and exports (export)."""
 
 from tracelab.store.open import DEFAULT_LOCK_TIMEOUT_S, WRITER_MEMORY_LIMIT, open_store
 from tracelab.store.runs import RUN_TABLES, delete_run, list_runs, resolve_run, run_id
-from tracelab.store.schema import SCHEMA_FILES, ensure_schema, rederive_schema, schema_sql
+from tracelab.store.schema import (
+    SCHEMA_FILES,
+    ensure_schema,
+    mark_derived_current,
+    rederive_schema,
+    schema_sql,
+)
 from tracelab.store.versions import (
     DERIVED_VERSION,
     SCHEMA_VERSION,
@@ -23,6 +29,7 @@ __all__ = [
     "ensure_schema",
     "list_runs",
     "open_store",
+    "mark_derived_current",
     "rederive_schema",
     "resolve_run",
     "run_id",

@@ -44,8 +44,11 @@ def apply_view_comments(con: duckdb.DuckDBPyConnection, name: str) -> None:
 
 
 def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Drop the derived tables and create them as this tracelab defines them (their rows are
-    recomputed from the base tables by tracelab.derived; no event is touched)."""
+    """Drop the derived tables (every run's rows, time_parts' files unlisted) and create them as
+    this tracelab defines them; their rows are recomputed from the base tables by
+    tracelab.derived, run by run (no event is touched). The stored derived version is removed
+    until mark_derived_current: a rederive stopped between runs leaves a store that is refused
+    with the command to finish it, not one that reads the runs not yet recomputed as empty."""
     sql = derived_schema_sql()
     con.execute("BEGIN")
     try:
@@ -57,15 +60,21 @@ def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"DROP {'VIEW' if name in views else 'TABLE'} IF EXISTS {name}")
         con.execute(sql)
         apply_comments(con, sql)
+        con.execute("DELETE FROM parquet_files WHERE kind = ?", [part_files.KIND])
         part_files.refresh_view(con)
-        con.execute(
-            "INSERT OR REPLACE INTO tracelab_meta VALUES ('derived_version', ?)",
-            [str(DERIVED_VERSION)],
-        )
+        con.execute("DELETE FROM tracelab_meta WHERE key = 'derived_version'")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+def mark_derived_current(con: duckdb.DuckDBPyConnection) -> None:
+    """Record that every run's derived tables are this tracelab's (after a rederive)."""
+    con.execute(
+        "INSERT OR REPLACE INTO tracelab_meta VALUES ('derived_version', ?)",
+        [str(DERIVED_VERSION)],
+    )
 
 
 def ensure_schema(

@@ -64,6 +64,12 @@ def check_version(con: duckdb.DuckDBPyConnection, path: str, check_derived: bool
         )
     if check_derived:
         derived = stored_derived_version(con)
+        if derived is None:
+            raise StoreError(
+                f"{path}: the store's derived tables were being recomputed when that stopped "
+                f"(some runs have none). Finish it, keeping every event: tracelab rederive "
+                f"--db {path}"
+            )
         if derived != DERIVED_VERSION:
             raise StoreError(
                 f"{path}: the store's derived tables were computed by another tracelab "
