@@ -253,3 +253,19 @@ def test_skip_bad_skips_any_per_file_failure(
     assert res.code == 0, res.err
     assert "skipped" in res.out and "rank-1.json" in res.out and "KeyError" in res.out
     assert "2/3" in cli("runs", "--db", str(store)).out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rederive"],
+        ["delete", "a"],
+        ["baseline", "save", "b", "--run", "a"],
+        ["baseline", "delete", "b"],
+    ],
+)
+def test_commands_that_change_a_store_never_create_one(tmp_path: Path, argv) -> None:
+    typo = tmp_path / "typo.duckdb"
+    res = cli(*argv, "--db", str(typo))
+    assert res.code == 3 and "no store here" in res.err and "Traceback" not in res.err, res.err
+    assert not typo.exists() and not (tmp_path / "typo.parquet").exists()

@@ -12,7 +12,7 @@ from tracelab.errors import UsageError
 def save(args: argparse.Namespace) -> int:
     from tracelab.store import open_store, resolve_run
 
-    with open_store(args.db, read_only=False) as con:
+    with open_store(args.db, read_only=False, create=False) as con:
         _, run_name = resolve_run(con, args.run)
         old = con.execute("SELECT run_name FROM baselines WHERE name = ?", [args.name]).fetchone()
         now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -44,7 +44,7 @@ def list_(args: argparse.Namespace) -> int:
 def delete(args: argparse.Namespace) -> int:
     from tracelab.store import open_store
 
-    with open_store(args.db, read_only=False) as con:
+    with open_store(args.db, read_only=False, create=False) as con:
         row = con.execute("SELECT run_name FROM baselines WHERE name = ?", [args.name]).fetchone()
         if row is None:
             names = [r[0] for r in con.execute("SELECT name FROM baselines").fetchall()]

@@ -12,7 +12,7 @@ def run(args: argparse.Namespace) -> int:
     from tracelab.store import delete_run, open_store, run_id
 
     name = run_name(args.name, option="RUN")
-    with open_store(args.db, read_only=False) as con:
+    with open_store(args.db, read_only=False, create=False) as con:
         rid = run_id(con, name)
         con.execute("BEGIN TRANSACTION")
         try:

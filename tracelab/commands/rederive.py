@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         stored_derived_version,
     )
 
-    with open_store(args.db, read_only=False, stale_derived_ok=True) as con:
+    with open_store(args.db, read_only=False, stale_derived_ok=True, create=False) as con:
         named = [resolve_run(con, name) for name in args.run or []]
         stale = stored_derived_version(con) != DERIVED_VERSION
         if stale or not named:

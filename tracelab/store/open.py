@@ -68,18 +68,21 @@ def open_store(
     read_only: bool = True,
     timeout_s: float | None = None,
     stale_derived_ok: bool = False,
+    create: bool = True,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open the store for the duration of a `with` block, creating it when writing.
 
     A store whose derived tables another tracelab version computed is refused (StoreError
     naming `tracelab rederive`) unless `stale_derived_ok`: that command's own open.
 
-    Read-only opens of a missing file fail with a message that says how to create one.
+    Read-only opens of a missing file fail with a message that says how to create one, and so
+    do writers that only change an existing store (`create=False`: delete, rederive, baseline),
+    rather than leave an empty store at a mistyped path.
     """
     path = os.fspath(path)
     if timeout_s is None:
         timeout_s = env_seconds("TRACELAB_LOCK_TIMEOUT_S", DEFAULT_LOCK_TIMEOUT_S)
-    if read_only and path != ":memory:" and not Path(path).exists():
+    if (read_only or not create) and path != ":memory:" and not Path(path).exists():
         raise StoreError(
             f"{path}: no store here. Create one with `tracelab ingest TRACES --db {path}`."
         )
