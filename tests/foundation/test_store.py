@@ -3,6 +3,7 @@ an ingest."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from tracelab.errors import StoreError, UsageError
 from tracelab.ingest import ingest
 from tracelab.store import delete_run, list_runs, open_store, run_id
 
-from .hostile import RUN_BASE_TABLES
+from .hostile import REPO, RUN_BASE_TABLES
 from .kineto import run_set, trace, write
 
 
@@ -260,3 +261,31 @@ def test_equal_process_group_configs_share_one_copy() -> None:
     d = _share_groups(replace(base, process_groups=odd), seen)  # type: ignore[arg-type]
     e = _share_groups(replace(base, process_groups=list(odd)), seen)  # type: ignore[arg-type]
     assert e.process_groups is d.process_groups
+
+
+def test_a_capture_whose_records_changed_is_not_the_same_run(tmp_path: Path) -> None:
+    # The traces are unchanged but rank 0's collector records are cut to 10 lines: a
+    # re-ingest is refused (different content) and --replace loads the new records, as a fresh
+    # store would; unchanged records stay "nothing to do".
+    capture = tmp_path / "ddp"
+    shutil.copytree(REPO / "sample_traces" / "ddp", capture)
+    db = tmp_path / "s.duckdb"
+    ingest([capture], db=db, run="a", progress=False)
+    assert ingest([capture], db=db, run="a", progress=False).unchanged
+    records = capture / "rank-0" / "collectives.jsonl"
+    lines = records.read_text().splitlines(keepends=True)
+    assert len(lines) > 10
+    records.write_text("".join(lines[:10]))
+    with pytest.raises(UsageError, match="different content"):
+        ingest([capture], db=db, run="a", progress=False)
+    report = ingest([capture], db=db, run="a", if_exists="replace", progress=False)
+    assert not report.unchanged
+    fresh = tmp_path / "fresh.duckdb"
+    ingest([capture], db=fresh, run="a", progress=False)
+    record_rows = (
+        "SELECT count(*) FROM collectives JOIN runs USING (run_id) WHERE runs.name = 'a' "
+        "AND rank = 0 AND collectives.source IN ('collector', 'flight_recorder')"
+    )
+    with open_store(db) as con, open_store(fresh) as other:
+        assert con.execute(record_rows).fetchone() == other.execute(record_rows).fetchone()
+        assert con.execute(record_rows).fetchone()[0] == 10

@@ -8,6 +8,8 @@ half-written run, and the write lock is held only for the final load (readers ke
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +25,13 @@ from tracelab.errors import InputError, TracelabError, UsageError
 from tracelab.hang import stored as hang_store
 from tracelab.ingest import validate
 from tracelab.ingest import workers as lifecycle
-from tracelab.ingest.discover import Capture, Discovery, discover, tensorboard_name
+from tracelab.ingest.discover import (
+    Capture,
+    Discovery,
+    capture_path,
+    discover,
+    tensorboard_name,
+)
 from tracelab.ingest.pool import Engine, convert_all
 from tracelab.ingest.ranks import ConvertedRank, resolve_ranks
 from tracelab.ingest.records import check_capture_records
@@ -126,8 +134,13 @@ def ingest(
             if capture is not None:
                 capture, bad_records = _drop_bad_records(capture, set(by_rank), skip_bad)
                 skipped += bad_records
-            hang = _hang_verdict(paths, found, capture, by_rank)
+            hang, dumps = _hang_verdict(paths, found, capture, by_rank)
             skipped += hang.problems if hang is not None else ()
+            digest = inputs_digest(capture, set(by_rank), dumps)
+            metadata = {
+                **({"mesh": dict(mesh)} if mesh else {}),
+                **({"inputs_sha256": digest} if digest else {}),
+            }
             report = write_run(
                 db_path,
                 staging,
@@ -140,7 +153,7 @@ def ingest(
                 if_exists,
                 world=1 if note else None,
                 extra=None if hang is None else partial(hang_store.write, hang=hang),
-                extra_metadata={"mesh": dict(mesh)} if mesh else None,
+                extra_metadata=metadata or None,
                 runner=runner,
             )
             if note:
@@ -181,17 +194,42 @@ def _hang_verdict(
     found: Discovery,
     capture: Capture | None,
     by_rank: Mapping[int, ConvertedRank],
-) -> hang_store.StoredHang | None:
+) -> tuple[hang_store.StoredHang | None, list[Path]]:
     """The verdict of the run's Flight Recorder dumps (a capture's flight-recorder/, PyTorch's
-    nccl_trace_rank_N next to the traces), read before the store opens; None without dumps.
-    The dumps found are no longer listed as ignored files."""
+    nccl_trace_rank_N next to the traces), read before the store opens (None without dumps),
+    and the dumps. The dumps found are no longer listed as ignored files."""
     folders = [c.root for c in found.captures] + [Path(p) for p in paths if Path(p).is_dir()]
     dumps = hang_store.find_dumps(folders, found.ignored)
     used = {p.resolve() for p in dumps}
     found.ignored = [p for p in found.ignored if p.resolve() not in used]
     world = capture.manifest.get("world_size") if capture is not None else None
     sizes = [i.world_size for cr in by_rank.values() for i in cr.infos if i.world_size]
-    return hang_store.prepare(dumps, world if isinstance(world, int) else max(sizes, default=None))
+    world = world if isinstance(world, int) else max(sizes, default=None)
+    return hang_store.prepare(dumps, world), dumps
+
+
+def inputs_digest(capture: Capture | None, ranks: set[int], dumps: Sequence[Path]) -> str | None:
+    """SHA-256 of what a run is made of besides its traces (whose hashes each rank keeps): a
+    capture's manifest (with its memory peaks), the collectives records of `ranks`, and the
+    Flight Recorder dumps; None when there is none of it. A re-ingest of the same traces with
+    any of these changed is a different run, not "nothing to do\"."""
+    parts: list[tuple[str, bytes]] = []
+    if capture is not None:
+        parts.append(("manifest", json.dumps(capture.manifest, sort_keys=True).encode()))
+        for rank in sorted(ranks):
+            rel = capture.ranks.get(rank, {}).get("collectives")
+            if rel:
+                path = capture_path(capture, rel, f"rank {rank}'s collectives")
+                parts.append((f"collectives {rank}", path.read_bytes() if path.is_file() else b""))
+    for dump in sorted(dumps):
+        parts.append((f"dump {dump.name}", dump.read_bytes()))
+    if not parts:
+        return None
+    h = hashlib.sha256()
+    for label, data in parts:
+        h.update(f"{label}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
 
 
 def _run_name(

@@ -71,11 +71,17 @@ def _identical(con: duckdb.DuckDBPyConnection, rid: int, by_rank: dict[int, Conv
     return stored == new
 
 
-def _same_mesh(con: duckdb.DuckDBPyConnection, rid: int, extra: dict[str, Any] | None) -> bool:
-    """Whether the stored run was ingested with the same `--mesh` (or none)."""
-    row = con.execute("SELECT metadata->'mesh' FROM runs WHERE run_id = ?", [rid]).fetchall()
-    stored = json.loads(row[0][0]) if row and row[0][0] is not None else None
-    return stored == (extra or {}).get("mesh")
+#: runs.metadata keys that must match for a re-ingest to be the same run (with the traces'
+#: hashes): the `--mesh` given, and the digest of the inputs besides the traces
+#: (tracelab.ingest.orchestrate.inputs_digest: a capture's manifest and records, the dumps).
+SAME_RUN_KEYS = ("mesh", "inputs_sha256")
+
+
+def _same_metadata(con: duckdb.DuckDBPyConnection, rid: int, extra: dict[str, Any] | None) -> bool:
+    """Whether the stored run was ingested with the same SAME_RUN_KEYS (or none of them)."""
+    row = con.execute("SELECT metadata FROM runs WHERE run_id = ?", [rid]).fetchall()
+    stored = json.loads(row[0][0]) if row and row[0][0] is not None else {}
+    return all(stored.get(k) == (extra or {}).get(k) for k in SAME_RUN_KEYS)
 
 
 def write_run(
@@ -125,7 +131,7 @@ def write_run(
             if (
                 _identical(con, old, by_rank)
                 and not skipped
-                and _same_mesh(con, old, extra_metadata)
+                and _same_metadata(con, old, extra_metadata)
             ):
                 report.run_id, report.unchanged = old, True
                 return report
