@@ -42,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export",
         help="write a run as Parquet (events partitioned by rank)",
         description="Write one run as Parquet files: events/rank=N/*.parquet (hive-partitioned, "
-        "so DuckDB, Spark or Trino can query it in place) plus one file per other table.",
+        "so DuckDB, Spark or Trino can query it in place) plus one file per other table of the "
+        "run: the base tables (steps, ranks, collectives, memory, lanes, ...) and the derived "
+        "ones (step_parts, time_parts, matched_collectives, ...; docs/metrics.md).",
     )
     add_db_option(p)
     add_run_option(p)

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from tracelab import __version__
+from tracelab.derived import TABLES as DERIVED_TABLES
 from tracelab.errors import UsageError
 from tracelab.store import resolve_run
 
@@ -23,7 +24,8 @@ from tracelab.store import resolve_run
 MARKER = ".tracelab-export"
 
 #: Tables exported, and whether they are partitioned by rank (events: the store's own files,
-#: copied).
+#: copied): the base tables, then the derived ones (docs/metrics.md; time_parts from its files,
+#: through its view), so that the lost-time model can be queried where the export goes.
 EXPORT_TABLES = {
     "events": True,
     "steps": False,
@@ -34,6 +36,7 @@ EXPORT_TABLES = {
     "lanes": False,
     "hang_verdicts": False,
     "runs": False,
+    **dict.fromkeys(DERIVED_TABLES, False),
 }
 
 
