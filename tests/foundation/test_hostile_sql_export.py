@@ -97,3 +97,19 @@ def test_export_overwrite_replaces_its_own_export(store: Path, tmp_path: Path) -
 def test_export_to_an_unwritable_place_is_a_usage_error(store: Path) -> None:
     res = cli("export", "--db", str(store), "--out", "/proc/x")
     assert res.code == 2 and "/proc/x" in res.err and "Traceback" not in res.err
+
+
+def test_a_store_file_removed_behind_its_back_is_a_store_error(tmp_path: Path) -> None:
+    from tracelab.ingest import ingest
+    from tracelab.store.files import parquet_root
+
+    from .kineto import run_set
+
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=2)], db=db, run="a", progress=False)
+    for parts in (parquet_root(db) / "run=1" / "parts").iterdir():
+        parts.unlink()
+    res = cli("sql", "--db", str(db), "SELECT count(*) FROM time_parts")
+    assert res.code == 3 and "cannot be read" in res.err and "Traceback" not in res.err, res.err
+    res = cli("sql", "--db", str(db), "SELECT * FROM no_such_table")
+    assert res.code == 2 and "the query failed" in res.err  # a bad query stays a usage error

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from tracelab.commands._common import add_db_option
-from tracelab.errors import UsageError
+from tracelab.errors import StoreError, UsageError
 from tracelab.tables import print_table
 
 #: Statement types a query may be (duckdb.StatementType names).
@@ -116,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
             rows = cur.fetchmany(args.limit + 1) if args.limit else cur.fetchall()
             cols, rows = _with_comments(con, query, cols, rows)
         except duckdb.Error as exc:
+            if isinstance(exc, duckdb.IOException) and root is not None and str(root) in str(exc):
+                # A file the catalog lists is gone or unreadable: the store, not the query.
+                raise StoreError(
+                    f"{root}: a file this store lists cannot be read ({exc}). The store folder "
+                    "was changed outside tracelab: put it back as it was, or ingest the run "
+                    "again into a new store."
+                ) from None
             raise UsageError(f"the query failed: {exc}") from None
     truncated = bool(args.limit) and len(rows) > args.limit
     rows = rows[: args.limit] if args.limit else rows
