@@ -580,3 +580,49 @@ def test_converting_a_trace_again_leaves_the_ingested_events_as_they_were(tmp_pa
     assert pq.ParquetFile(converted).metadata.num_rows == 1  # the folder holds the new trace
     assert _durations(db) == before and check_catalog(db) == events
     assert not list(folder.glob("*.tmp-*"))
+
+
+KILLED_CONVERT = """
+import os, signal, sys
+import tracelab.ingest.convert as convert
+convert.os.rename = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # dies as it renames
+convert.convert_beside(sys.argv[1])
+"""
+
+
+def test_a_conversion_killed_before_its_rename_leaves_nothing_an_ingest_reads(
+    tmp_path: Path,
+) -> None:
+    folder = run_set(tmp_path / "t", ranks=2)
+    res = subprocess.run([sys.executable, "-c", KILLED_CONVERT, str(folder / "rank-0.json")])
+    assert res.returncode == -signal.SIGKILL
+    assert not (folder / "rank-0.tracelab").exists()
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".rank-0.tracelab.tmp-")]
+    report = ingest([folder], db=tmp_path / "s.duckdb", run="a", progress=False)
+    assert report.ranks == [0, 1] and report.ignored == []
+
+
+CONVERT_LOOP = """
+import sys
+from tracelab.ingest.convert import convert_beside
+for _ in range(int(sys.argv[2])):
+    convert_beside(sys.argv[1])
+"""
+
+
+def test_two_conversions_of_one_trace_at_once_both_succeed(tmp_path: Path) -> None:
+    from tracelab.ingest.converted import load_converted
+
+    trace_file = run_set(tmp_path / "t", ranks=1) / "rank-0.json"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONVERT_LOOP, str(trace_file), "40"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert load_converted(trace_file) is not None
+    assert sorted(p.name for p in trace_file.parent.iterdir()) == ["rank-0.json", "rank-0.tracelab"]

@@ -252,21 +252,37 @@ def convert_trace(
 
 def convert_beside(path: str | os.PathLike[str]) -> TraceInfo:
     """Convert a trace into the folder beside it (converted_dir), as `tracelab convert`, the
-    collector and Ray's tasks do. The folder is written under a temporary name and renamed
-    when whole: a conversion killed halfway never leaves a folder that a later ingest would
-    take as converted, and an earlier conversion's files are replaced, never rewritten in
-    place, so a store that ingested them (its events files are links to them,
-    tracelab.ingest.write) keeps what it ingested."""
+    collector and Ray's tasks do. The folder is written under a temporary, hidden name (a
+    folder scan skips it) and renamed when whole: a conversion killed halfway never leaves a
+    folder that a later ingest would take as converted, and an earlier conversion's files are
+    replaced, never rewritten in place, so a store that ingested them (its events files are
+    links to them, tracelab.ingest.write) keeps what it ingested. Two conversions of one trace
+    at once (two ingests on a cluster, `tracelab convert` beside one) each move the other's
+    folder aside rather than fail."""
     final = converted_dir(path)
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = final.with_name(f".{final.name}.tmp-{tag}")
+    aside = final.with_name(f".{final.name}.old-{tag}")
     try:
         info = convert_trace(path, tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        for _ in range(_REPLACE_TRIES):
+            with contextlib.suppress(FileNotFoundError):  # another conversion moved it first
+                os.rename(final, aside)
+            try:
+                os.rename(tmp, final)
+                break
+            except OSError:  # another conversion's folder landed in between: again
+                shutil.rmtree(aside, ignore_errors=True)
+        else:
+            raise OSError(f"{final}: another process keeps replacing this folder")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=True)
     return info
+
+
+#: How often convert_beside moves a folder another conversion just put in place aside.
+_REPLACE_TRIES = 20
 
 
 def _read(path: Path) -> tuple[DecodedTrace, str]:
