@@ -79,11 +79,18 @@ def cluster() -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _tracelab(*args: str) -> subprocess.CompletedProcess[str]:
+def _tracelab(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The CLI in a child process: Ray's driver (threads, signal and exit handlers) never
     lives in the test process."""
     return subprocess.run(
-        [sys.executable, "-m", "tracelab.cli", *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "tracelab.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env=env,
     )
 
 
@@ -179,3 +186,44 @@ def test_an_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
     )  # fmt: skip
     assert res.returncode == 2 and "Ray cluster" in res.stderr, res.stderr
     assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_relative_trace_paths_reach_the_workers(tmp_path: Path, cluster: str) -> None:
+    # The cluster's workers run in the folder its `ray start` ran in (this test's), not the
+    # ingest's: the tasks get absolute paths.
+    run_set(tmp_path / "traces", ranks=2)
+    db = tmp_path / "s.duckdb"
+    res = _tracelab(
+        "ingest", "traces", "--db", str(db), "--engine", "ray", "--address", cluster,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert converted_dir(tmp_path / "traces" / "rank-0.json").is_dir()
+    with open_store(db) as con:
+        assert con.execute("SELECT count(DISTINCT rank) FROM events").fetchall() == [(2,)]
+
+
+def test_without_address_the_ingest_starts_its_own_instance(tmp_path: Path, cluster: str) -> None:
+    # RAY_ADDRESS (or a `ray start` on this node) names a cluster: without --address the
+    # ingest still starts a local instance of its own (ray.init joined the cluster, and refused
+    # the CPU count given for a local one).
+    traces = run_set(tmp_path / "traces", ranks=2)
+    env = {**os.environ, "RAY_ADDRESS": cluster, "RAY_USAGE_STATS_ENABLED": "0"}
+    res = _tracelab(
+        "ingest", str(traces), "--db", str(tmp_path / "s.duckdb"), "--engine", "ray",
+        "--workers", "1", env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+
+
+def test_an_ipv6_address_is_reached(tmp_path: Path) -> None:
+    from tracelab.ingest.ray_engine import _reachable
+
+    try:
+        listener = socket.socket(socket.AF_INET6)
+        listener.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with listener:
+        listener.listen()
+        _reachable(f"[::1]:{listener.getsockname()[1]}")  # as Ray writes it: no UsageError

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelab.derived.part_batches import BatchJob, BatchResult, Runner
-from tracelab.errors import InternalError, TracelabError, UsageError
+from tracelab.errors import InputError, InternalError, TracelabError, UsageError
 from tracelab.ingest.convert import convert_beside
 from tracelab.ingest.converted import TraceInfo, converted_dir
 
@@ -67,6 +67,9 @@ def connected(address: str | None, workers: int | None) -> Iterator[Any]:
         _reachable(address)
         kwargs["address"] = address
     else:
+        # A local instance of this ingest's own, even where RAY_ADDRESS or a `ray start` on
+        # this node names a cluster (ray.init would join it, and refuse num_cpus).
+        kwargs["address"] = "local"
         kwargs["num_cpus"] = workers or os.cpu_count() or 1
     try:
         ray.init(**kwargs)
@@ -88,6 +91,7 @@ def _reachable(address: str, timeout_s: float = 5.0) -> None:
     if address == "auto" or address.startswith("ray://"):
         return
     host, _, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:6379, as Ray writes IPv6
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
     except (OSError, ValueError) as exc:
@@ -113,7 +117,9 @@ def convert_on_ray(
         return done, errors
     with connected(address, workers) as ray:
         task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(convert_beside)
-        refs = {task.remote(str(p)): i for i, p in enumerate(paths)}
+        # Absolute: a worker on another node runs in the folder its `ray start` ran in.
+        absolute = [Path(os.path.abspath(p)) for p in paths]
+        refs = {task.remote(str(p)): i for i, p in enumerate(absolute)}
         pending = list(refs)
         n = 0
         while pending:
@@ -121,13 +127,30 @@ def convert_on_ray(
             for ref in finished:
                 i = refs.pop(ref)
                 try:
-                    done[i] = (ray.get(ref), converted_dir(paths[i]))
+                    done[i] = (_registered(ray.get(ref), absolute[i]), converted_dir(absolute[i]))
                 except Exception as exc:  # noqa: BLE001 (per-file failure policy)
                     errors[i] = _task_error(exc, paths[i])
                 n += 1
                 if progress:
                     progress(n, len(paths))
     return done, errors
+
+
+def _registered(info: TraceInfo, path: Path) -> TraceInfo:
+    """A task's result, once the folder beside its trace is checked to be the one it wrote
+    (another conversion of the same trace may have replaced it since, from changed bytes)."""
+    try:  # its trace.json, not load_converted: that hashes the trace again, on the driver
+        found = TraceInfo.from_json((converted_dir(path) / "trace.json").read_text())
+    except (OSError, ValueError, TypeError):
+        found = None
+    if found is None or found.sha256 != info.sha256 or found.event_count != info.event_count:
+        raise InputError(
+            "the converted folder beside this trace changed while it was ingested (another "
+            "conversion of it ran at the same time, or the trace was rewritten). Ingest again "
+            "once the trace is final.",
+            str(path),
+        )
+    return info
 
 
 def _task_error(exc: BaseException, path: Path) -> TracelabError:
