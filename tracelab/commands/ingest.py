@@ -101,11 +101,9 @@ def ingest_paths(args: argparse.Namespace) -> list[IngestReport]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tracelab.ingest.heap import keep_freed_memory
     from tracelab.ingest.pool import pyarrow_without_pandas
 
     pyarrow_without_pandas()  # this process never needs pandas: 0.26 s of an ingest
-    keep_freed_memory()  # and its workers, forked from it: a quarter fewer page faults
     ingest_paths(args)
     return 0
 
