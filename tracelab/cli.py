@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"tracelab {command}: error: {exc}", file=sys.stderr)
                 return exc.exit_code
             except KeyboardInterrupt:
+                if _terminated:  # SIGTERM during a query, re-raised as an interrupt
+                    print("terminated", file=sys.stderr)
+                    return 143
                 print("interrupted", file=sys.stderr)
                 return 130
             except Terminated:

@@ -65,6 +65,18 @@ class InternalError(TracelabError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+def raise_if_interrupted(exc: BaseException) -> None:
+    """Raise KeyboardInterrupt when `exc` is a signal that DuckDB turned into its own error: a
+    Ctrl-C or SIGTERM during a query comes out as `InterruptException` or as a RuntimeError
+    "Query interrupted", which a component's failure policy (isolate it, name it, go on) would
+    otherwise record as that component failing, and commit the run without it. The CLI exits
+    130, or 143 after SIGTERM (tracelab.cli)."""
+    if type(exc).__name__ == "InterruptException" or (
+        isinstance(exc, RuntimeError) and "Query interrupted" in str(exc)
+    ):
+        raise KeyboardInterrupt from exc
+
+
 def failure_reason(exc: BaseException) -> str:
     """One line for a component that failed (an analyzer, a derived table): the exception, its
     first message line and where it was raised, at most 500 characters."""

@@ -133,3 +133,52 @@ def test_killed_ingest_leaves_nothing_behind(
         listed = {r[0] for r in con.execute("SELECT path FROM parquet_files").fetchall()}
     on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     assert on_disk - {MARKER} == listed
+
+
+#: A command whose derived component `sys.argv[2]` signals its own process (`sys.argv[1]`)
+#: 0.3 s into a long DuckDB query: DuckDB turns the signal into its own error, which the
+#: component failure policy recorded as that component failing, and the run was committed.
+SIGNALLED_IN_A_QUERY = """
+import os, signal, sys, threading
+import tracelab.derived as D
+
+sig, component = getattr(signal, sys.argv[1]), sys.argv[2]
+
+def slow(con, run_id):
+    threading.Timer(0.3, os.kill, (os.getpid(), sig)).start()
+    con.execute("SELECT count(*) FROM range(10000000000) t(x) WHERE x % 7 = 3").fetchall()
+
+D._STEPS = tuple((n, slow if n == component else fn, needs) for n, fn, needs in D._STEPS)
+from tracelab.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _signalled(sig: str, component: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", SIGNALLED_IN_A_QUERY, sig, component, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_during_a_derived_query_stops_the_ingest(tmp_path: Path, sig, code) -> None:
+    db = tmp_path / "s.duckdb"
+    res = _signalled(sig, "steps", "ingest", str(run_set(tmp_path / "t", ranks=2)), "--db", str(db))
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr
+    with open_store(db) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM derived_errors").fetchall() == [(0,)]
+
+
+def test_a_signal_during_a_rederive_leaves_it_to_finish(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=2)], db=db, run="a", progress=False)
+    res = _signalled("SIGINT", "clocks", "rederive", "--db", str(db))
+    assert res.returncode == 130, res.stderr
+    with pytest.raises(Exception, match="were being recomputed when that stopped"):
+        with open_store(db):
+            pass

@@ -28,7 +28,7 @@ import duckdb
 from tracelab.analyzers._budget import Budget, allocate, budget, ordered
 from tracelab.analyzers._common import RunContext, run_context
 from tracelab.defaults import WARMUP_STEPS
-from tracelab.errors import UsageError, failure_reason
+from tracelab.errors import UsageError, failure_reason, raise_if_interrupted
 from tracelab.results import Finding, Result
 
 AnalyzeFn = Callable[[duckdb.DuckDBPyConnection, RunContext, Mapping[str, Any]], Result]
@@ -150,6 +150,7 @@ def run(
         except UsageError:
             raise
         except Exception as exc:  # noqa: BLE001 - the failure policy: isolate, name, go on
+            raise_if_interrupted(exc)  # a signal during a query stops the command
             if on_error == "raise":
                 raise
             errors[name] = failure_reason(exc)

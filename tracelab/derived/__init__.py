@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from tracelab.derived import part_batches, sqlfiles
-from tracelab.errors import failure_reason
+from tracelab.errors import failure_reason, raise_if_interrupted
 
 #: Derived tables per component, in the order derive() fills them.
 COMPONENT_TABLES: dict[str, tuple[str, ...]] = {
@@ -149,9 +149,10 @@ def derive(
                 fn(con, run_id)
         except ComponentFailed:
             raise
-        except duckdb.Error as exc:
-            raise ComponentFailed(name, failure_reason(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - the failure policy: isolate, name, go on
+            raise_if_interrupted(exc)  # a signal during a query stops the command
+            if isinstance(exc, duckdb.Error):
+                raise ComponentFailed(name, failure_reason(exc)) from exc
             for table in COMPONENT_TABLES[name]:
                 _delete(con, table, run_id)
             errors[name] = str(exc) if isinstance(exc, _Skipped) else failure_reason(exc)
