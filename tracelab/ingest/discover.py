@@ -8,6 +8,7 @@ command line must be a trace.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -117,6 +118,17 @@ class Discovery:
 #: torch.profiler.tensorboard_trace_handler's file names: `<worker>.<time ns>.pt.trace.json`,
 #: `.json.gz` with use_gzip=True; the worker defaults to `<host>_<pid>`.
 TENSORBOARD_NAME = re.compile(r"(?P<worker>.+)\.(?P<time>\d+)\.pt\.trace\.json(?:\.gz)?")
+
+
+#: The collector's file names inside a capture: `rank-<N>/window-<K>.pt.trace.json(.gz)`.
+COLLECTOR_RANK_DIR = re.compile(r"rank-(?P<rank>\d+)")
+COLLECTOR_WINDOW = re.compile(r"window-(?P<window>\d+)\.pt\.trace\.json(?:\.gz)?")
+
+
+def collector_window(path: Path) -> int | None:
+    """The window number of a file named as the collector names its windows, else None."""
+    found = COLLECTOR_WINDOW.fullmatch(path.name)
+    return int(found["window"]) if found else None
 
 
 def tensorboard_name(path: Path) -> tuple[str, int] | None:
@@ -267,7 +279,26 @@ def _capture_files(capture: Capture) -> tuple[list[TraceFile], list[InputError]]
                 )
                 continue
             files.append(TraceFile(path=path, rank=rank, window=window))
+    files += _unlisted_traces(capture, set(claimed))
     return files, problems
+
+
+def _unlisted_traces(capture: Capture, claimed: set[Path]) -> list[TraceFile]:
+    """The windows in the capture's rank-<N>/ folders (rank-N/window-K.pt.trace.json.gz, as
+    the collector names them) that its manifest does not list: a rank that died before it
+    wrote its entry (the rank a diagnosis needs most) was left out without a word. Each is
+    ingested as its folder's rank, in the order of its window number."""
+    out = []
+    for folder in sorted(capture.root.glob("rank-*")):
+        named = COLLECTOR_RANK_DIR.fullmatch(folder.name)
+        if named is None or not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            window = collector_window(path)
+            if window is None or not path.is_file() or path.resolve() in claimed:
+                continue
+            out.append(TraceFile(path=path, rank=int(named["rank"]), window=window))
+    return out
 
 
 def discover(paths: list[str | os.PathLike[str]]) -> Discovery:
@@ -353,12 +384,17 @@ def _check(found: Discovery, paths: list[str | os.PathLike[str]]) -> None:
             + (f"; ignored {len(found.ignored)} other files" if found.ignored else "")
             + "."
         )
+    loose = [
+        tf for tf in found.files if not any(tf.path.is_relative_to(c.root) for c in found.captures)
+    ]
+    if len(found.captures) == 1 and loose:
+        raise InputError(
+            f"the capture folder {found.captures[0].root} and loose traces beside it "
+            f"({', '.join(str(tf.path) for tf in loose[:3])}{', ...' if len(loose) > 3 else ''}) "
+            "cannot be one run: a trace the capture does not hold may be another job's. Ingest "
+            "the loose traces apart from the capture."
+        )
     if len(found.captures) > 1:
-        loose = [
-            tf
-            for tf in found.files
-            if not any(tf.path.is_relative_to(c.root) for c in found.captures)
-        ]
         names = ", ".join(str(c.root) for c in found.captures[:5])
         more = f" and {len(found.captures) - 5} more" if len(found.captures) > 5 else ""
         raise InputError(
@@ -386,8 +422,21 @@ def capture_roots(folder: Path) -> list[Path]:
             continue
         if marker.name != MANIFEST and not marker.parent.name.startswith("rank-"):
             continue
+        if marker.name == MANIFEST and not _claims_capture(marker):
+            continue  # another tool's manifest.json: its folder's files are scanned as usual
         roots.add(root)
     return sorted(r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots))
+
+
+def _claims_capture(manifest: Path) -> bool:
+    """Whether a manifest.json found below a folder is a tracelab capture's: its format names
+    tracelab, or it cannot be read (a capture's damaged manifest is reported, not skipped).
+    Another tool's manifest ({"name": "app"}) made the whole folder an invalid capture."""
+    try:
+        doc = json.loads(manifest.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return True
+    return not isinstance(doc, dict) or str(doc.get("format", "")).startswith("tracelab")
 
 
 def capture_runs(paths: list[str | os.PathLike[str]]) -> list[tuple[str, Path]] | None:
@@ -414,4 +463,18 @@ def capture_runs(paths: list[str | os.PathLike[str]]) -> list[tuple[str, Path]] 
             ):
                 return None  # loose traces beside the captures: not a folder of captures
         runs.extend((root.name, root) for root in roots)
-    return runs if len(runs) > 1 else None
+    if len(runs) < 2:
+        return None
+    names: dict[str, list[Path]] = {}
+    for name, root in runs:
+        names.setdefault(name, []).append(root)
+    clash = {n: r for n, r in names.items() if len(r) > 1}
+    if clash:
+        name, roots = next(iter(clash.items()))
+        raise InputError(
+            f"{len(roots)} capture folders are named {name!r} ({', '.join(map(str, roots[:4]))}"
+            f"{', ...' if len(roots) > 4 else ''}): each capture of a folder becomes a run named "
+            "after its folder, and one would replace the other. Ingest them one at a time, "
+            f"each with its own name: tracelab ingest {roots[0]} --run NAME."
+        )
+    return runs

@@ -15,7 +15,7 @@ from tracelab.errors import (
     TracelabError,
 )
 from tracelab.ingest.converted import TraceInfo
-from tracelab.ingest.discover import TraceFile, tensorboard_name
+from tracelab.ingest.discover import TraceFile, collector_window, tensorboard_name
 
 if TYPE_CHECKING:
     pass
@@ -91,6 +91,13 @@ def _order_windows(files: list[TraceFile], idxs: list[int]) -> list[int] | None:
         stamps = {i: n[1] for i, n in zip(idxs, names) if n}
         if len(set(stamps.values())) == len(idxs):
             return sorted(idxs, key=stamps.__getitem__)
+    # The collector's windows of one rank (rank-N/window-K.pt.trace.json.gz) in a folder
+    # without its manifest or rank.json (a job killed before it wrote them).
+    found = {i: collector_window(files[i].path) for i in idxs}
+    windows = {i: w for i, w in found.items() if w is not None}
+    if len({files[i].path.parent for i in idxs}) == 1 and len(windows) == len(idxs):
+        if len(set(windows.values())) == len(idxs):
+            return sorted(idxs, key=windows.__getitem__)
     return None
 
 
