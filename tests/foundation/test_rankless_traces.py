@@ -139,3 +139,17 @@ def test_a_rankless_trace_beside_ranked_ones_is_not_guessed(tmp_path: Path) -> N
         ingest([folder], db=tmp_path / "s.duckdb", progress=False)
     report = ingest([folder], db=tmp_path / "s.duckdb", skip_bad=True, progress=False)
     assert report.ranks == [0, 1] and report.skipped[0]["file"].endswith("extra.json")
+
+
+def test_traces_that_disagree_on_the_job_size_are_not_one_run(tmp_path: Path) -> None:
+    # rank 0 of 2 and rank 1 of 8 were merged as "2 ranks of 8".
+    folder = tmp_path / "t"
+    write(folder / "rank-0.json", trace(rank=0, world=2))
+    write(folder / "rank-1.json", trace(rank=1, world=8))
+    write(folder / "rank-2.json", trace(rank=2, world=8))
+    db = tmp_path / "s.duckdb"
+    with pytest.raises(RankConflictError, match="its job has 2 ranks, but 2 of the others say 8"):
+        ingest([folder], db=db, run="a", progress=False)
+    report = ingest([folder], db=db, run="a", skip_bad=True, progress=False)
+    assert report.ranks == [1, 2] and report.world_size == 8
+    assert [s["file"] for s in report.skipped] == [str(folder / "rank-0.json")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,28 @@ def _rank_zero_note(files: list[TraceFile], rankless: list[int]) -> str:
     )
 
 
+def _odd_world_sizes(
+    files: list[TraceFile], done: dict[int, tuple[TraceInfo, Path]]
+) -> dict[int, TracelabError]:
+    """Traces whose distributedInfo.world_size differs from most of the others' (no capture
+    manifest says the job's size): not one job's traces, and merged they made a run of "2
+    ranks of 8". Each odd one is a per-file error (--skip-bad leaves it out)."""
+    sizes = {i: done[i][0].world_size for i in done if done[i][0].world_size is not None}
+    if len(set(sizes.values())) < 2:
+        return {}
+    common, n = Counter(sizes.values()).most_common(1)[0]
+    return {
+        i: RankConflictError(
+            f"this trace says its job has {size} ranks, but {n} of the others say {common}: "
+            "they are not one job's traces. Ingest it as its own run, or leave it out with "
+            "--skip-bad.",
+            str(files[i].path),
+        )
+        for i, size in sizes.items()
+        if size != common
+    }
+
+
 def resolve_ranks(
     files: list[TraceFile],
     done: dict[int, tuple[TraceInfo, Path]],
@@ -127,9 +150,11 @@ def resolve_ranks(
     Traces without a rank that one process wrote (a single file, or one tensorboard worker's
     windows), when nothing else is ingested with them, are rank 0 of 1; the note says so."""
     by_rank: dict[int, list[int]] = {}
-    errors: dict[int, TracelabError] = {}
+    errors: dict[int, TracelabError] = _odd_world_sizes(files, done) if world_size is None else {}
     rankless: list[int] = []
     for i in sorted(done):
+        if i in errors:
+            continue
         tf = files[i]
         info, _ = done[i]
         rank = _match_user_rank(tf.path, user_ranks)
