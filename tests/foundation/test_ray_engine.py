@@ -208,7 +208,11 @@ def test_without_address_the_ingest_starts_its_own_instance(tmp_path: Path, clus
     # ingest still starts a local instance of its own (ray.init joined the cluster, and refused
     # the CPU count given for a local one).
     traces = run_set(tmp_path / "traces", ranks=2)
-    env = {**os.environ, "RAY_ADDRESS": cluster, "RAY_USAGE_STATS_ENABLED": "0"}
+    # A home of its own: a local instance writes ~/.ray/auth_token, after which joining the
+    # test cluster (started without a token) fails for every later test (docs/scale-out.md).
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "RAY_ADDRESS": cluster, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(home)}
     res = _tracelab(
         "ingest", str(traces), "--db", str(tmp_path / "s.duckdb"), "--engine", "ray",
         "--workers", "1", env=env,
