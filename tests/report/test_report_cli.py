@@ -7,6 +7,7 @@ metrics that must move, and the ones that must not, are known in advance.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -233,3 +234,67 @@ def test_report_path_imports_no_dash_browser_or_torch(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "1 []", out.stderr
+
+
+def test_a_failed_gate_never_moves_the_pinned_baseline(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # CI reports the same folder every night: the baseline pins its good night by name. A
+    # regressed night used to replace that run under its name, and the next report against
+    # the baseline compared the regression with itself and passed.
+    ci = tmp_path / "ci"
+    shutil.copytree(runs["base"], ci)
+    db = str(tmp_path / "s.duckdb")
+    assert main(["ingest", str(ci), "--db", db, "--run", "ci"]) == 0
+    assert main(["baseline", "save", "main", "--run", "ci", "--db", db]) == 0
+    shutil.rmtree(ci)
+    shutil.copytree(runs["slow"], ci)
+    rc, data = _report(tmp_path, "--baseline", "main", "--candidate", str(ci), "--db", db)
+    assert rc == 1 and data["baseline"]["name"] == "ci"
+    assert data["candidate"]["name"].startswith("ci-run")
+    assert "pinned by a baseline" in capsys.readouterr().err
+    rc, data = _report(tmp_path, "--baseline", "main", "--candidate", str(ci), "--db", db)
+    assert rc == 1  # still judged against the good night
+
+
+def test_two_folders_of_one_name_are_both_reported(runs: dict[str, Path], tmp_path: Path) -> None:
+    shutil.copytree(runs["base"], tmp_path / "a" / "run")
+    shutil.copytree(runs["slow"], tmp_path / "b" / "run")
+    rc, data = _report(
+        tmp_path,
+        "--baseline",
+        str(tmp_path / "a" / "run"),
+        "--candidate",
+        str(tmp_path / "b" / "run"),
+    )
+    assert rc == 1, data
+    assert data["baseline"]["name"] == "run" and data["candidate"]["name"] == "run-candidate"
+
+
+def test_a_report_with_a_failed_analyzer_never_reads_as_a_pass(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Exit 3, but JSON said "pass", JUnit had 0 errors and HTML a green box.
+    import dataclasses
+
+    from tracelab.analyzers import registry
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("broken on purpose")
+
+    reg = registry()
+    monkeypatch.setitem(reg, "stragglers", dataclasses.replace(reg["stragglers"], analyze=broken))
+    out = tmp_path / "out"
+    fmts = [x for f in ("markdown", "html", "json", "junit") for x in ("--format", f)]
+    rc = main(
+        ["report", "--baseline", str(runs["base"]), "--candidate", str(runs["rerun"]),
+         *fmts, "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 3
+    data = json.loads((out / "tracelab-report.json").read_text())
+    assert data["verdict"] == "error" and data["exit_code"] == 3, data["errors"]
+    suite = ET.parse(out / "tracelab-report.junit.xml").getroot().find("testsuite")
+    assert suite is not None and int(suite.get("errors") or 0) == len(data["errors"]) > 0
+    html = (out / "tracelab-report.html").read_text()
+    assert "Could not be judged" in html and "No performance regression" not in html
+    assert "No performance regression" not in (out / "tracelab-report.md").read_text()

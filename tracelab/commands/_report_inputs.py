@@ -69,13 +69,22 @@ class _Pending:
     source: str
 
 
-def _ingest_path(path: Path, role: str, db: str) -> tuple[str, _Pending]:
-    """Ingest `path` as a pending run whose final name is tied to that path."""
+def _ingest_path(
+    path: Path,
+    role: str,
+    db: str,
+    claimed: set[str] = frozenset(),  # type: ignore[assignment]
+) -> tuple[str, _Pending]:
+    """Ingest `path` as a pending run whose final name is tied to that path (never one of
+    `claimed`, the names this report's other pending runs will take: two folders of one name
+    both took it, and the store refused the second, exit 70)."""
     source = str(path.resolve())
     existing = _runs_by_name(db)
     base = _default_name(path.resolve())
     digest = hashlib.sha1(source.encode()).hexdigest()[:8]
     for name in (base, f"{base}-{role}", f"{base}-{digest}"):
+        if name in claimed:
+            continue
         if name not in existing or existing[name] == [source]:
             break
     temp = f"{name}.report-pending-{os.getpid()}-{role}"
@@ -113,6 +122,29 @@ def _final_ids(
             _log(f"tracelab report: run {p.name!r} unchanged (identical files)")
         else:
             out[p.temp] = (new[0], old[0] if old is not None else None)
+    return out
+
+
+def _names(
+    con: duckdb.DuckDBPyConnection, pending: list[_Pending], ids: dict[str, tuple[int, int | None]]
+) -> list[_Pending]:
+    """The pending runs with the names they keep. A run that a baseline pins by name is never
+    replaced: a failed gate renamed the regressed run to the baseline's run, and the next
+    report against that baseline compared the regression with itself and passed. The new run
+    takes a name of its own instead (NAME-run<ID>)."""
+    pinned = {str(r[0]) for r in con.execute("SELECT run_name FROM baselines").fetchall()}
+    out = []
+    for p in pending:
+        keep, replaced = ids[p.temp]
+        if replaced is not None and p.name in pinned:
+            name = f"{p.name}-run{keep}"
+            _log(
+                f"tracelab report: run {p.name!r} is pinned by a baseline and stays as it was; "
+                f"the new run from {p.source} is {name!r}"
+            )
+            ids[p.temp] = (keep, None)
+            p = replace(p, name=name)
+        out.append(p)
     return out
 
 
@@ -196,7 +228,7 @@ def _build(
         if same:  # one folder given twice: one run
             names.append(same[0].temp)
         elif path.exists():
-            temp, p = _ingest_path(path, role, store)
+            temp, p = _ingest_path(path, role, store, {q.name for q in pending})
             pending.append(p)
             names.append(temp)
         else:
@@ -217,6 +249,7 @@ def _build(
             _log("tracelab report: warning: baseline and candidate are the same run")
         runs = [extract(con, rid, settings) for rid in ids]
         final = _final_ids(con, pending)
+        pending[:] = _names(con, pending, final)
     by_temp = {p.temp: p for p in pending}
     for i, name in enumerate(names):
         if name is not None:  # report the run under the name it keeps

@@ -146,10 +146,13 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """'hang' (the candidate has a hang or desync verdict), 'regression', 'warn' (nothing
-        failed, something could not be judged) or 'pass'."""
+        """'hang' (the candidate has a hang or desync verdict), 'error' (an analyzer failed on
+        either run: exit 3, never read as a pass), 'regression', 'warn' (nothing failed,
+        something could not be judged) or 'pass'; as exit_code orders them."""
         if self.blocking:
             return "hang"
+        if self.errors:
+            return "error"
         if self.regressions:
             return "regression"
         if any(r.verdict is Verdict.WARN for r in self.rows):

@@ -81,6 +81,18 @@ def verdict_summary(report: Report) -> tuple[str, str, str]:
         what = "Hang" if f.code == Code.HANG else "Collective desync"
         return ("🛑", f"{what} in the candidate", f"(Flight Recorder): {f.title}")
     gated = [r for r in report.rows if r.gated]
+    if report.verdict == "error":
+        names = ", ".join(report.errors)
+        also = (
+            f"; {len(report.regressions)} regression(s) among the rest"
+            if report.regressions
+            else ""
+        )
+        return (
+            "⛔",
+            "The report could not judge everything",
+            f"{len(report.errors)} analyzer run(s) failed ({names}){also}: see Could not be judged",
+        )
     if report.regressions:
         names = ", ".join(r.label for r in report.regressions)
         return (

@@ -180,9 +180,12 @@ def _figures(report: Report) -> tuple[list[str], str | None]:
 
 
 def render(report: Report) -> str:
-    cls = {"hang": "v-hang", "regression": "v-regression", "warn": "v-warn"}.get(
-        report.verdict, "v-pass"
-    )
+    cls = {
+        "hang": "v-hang",
+        "error": "v-regression",
+        "regression": "v-regression",
+        "warn": "v-warn",
+    }.get(report.verdict, "v-pass")
     icon, headline, detail = fmt.verdict_summary(report)
     main = [r for r in report.rows if r.gate != "op_time"]
     ops = [r for r in report.rows if r.gate == "op_time"]
@@ -213,6 +216,12 @@ def render(report: Report) -> str:
         parts.append(
             f"<h2>Resolved findings ({len(report.resolved_findings)})</h2><ul>"
             + "".join(_finding_html(f) for f in report.resolved_findings)
+            + "</ul>"
+        )
+    if report.errors:
+        parts.append(
+            '<h2 id="errors">Could not be judged</h2><ul>'
+            + "".join(f"<li>{_e(k)} failed: {_e(v)}</li>" for k, v in report.errors.items())
             + "</ul>"
         )
     if report.warnings:

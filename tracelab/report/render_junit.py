@@ -47,13 +47,14 @@ def render(report: Report) -> str:
     rows = [r for r in report.rows if r.gated]
     failures = sum(r.verdict is Verdict.REGRESSION for r in rows) + len(report.blocking)
     skipped = sum(r.verdict is Verdict.WARN for r in rows)
-    tests = len(rows) + len(report.blocking)
+    errors = len(report.errors)
+    tests = len(rows) + len(report.blocking) + errors
     root = ET.Element(
         "testsuites",
         name="tracelab",
         tests=str(tests),
         failures=str(failures),
-        errors="0",
+        errors=str(errors),
         skipped=str(skipped),
     )
     suite = ET.SubElement(
@@ -62,7 +63,7 @@ def render(report: Report) -> str:
         name=SUITE,
         tests=str(tests),
         failures=str(failures),
-        errors="0",
+        errors=str(errors),
         skipped=str(skipped),
         time="0",
     )
@@ -76,6 +77,11 @@ def render(report: Report) -> str:
         ET.SubElement(props, "property", name=name, value=_clean(val))
     for f in report.blocking:
         _blocking_case(suite, f)
+    for what, why in report.errors.items():  # an analyzer that failed: the gate is broken
+        case = ET.SubElement(
+            suite, "testcase", classname=f"{SUITE}.analyzer", name=_clean(what), time="0"
+        )
+        ET.SubElement(case, "error", type="AnalyzerFailed", message=_clean(f"{what}: {why}"))
     for r in rows:
         case = ET.SubElement(
             suite, "testcase", classname=f"{SUITE}.{r.gate}", name=_clean(r.key), time="0"
