@@ -84,14 +84,14 @@ def verdict_summary(report: Report) -> tuple[str, str, str]:
     if report.verdict == "error":
         names = ", ".join(report.errors)
         also = (
-            f"; {len(report.regressions)} regression(s) among the rest"
+            f", and {len(report.regressions)} regression(s) among the metrics judged"
             if report.regressions
             else ""
         )
         return (
-            "⛔",
-            "The report could not judge everything",
-            f"{len(report.errors)} analyzer run(s) failed ({names}){also}: see Could not be judged",
+            "❌",
+            "Not judged:",
+            f"{len(report.errors)} analyzer run(s) failed ({names}){also}; see Could not be judged",
         )
     if report.regressions:
         names = ", ".join(r.label for r in report.regressions)
