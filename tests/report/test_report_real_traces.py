@@ -46,3 +46,23 @@ def test_same_gpu_trace_twice_passes(hta_traces: Path, tmp_path: Path) -> None:
     for m in data["metrics"]:
         assert m["delta"] == pytest.approx(0.0, abs=1e-12), m
         assert m["verdict"] in ("pass", "info"), m
+
+
+def test_peaks_measured_from_different_sources_are_never_gated(tmp_path: Path) -> None:
+    # The same capture with and without the trace's [memory] events: the peaks come from
+    # those events in one run and from process RSS in the other (5 MB against 355 MB), which
+    # failed the gate on peak memory though nothing changed.
+    import gzip
+    import shutil
+
+    base = Path(__file__).resolve().parents[2] / "sample_traces" / "pipeline_unbalanced"
+    stripped = shutil.copytree(base, tmp_path / "stripped")
+    for path in stripped.glob("rank-*/window-*.pt.trace.json.gz"):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "[memory]"]
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    rc, data = _report(tmp_path, "--baseline", str(base), "--candidate", str(stripped))
+    memory = [m for m in data["metrics"] if m["key"].startswith(("peak_memory", "memory_imb"))]
+    assert memory and all(m["verdict"] == "info" for m in memory), memory
+    assert "the trace's [memory] events in the baseline and process RSS" in memory[0]["reason"]
+    assert rc == 0, data["verdict"]

@@ -62,6 +62,10 @@ class MetricValue:
     note: str = ""
     #: False when the value is shown for context but must not gate (the note says why).
     gateable: bool = True
+    #: What the value was measured from, where a metric has several sources (peak memory: the
+    #: collector's allocator peaks, the trace's [memory] events, process RSS). Values of
+    #: different bases are shown, never gated against each other.
+    basis: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,6 +296,11 @@ def _threshold_for(
     ungated = next((v for v in (b, c) if v is not None and not v.gateable), None)
     if ungated is not None:
         return replace(t, kind=None), f"not gated: {ungated.note or 'not comparable here'}"
+    if b is not None and c is not None and b.basis != c.basis:
+        return replace(t, kind=None), (
+            f"not gated: measured from {b.basis or 'another source'} in the baseline and "
+            f"{c.basis or 'another source'} in the candidate"
+        )
     return t, "not gated (threshold off)"
 
 

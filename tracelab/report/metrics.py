@@ -286,6 +286,16 @@ def _pipeline_metrics(
     return {key: _sampled(key, "bubble_share", label, v) for (key, label), v in by.items()}
 
 
+#: What a peak was measured from (tracelab.analyzers.memory's source): peaks of different
+#: sources are shown side by side, never gated against each other (a capture with and one
+#: without [memory] events read as +6,900% peak memory).
+_MEMORY_BASIS = {
+    "step_peak": "the device allocator's peaks",
+    "trace": "the trace's [memory] events",
+    "rss": "process RSS",
+}
+
+
 def _memory_metrics(
     memory: dict[str, Any], tables: dict[str, list[dict[str, Any]]]
 ) -> dict[str, MetricValue]:
@@ -294,6 +304,7 @@ def _memory_metrics(
         return {}
     out: dict[str, MetricValue] = {}
     lower = " (lower bound: trace events)" if memory.get("peak_is_lower_bound") else ""
+    basis = _MEMORY_BASIS.get(str(memory["source"]), str(memory["source"]))
     stage_rows = tables.get("stages") or []
     if stage_rows:
         for x in stage_rows:
@@ -303,6 +314,7 @@ def _memory_metrics(
                 gate="peak_memory",
                 label=f"Peak memory, stage {x['stage']}{lower}",
                 value=float(x["peak_bytes"]),
+                basis=basis,
             )
         peaks = [float(x["peak_bytes"]) for x in stage_rows]
         what = "stages"
@@ -317,6 +329,7 @@ def _memory_metrics(
             gate="peak_memory",
             label=f"Peak memory, largest rank{lower}",
             value=max(peaks) if peaks else None,
+            basis=basis,
         )
         what = "ranks"
     if len(peaks) > 1 and np.mean(peaks) > 0:
@@ -325,6 +338,7 @@ def _memory_metrics(
             gate="memory_imbalance",
             label=f"Memory imbalance (max/mean over {what})",
             value=float(max(peaks) / np.mean(peaks)),
+            basis=basis,
         )
     return out
 
