@@ -298,3 +298,15 @@ def test_a_report_with_a_failed_analyzer_never_reads_as_a_pass(
     html = (out / "tracelab-report.html").read_text()
     assert "Could not be judged" in html and "No performance regression" not in html
     assert "No performance regression" not in (out / "tracelab-report.md").read_text()
+
+
+def test_a_candidate_named_like_a_baseline_is_the_run(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "s.duckdb")
+    shutil.copyfile(db, store)
+    shutil.copytree(Path(db).with_suffix(".parquet"), Path(store).with_suffix(".parquet"))
+    assert main(["baseline", "save", "slow", "--run", "base", "--db", store]) == 0
+    rc, data = _report(tmp_path, "--baseline", "base", "--candidate", "slow", "--db", store)
+    assert rc == 1 and data["candidate"]["name"] == "slow"
+    assert "the run is judged" in capsys.readouterr().err

@@ -170,8 +170,20 @@ def _finish(
 
 
 def _lookup(con: duckdb.DuckDBPyConnection, arg: str, role: str, db: str) -> int:
-    """run_id for a named baseline or a run name; an InputError naming what exists otherwise."""
+    """run_id for a named baseline or a run name; an InputError naming what exists otherwise.
+    A name that is both: the baseline side takes the baseline, the candidate side the run (a
+    candidate `pr-123` that a baseline was also named after was judged as the baseline's run,
+    and the slow run never at all)."""
     row = con.execute("SELECT run_name FROM baselines WHERE name = ?", [arg]).fetchone()
+    if role == "candidate":
+        own = con.execute("SELECT run_id FROM runs WHERE name = ?", [arg]).fetchone()
+        if own is not None:
+            if row is not None and str(row[0]) != arg:
+                _log(
+                    f"tracelab report: candidate {arg!r} is a run and a baseline's name: the "
+                    "run is judged"
+                )
+            return int(own[0])
     run_name = str(row[0]) if row else arg
     found = con.execute("SELECT run_id FROM runs WHERE name = ?", [run_name]).fetchone()
     if found is not None:
