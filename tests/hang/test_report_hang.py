@@ -182,8 +182,9 @@ def test_hostile_dump_text_stays_text_in_every_format(store: Path) -> None:
 
 
 def test_the_hang_outranks_every_other_outcome() -> None:
-    """On the comparison model: a pass, a regression or a failed analyzer (exit 3) all become
-    exit 1 with verdict 'hang' once the candidate has a hang finding, and not otherwise."""
+    """On the comparison model: a pass, a regression or a failed analyzer (exit 3, verdict
+    'error') all become exit 1 with verdict 'hang' once the candidate has a hang finding, and
+    not otherwise."""
     from dataclasses import replace
 
     from tests.report.conftest import finding, make_run
@@ -196,7 +197,7 @@ def test_the_hang_outranks_every_other_outcome() -> None:
     for slowdown, broken, verdict, code in (
         (1.0, False, "pass", 0),
         (1.2, False, "regression", 1),
-        (1.0, True, "pass", 3),
+        (1.0, True, "error", 3),
     ):
         b = replace(base, errors={"memory": "boom"}) if broken else base
         plain = compare(b, make_run("c", seed=2, slowdown=slowdown), s)
