@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -73,7 +73,7 @@ def _ingest_path(
     path: Path,
     role: str,
     db: str,
-    claimed: set[str] = frozenset(),  # type: ignore[assignment]
+    claimed: Collection[str] = (),
 ) -> tuple[str, _Pending]:
     """Ingest `path` as a pending run whose final name is tied to that path (never one of
     `claimed`, the names this report's other pending runs will take: two folders of one name
