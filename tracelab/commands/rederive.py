@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
     with open_store(args.db, read_only=False, stale_derived_ok=True, create=False) as con:
         named = [resolve_run(con, name) for name in args.run or []]
         stale = stored_derived_version(con) != DERIVED_VERSION
-        if stale or not named:
+        every = stale or not named
+        if every:
             rederive_schema(con)
         if named and stale:
             print(
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
                 "only the runs named",
                 file=sys.stderr,
             )
-        if named and not stale:
+        if not every:
             ids = named
         else:
             ids = [
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             failed += bool(report.errors)
-        if stale or not named:
+        if every:
             mark_derived_current(con)  # every run is recomputed: the store opens again
     print(
         f"rederived {len(ids)} run(s) in {args.db}"
