@@ -51,17 +51,18 @@ def parquet_root(db_path: str | os.PathLike[str]) -> Path:
     return path.with_name(path.name.removesuffix(".duckdb") + FOLDER_SUFFIX)
 
 
-def _db_file(con: duckdb.DuckDBPyConnection) -> Path:
+def _db_file(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """The store file `con` is connected to; None for an in-memory database."""
     rows = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
     ).fetchall()
-    return Path(os.path.abspath(rows[0][0])) if rows and rows[0][0] else Path()
+    return Path(os.path.abspath(rows[0][0])) if rows and rows[0][0] else None
 
 
 def store_root(con: duckdb.DuckDBPyConnection) -> Path | None:
     """The store folder of the database `con` is connected to; None for an in-memory one."""
     db = _db_file(con)
-    return parquet_root(db) if db != Path() else None
+    return parquet_root(db) if db is not None else None
 
 
 def _is_duckdb_file(path: Path) -> bool:
@@ -107,11 +108,12 @@ def check_owner(db_path: str | os.PathLike[str], *, claim: bool) -> None:
 def make_root(con: duckdb.DuckDBPyConnection) -> Path:
     """The store folder, created (with MARKER naming the store file) when it does not exist
     yet. A store's opening checks that an existing folder is its own (check_owner)."""
-    root = store_root(con)
-    if root is None:
+    db = _db_file(con)
+    if db is None:
         raise StoreError(
             "an in-memory store cannot hold a run's Parquet files. Use a store file (--db FILE)."
         )
+    root = parquet_root(db)
     if (root / MARKER).is_file():
         return root
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
@@ -120,7 +122,7 @@ def make_root(con: duckdb.DuckDBPyConnection) -> Path:
             "a tracelab store folder is there. Move it away, or use another --db."
         )
     root.mkdir(parents=True, exist_ok=True)
-    (root / MARKER).write_text(_db_file(con).name + "\n")
+    (root / MARKER).write_text(db.name + "\n")
     return root
 
 
