@@ -105,6 +105,41 @@ def check_owner(db_path: str | os.PathLike[str], *, claim: bool) -> None:
         (root / MARKER).write_text(db.name + "\n")
 
 
+def prepare_store_path(db_path: str | os.PathLike[str]) -> None:
+    """Before an ingest converts anything: make sure `db_path` can be opened as a store once
+    the conversions are done, rather than fail after them. The store's folder is created when
+    missing (as `tracelab.profile` creates its capture folder); a path that is a folder or a
+    file of another kind, a folder that cannot be created or written, and a store file whose
+    Parquet folder another store owns (check_owner) are refused, naming the path."""
+    if str(db_path) == ":memory:":
+        return
+    db = Path(db_path)
+    if db.is_dir():
+        raise StoreError(
+            f"{db}: this is a folder, not a store file. Name a file in it: "
+            f"--db {db / 'tracelab.duckdb'}."
+        )
+    if db.is_file() and db.stat().st_size and not _is_duckdb_file(db):
+        raise StoreError(
+            f"{db}: this file is not a tracelab store (not a DuckDB database). Give --db a new "
+            "path, or move the file away."
+        )
+    folder = db.absolute().parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"{db}: cannot create the store's folder {folder} ({exc.strerror or exc}). Create "
+            "it, or give --db a path in a folder you can write."
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(
+            f"{db}: the store's folder {folder} is not writable (the store file and its "
+            "Parquet folder are written there). Give --db a path in a folder you can write."
+        )
+    check_owner(db, claim=False)
+
+
 def make_root(con: duckdb.DuckDBPyConnection) -> Path:
     """The store folder, created (with MARKER naming the store file) when it does not exist
     yet. A store's opening checks that an existing folder is its own (check_owner)."""

@@ -269,3 +269,40 @@ def test_commands_that_change_a_store_never_create_one(tmp_path: Path, argv) -> 
     res = cli(*argv, "--db", str(typo))
     assert res.code == 3 and "no store here" in res.err and "Traceback" not in res.err, res.err
     assert not typo.exists() and not (tmp_path / "typo.parquet").exists()
+
+
+def test_ingest_creates_the_folder_of_a_new_store(tmp_path: Path) -> None:
+    good = run_set(tmp_path / "in", ranks=2)
+    db = tmp_path / "stores" / "ci" / "s.duckdb"
+    res = cli("ingest", str(good), "--db", str(db))
+    assert res.code == 0, res.err
+    assert "2/2" in cli("runs", "--db", str(db)).out
+
+
+@pytest.mark.parametrize("kind", ["folder", "not duckdb"])
+def test_a_path_that_cannot_hold_the_store_is_refused_before_any_conversion(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was found only when the store was opened, after every trace had been converted
+    (2.0-2.4 s of wasted work on the 8-rank set)."""
+    import tracelab.ingest.orchestrate as orchestrate
+
+    def converted(*args, **kwargs):
+        raise AssertionError("converted before the store's path was checked")
+
+    monkeypatch.setattr(orchestrate, "convert_all", converted)
+    good = run_set(tmp_path / "in", ranks=2)
+    if kind == "folder":
+        db = tmp_path / "stores"
+        db.mkdir()
+        words = "is a folder, not a store file"
+    else:
+        db = tmp_path / "notes.duckdb"
+        db.write_text("my notes\n")
+        words = "not a tracelab store"
+    res = cli("ingest", str(good), "--db", str(db))
+    assert res.code == 3 and words in res.err and str(db) in res.err, res.err
+    assert "Traceback" not in res.err
+    if kind == "not duckdb":
+        assert db.read_text() == "my notes\n"
+        assert not (tmp_path / "notes.parquet").exists()

@@ -36,6 +36,7 @@ from tracelab.ingest.pool import Engine, convert_all
 from tracelab.ingest.ranks import ConvertedRank, resolve_ranks
 from tracelab.ingest.records import check_capture_records
 from tracelab.ingest.write import IfExists, IngestReport, staging_parent, write_run
+from tracelab.store_folder import prepare_store_path
 
 if TYPE_CHECKING:
     pass
@@ -110,6 +111,7 @@ def ingest(
     workers_n = _worker_count(found, workers)
     show = _progress_printer() if progress is None or progress else None
     db_path = Path(db)
+    prepare_store_path(db_path)  # a path that cannot hold the store fails now, not converted
     staging = lifecycle.make_staging(staging_parent(db_path))
     try:
         with ExitStack() as session:
