@@ -59,7 +59,11 @@ def warm(folder: Path) -> None:
 
 def tracelab_ingest(folder: Path, work: Path) -> Sample:
     db = work / "bench.duckdb"
+    # A new store each time, as HTA starts from nothing: the store file and its Parquet folder
+    # (before 2026-12-06 12:00 UTC only the file was removed, so each run after the first also
+    # swept the previous run's files out of the folder it took over).
     db.unlink(missing_ok=True)
+    shutil.rmtree(work / "bench.parquet", ignore_errors=True)
     warm(folder)
     sample = run_measured(
         [sys.executable, "-m", "tracelab.cli", "ingest", str(folder), "--db", str(db)]
