@@ -325,7 +325,9 @@ def predict(cfg: ModelConfig) -> list[RankEstimate]:
         rank = _rank_of(cfg.schedule, k, cfg.pp)
         w, g, o = model_state_bytes(n, optimizer=cfg.optimizer, zero=cfg.zero, dp=cfg.dp)
         states[rank] = states.get(rank, 0.0) + w + g + o
-        opt_ws[rank] = opt_ws.get(rank, 0.0) + optimizer_workspace(o, cfg.optimizer)
+        opt_ws[rank] = opt_ws.get(rank, 0.0) + optimizer_workspace(
+            moment_bytes(o, cfg.optimizer), cfg.optimizer
+        )
     # The backward's weight-gradient temporary: the MLP's 4h x h matrix, in the gradients' dtype.
     grad_bytes = STATE_BYTES[cfg.optimizer][1]
     bw = {r: 4.0 * cfg.hidden * cfg.hidden / cfg.tp * grad_bytes for r in states}
@@ -341,11 +343,24 @@ def predict(cfg: ModelConfig) -> list[RankEstimate]:
     )
 
 
-def optimizer_workspace(optimizer_bytes: float, optimizer: str) -> float:
+def optimizer_workspace(moment_bytes: float, optimizer: str) -> float:
     """The optimizer step's intermediate: foreach Adam/AdamW allocate sqrt(v) for every
-    parameter at once, one of their two fp32 states (half the optimizer bytes); SGD updates in
-    place."""
-    return optimizer_bytes / 2.0 if optimizer.startswith("adam") else 0.0
+    parameter at once, one fp32 tensor the size of one of their two moments, m and v (half
+    `moment_bytes`, the bytes of both); SGD updates in place. A capture measures the moments
+    (torch's optimizer state); an estimate takes them out of the optimizer states
+    (moment_bytes)."""
+    return moment_bytes / 2.0 if optimizer.startswith("adam") else 0.0
+
+
+#: Of STATE_BYTES' optimizer bytes per parameter, those of Adam's moments m and v (mixed
+#: precision keeps its fp32 master weights there too, which sqrt(v) does not copy).
+MOMENT_BYTES = {"adam": 8, "adam_fp32": 8, "sgd": 0, "sgd_momentum": 4}
+
+
+def moment_bytes(optimizer_bytes: float, optimizer: str) -> float:
+    """The moments' share of a rank's optimizer-state bytes (STATE_BYTES, MOMENT_BYTES)."""
+    per_param = STATE_BYTES[optimizer][2]
+    return optimizer_bytes * MOMENT_BYTES[optimizer] / per_param if per_param else 0.0
 
 
 CONFIG_KEYS = {
