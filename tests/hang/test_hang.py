@@ -183,3 +183,74 @@ def test_the_collector_dumps_when_a_collective_times_out(tmp_path: Path) -> None
     # names it as the rank the others wait for, in the all-reduce rank 0 entered.
     assert v["kind"] == "missing_rank" and list(v["absent"]) == ["1"]
     assert v["op"] == "gloo:all_reduce"
+
+
+def _edited(tmp_path: Path, case: str, edit) -> Path:
+    """A copy of a fixture's JSON dumps, `edit(rank, doc)` applied to each."""
+    for r in (0, 1):
+        doc = json.loads((FIX / case / f"rank_{r}.json").read_text())
+        edit(r, doc)
+        (tmp_path / f"rank_{r}.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def test_dumps_that_disagree_on_a_groups_ranks_are_refused(tmp_path: Path) -> None:
+    """The first dump to list a group decided its members: rank 0's dump listing the default
+    group as [0] made the job one rank wide, and rank 1, which never entered #5, vanished
+    ("OK: the ranks' dumps agree", exit 0)."""
+
+    def edit(rank: int, doc: dict) -> None:
+        if rank == 0:
+            doc["pg_config"][""]["ranks"] = "[0]"
+
+    res = cli("hang", str(_edited(tmp_path, "skip", edit)))
+    assert res.code == 3 and "disagree on the ranks of process group" in res.err, res.err
+    assert "rank_0.json" in res.err and "rank_1.json" in res.err
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("input_sizes", [["x"]]),
+        ("input_sizes", [[[1]]]),
+        ("time_created_ns", "soon"),
+    ],
+)
+def test_malformed_values_in_a_dump_name_the_file(tmp_path: Path, field: str, value) -> None:
+    """They were an internal error (exit 70) that named no file, or sorted text with numbers."""
+
+    def edit(rank: int, doc: dict) -> None:
+        if rank == 1:
+            doc["entries"][0][field] = value
+
+    res = cli("hang", str(_edited(tmp_path, "skip", edit)))
+    assert "Traceback" not in res.err and "internal error" not in res.err, res.err
+    if field == "time_created_ns":  # not a number: read as unknown, the verdict stands
+        assert res.code == 1 and "never entered gloo:all_reduce #5" in res.out, res.err
+    else:
+        assert res.code == 3 and "rank_1.json" in res.err and "malformed value" in res.err
+
+
+def test_a_group_with_ranks_that_are_not_numbers_names_the_file(tmp_path: Path) -> None:
+    def edit(rank: int, doc: dict) -> None:
+        doc["pg_config"][""]["ranks"] = ["a", "b"]
+
+    res = cli("hang", str(_edited(tmp_path, "skip", edit)))
+    assert res.code == 3 and "rank_0.json" in res.err and "malformed value" in res.err, res.err
+
+
+def test_a_dump_nested_too_deep_is_unreadable_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "rank_0.json").write_text('{"entries": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    res = cli("hang", str(tmp_path / "rank_0.json"))
+    assert res.code == 3 and "rank_0.json" in res.err and "Traceback" not in res.err, res.err
+
+
+def test_a_dump_version_tracelab_does_not_know_is_said(tmp_path: Path) -> None:
+    def edit(rank: int, doc: dict) -> None:
+        if rank == 1:
+            doc["version"] = "99.0"
+
+    res = cli("hang", str(_edited(tmp_path, "skip", edit)))
+    assert res.code == 1, res.err
+    assert "rank(s) 1 wrote dump format version 99.0" in res.out
+    assert "format version" not in cli("hang", str(FIX / "skip")).out

@@ -252,3 +252,26 @@ def test_a_collector_capture_of_a_hung_job(tmp_path: Path) -> None:
     # The step of the hang: rank 0's collector recorded all-reduce #4 in step 3.
     assert found[0].evidence.steps == (3,)
     assert transfer >= 4_000_000_000  # rank 0's all-reduce waited out the 4 s timeout
+
+
+def test_a_malformed_or_disagreeing_dump_never_fails_the_traces(tmp_path: Path) -> None:
+    """A dump with a malformed value stopped the ingest with an internal error (exit 70): the
+    traces were not ingested. It is skipped and named, as an unreadable dump is; dumps that
+    disagree on a group's ranks store no verdict, with the reason."""
+    root = capture(tmp_path, "skip")
+    dump = root / "flight-recorder" / "rank_1.json"
+    doc = json.loads(dump.read_text())
+    doc["entries"][0]["input_sizes"] = [["x"]]
+    dump.write_text(json.dumps(doc))
+    (root / "flight-recorder" / "rank_1.pkl").unlink(missing_ok=True)
+    db = tmp_path / "s.duckdb"
+    res = cli("ingest", str(root), "--db", str(db), "--run", "bad")
+    assert res.code == 0 and f"skipped {dump}" in res.out, res.err
+    assert stored(db, "bad") == []
+
+    doc["entries"][0]["input_sizes"] = [[1024]]
+    doc["pg_config"] = {"": {"desc": "", "name": "", "ranks": "[0, 1, 2]"}}
+    dump.write_text(json.dumps(doc))
+    report = ingest([str(root)], db=str(db), run="mixed", workers=1)
+    assert report.ranks == [0, 1] and stored(db, "mixed") == []
+    assert any("disagree on the ranks" in s["error"] for s in report.skipped), report.skipped

@@ -80,7 +80,13 @@ def _decode(raw: bytes, path: Path) -> dict[str, Any]:
             doc = _PlainUnpickler(io.BytesIO(raw)).load()
         else:
             doc = json.loads(raw)
-    except (pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError) as exc:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:
         raise InputError(
             f"not a Flight Recorder dump (neither its JSON nor its pickle form): {exc}. "
             "Dump with torch._C._distributed_c10d._dump_fr_trace_json() or _dump_fr_trace().",
@@ -114,6 +120,10 @@ def _groups(config: Any) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _entry(e: dict[str, Any], path: Path) -> Entry:
     pg = e.get("process_group")
     pg_name = str(pg[0]) if isinstance(pg, list) and pg else str(e.get("pg_id", "?"))
@@ -135,7 +145,7 @@ def _entry(e: dict[str, Any], path: Path) -> Entry:
         input_dtypes=tuple(str(d) for d in e.get("input_dtypes") or []),
         output_sizes=_ints(e.get("output_sizes")),
         state=str(e.get("state", "?")),
-        created_ns=e.get("time_created_ns"),
+        created_ns=_int_or_none(e.get("time_created_ns")),
         frames=frames,
     )
 
@@ -158,13 +168,23 @@ def read_dump(path: Path) -> RankDump:
     except OSError as exc:
         raise InputError(f"cannot read the dump: {exc.strerror}.", str(path)) from None
     doc = _decode(raw, path)
-    entries = tuple(_entry(e, path) for e in doc["entries"] if isinstance(e, dict))
+    try:
+        entries = tuple(_entry(e, path) for e in doc["entries"] if isinstance(e, dict))
+        groups = _groups(doc.get("pg_config"))
+    except (TypeError, ValueError, AttributeError, RecursionError) as exc:
+        # A value of the wrong kind where the format has numbers or lists (`input_sizes` of
+        # text, a group's ranks that are not numbers): the file is no dump PyTorch wrote.
+        raise InputError(
+            f"not a Flight Recorder dump as PyTorch writes it: a malformed value "
+            f"({type(exc).__name__}: {str(exc)[:200]}). Pass the files the recorder wrote.",
+            str(path),
+        ) from None
     return RankDump(
         rank=rank,
         path=str(path),
         version=str(doc.get("version", "?")),
         entries=entries,
-        groups=_groups(doc.get("pg_config")),
+        groups=groups,
         has_stacks=any(e.frames for e in entries),
     )
 

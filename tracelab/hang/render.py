@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tracelab.hang.dumps import Entry
+from tracelab.hang.dumps import KNOWN_VERSIONS, Entry
 from tracelab.hang.verdict import Divergence, HangReport, user_frames
 from tracelab.render.text import terminal
 
@@ -91,6 +91,14 @@ def text(report: HangReport) -> str:
         out += _divergence(report.divergences[0])
         for dv in report.divergences[1:]:
             out += ["", "Also (likely a consequence of the above):", *_divergence(dv)]
+    newer = [d for d in report.dumps if d.version not in KNOWN_VERSIONS]
+    if newer:
+        out += [
+            "",
+            f"note: rank(s) {_ranks(d.rank for d in newer)} wrote dump format version "
+            f"{', '.join(sorted({d.version for d in newer}))}, which tracelab has not been "
+            f"checked against ({KNOWN_VERSIONS[0]} to {KNOWN_VERSIONS[-1]}); read as those are.",
+        ]
     out += ["", f"Last {LAST_ENTRIES} ops per rank:"]
     for d in report.dumps:
         last = sorted(d.entries, key=lambda e: (e.created_ns or 0, e.seq))[-LAST_ENTRIES:]

@@ -114,7 +114,7 @@ def prepare(paths: list[Path], world_size: int | None) -> StoredHang | None:
     for path in paths:
         try:
             read.append(read_dump(path))
-        except TracelabError as exc:
+        except Exception as exc:  # noqa: BLE001 (a dump that cannot be read never costs the traces)
             bad_ranks.add(rank_of(path))
             problems.append(
                 {"file": str(path), "error": terminal(f"Flight Recorder dump: {_text(exc)}")}
@@ -127,7 +127,11 @@ def prepare(paths: list[Path], world_size: int | None) -> StoredHang | None:
     unread = bad_ranks - {d.rank for d in dumps}
     if unread or not dumps:
         return StoredHang(rows=(), problems=tuple(problems), note=_no_verdict(problems))
-    doc = json.loads(render.as_json(analyze(dumps, world_size)))
+    try:
+        doc = json.loads(render.as_json(analyze(dumps, world_size)))
+    except TracelabError as exc:  # the dumps disagree on a group's ranks
+        problems.append({"file": str(paths[0].parent), "error": terminal(_text(exc))})
+        return StoredHang(rows=(), problems=tuple(problems), note=_no_verdict(problems))
     rows = [doc["verdict"], *doc["also"]] if doc["hang"] else []
     ranks = ", ".join(str(r) for r in doc["ranks"])
     if rows:  # the op's name is the dump's text: printed without control characters
@@ -141,7 +145,9 @@ def prepare(paths: list[Path], world_size: int | None) -> StoredHang | None:
     )
 
 
-def _text(exc: TracelabError) -> str:
+def _text(exc: Exception) -> str:
+    if not isinstance(exc, TracelabError):  # not a reason tracelab gave: say what it was
+        return f"could not be read ({type(exc).__name__}: {str(exc)[:200]})"
     return str(exc.args[0]) if exc.args else str(exc)
 
 

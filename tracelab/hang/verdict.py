@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracelab.errors import InputError
 from tracelab.hang.dumps import Entry, RankDump
 
 #: Frames inside these paths are PyTorch's own; the user's frame is the first outside them.
@@ -122,6 +123,22 @@ def _members(
     return tuple(sorted(ranks_in_pg))
 
 
+def _check_members(dumps: list[RankDump]) -> None:
+    """Every dump that lists a group lists the same ranks for it: dumps that disagree come
+    from different jobs (or were edited), and the first to list a group would decide its
+    members: a job of 4 ranks read as a group of 2 hid the rank that never entered."""
+    seen: dict[str, RankDump] = {}
+    for d in dumps:
+        for pg, ranks in d.groups.items():
+            first = seen.setdefault(pg, d)
+            if first.groups[pg] != ranks:
+                raise InputError(
+                    f"the dumps disagree on the ranks of process group {pg!r}: "
+                    f"{first.path} lists {list(first.groups[pg])}, {d.path} lists "
+                    f"{list(ranks)}. Pass the dumps of one job, as its ranks wrote them."
+                )
+
+
 def _same(a: Entry, b: Entry) -> str | None:
     if a.op != b.op:
         return "op_mismatch"
@@ -197,6 +214,7 @@ def analyze(dumps: list[RankDump], world_size: int | None = None) -> HangReport:
     """The divergences of every process group, the root (earliest) first. `world_size` names
     the default group's ranks where the dumps do not list them (a rank that left no dump is
     found only among ranks someone names)."""
+    _check_members(dumps)
     keys = sorted({(e.pg, e.p2p) for d in dumps for e in d.entries})
     found = [dv for pg, p2p in keys if (dv := _walk(dumps, pg, p2p, world_size)) is not None]
     found.sort(key=lambda dv: (dv.created_ns is None, dv.created_ns or 0, dv.pg))
