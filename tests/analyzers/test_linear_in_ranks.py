@@ -1,4 +1,4 @@
-"""The what-if replay's variants (every rank at the median, each rank alone at the median) give
+"""The what-if replay's variants (every rank at the median, each rank alone at its peers' median) give
 the same numbers as walking all of them at once, the way the replay did before it was made
 linear in ranks (issue 22: 9, 29 and 113 MB held at 128, 256 and 512 ranks)."""
 
@@ -12,20 +12,33 @@ import pytest
 from tracelab.analyzers import _replay
 
 
-def _all_variants_at_once(start, gaps, part, med, tail, med_tail, transfer):
-    """The replay as it was: (ranks + 2) variants x matches x ranks walked together."""
+def _all_variants_at_once(start, gaps, part, med, tail, transfer):
+    """The replay as it was: (ranks + 2) variants x matches x ranks walked together (each rank
+    alone at its peers' median, median_of_peers' own loop form)."""
     n = len(start)
     nv = 2 + n
     g = np.repeat(gaps[None], nv, axis=0)
     tl = np.repeat(tail[None], nv, axis=0)
-    g[1] = np.where(part, med[:, None], np.nan)
-    tl[1] = med_tail
+    g[1] = np.where(part, med.gaps[:, None], np.nan)
+    tl[1] = med.tail
     for i in range(n):
-        g[2 + i][:, i] = np.where(part[:, i], med, np.nan)
-        tl[2 + i][i] = med_tail
+        g[2 + i][:, i] = np.where(part[:, i], _peers_median_by_loop(gaps)[:, i], np.nan)
+        tl[2 + i][i] = _peers_median_by_loop(tail[None])[0, i]
     t = _replay._walk(np.tile(start, (nv, 1)), g, part, transfer)
     total = (t + tl).max(axis=1) - start.min()
     return float(total[0]), float(total[1]), total[2:]
+
+
+def _peers_median_by_loop(x):
+    out = np.full(x.shape, np.nan)
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            if np.isnan(x[r, i]):
+                continue
+            others = np.delete(x[r], i)
+            others = others[~np.isnan(others)]
+            out[r, i] = np.median(others) if len(others) else x[r, i]
+    return out
 
 
 def _case(rng, ranks, matches, partial):
@@ -39,10 +52,38 @@ def _case(rng, ranks, matches, partial):
                 part[k] = rng.random(ranks) < 0.5
                 part[k, rng.integers(0, ranks)] = True
     gaps[~part] = np.nan
-    med = np.nanmedian(gaps, axis=1)
     tail = rng.integers(0, 100_000, ranks).astype(np.float64)
     transfer = rng.integers(0, 50_000, matches).astype(np.float64)
-    return start, gaps, part, med, tail, float(np.median(tail)), transfer
+    med = _replay.Medians(
+        gaps=np.nanmedian(gaps, axis=1),
+        tail=float(np.median(tail)),
+        peers_gaps=_replay.median_of_peers(gaps),
+        peers_tail=_replay.median_of_peers(tail[None])[0],
+    )
+    return start, gaps, part, med, tail, transfer
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 9])
+def test_median_of_peers_is_the_median_without_the_rank(ranks):
+    rng = np.random.default_rng(ranks)
+    x = rng.integers(0, 50, (40, ranks)).astype(np.float64)  # ties included
+    x[rng.random(x.shape) < 0.3] = np.nan
+    assert np.array_equal(_replay.median_of_peers(x), _peers_median_by_loop(x), equal_nan=True)
+
+
+def test_a_slow_rank_of_two_is_saved_its_whole_lead():
+    """Two ranks, one 60 ms later at every collective: alone at its peer's speed it saves the
+    60 ms (the median of both ranks, its own gap included, saved 30: half the cost)."""
+    gaps = np.array([[1.0, 61.0], [2.0, 62.0]]) * 1e6
+    start, tail, transfer = np.zeros(2), np.zeros(2), np.array([1e6, 1e6])
+    case = _replay.Medians(
+        gaps=np.nanmedian(gaps, axis=1),
+        tail=0.0,
+        peers_gaps=_replay.median_of_peers(gaps),
+        peers_tail=_replay.median_of_peers(tail[None])[0],
+    )
+    actual, _, alone = _replay._replay(start, gaps, np.ones_like(gaps, bool), case, tail, transfer)
+    assert actual - alone[1] == 120e6 and actual - alone[0] == 0
 
 
 @pytest.mark.parametrize("partial", [False, True], ids=["every-rank", "sub-groups"])
@@ -61,10 +102,15 @@ def test_a_tie_for_the_slowest_rank_saves_nothing_alone():
     """Two ranks equally late: speeding up either alone leaves the other one last."""
     start = np.zeros(4)
     gaps = np.array([[10.0, 10.0, 90.0, 90.0]])
-    med = np.nanmedian(gaps, axis=1)
     tail = np.zeros(4)
+    med = _replay.Medians(
+        gaps=np.nanmedian(gaps, axis=1),
+        tail=0.0,
+        peers_gaps=_replay.median_of_peers(gaps),
+        peers_tail=_replay.median_of_peers(tail[None])[0],
+    )
     actual, ideal, alone = _replay._replay(
-        start, gaps, np.ones_like(gaps, bool), med, tail, 0.0, np.array([5.0])
+        start, gaps, np.ones_like(gaps, bool), med, tail, np.array([5.0])
     )
     assert actual == 95.0 and ideal == 55.0
     assert alone.tolist() == [95.0, 95.0, 95.0, 95.0]

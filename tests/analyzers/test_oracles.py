@@ -135,7 +135,9 @@ def test_whatif_two_ranks_slowdown_1111(analyzed):
         assert s["saved_ns"] == pytest.approx(1.5 * MS, abs=TOL)
     f = next(f for f in st.findings if f.code.startswith("STRAGGLER_"))
     assert f.evidence.ranks == (1,)
-    assert f.impact_ns_per_step == pytest.approx(1.5 * MS, abs=TOL)
+    # Rank 1 alone at its peer's speed (10 ms, not the median of both, 11.5) saves its whole
+    # 3 ms lead; the ideal above (every rank at the median of both) is the published oracle's.
+    assert f.impact_ns_per_step == pytest.approx(3.0 * MS, abs=TOL)
 
 
 def test_no_straggler_when_all_arrive_together(analyzed):

@@ -93,6 +93,14 @@ DDP_SCENARIOS: dict[str, dict[str, Any]] = {
     "ddp_sleep_buckets": {**SLEEP_BUCKETS, "sleep": BUCKET_SLEEP},
 }
 
+#: A 2-rank DDP job (its own torchrun launch): with two ranks per collective, the median of
+#: both is halfway to the slow one, and the what-if replay blamed the sleeping rank for half
+#: its sleep (29.9 ms against 60-62 ms) until each rank alone ran at its *peers'* median.
+SLEEP_OF_TWO = {"rank": 1, "ms": 60}
+DDP2_SCENARIOS: dict[str, dict[str, Any]] = {
+    "ddp2_sleep": {"model": SMALL_MODEL, "bucket_cap_mb": SMALL_BUCKET_MB, "sleep": SLEEP_OF_TWO},
+}
+
 #: Issue 20: FSDP2 and DTensor TP issue collectives asynchronously and block later (in
 #: `_c10d_functional::wait_tensor`, or a work's untraced wait() inside an autograd hook).
 #: One rank computes more between forward and backward, where the ranks have just met: at the
@@ -216,6 +224,7 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
 
 CAPTURES = [
     *DDP_SCENARIOS,
+    *DDP2_SCENARIOS,
     *ASYNC_SCENARIOS,
     *(f"pp_{s}" for s in PIPELINE_SCHEDULES),
     *A2A_SCENARIOS,
@@ -312,6 +321,12 @@ def _captures(tmp: pytest.TempPathFactory, kind: str) -> Path:
             "scenarios": [{"name": n, **sc} for n, sc in DDP_SCENARIOS.items()],
         }
         run_torchrun(SCRIPTS / "ddp_faults.py", str(out), json.dumps(spec), nproc=WORLD)
+    elif kind == "ddp2":
+        spec = {
+            "profiler": PROFILER,
+            "scenarios": [{"name": n, **sc} for n, sc in DDP2_SCENARIOS.items()],
+        }
+        run_torchrun(SCRIPTS / "ddp_faults.py", str(out), json.dumps(spec), nproc=2)
     elif kind == "a2a":
         spec = {
             "profiler": A2A_PROFILER,
@@ -347,6 +362,11 @@ def ddp_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ddp2_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _captures(tmp_path_factory, "ddp2")
+
+
+@pytest.fixture(scope="session")
 def async_captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _captures(tmp_path_factory, "async")
 
@@ -377,6 +397,8 @@ def diagnose(
                 launch = "async_captures"
             elif name.startswith("a2a_"):
                 launch = "a2a_captures"
+            elif name in DDP2_SCENARIOS:
+                launch = "ddp2_captures"
             else:
                 launch = "ddp_captures"
             root: Path = request.getfixturevalue(launch)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import EXTRA_COMPUTE, MS, SLEEP, Diagnosis
+from .conftest import EXTRA_COMPUTE, MS, SLEEP, SLEEP_OF_TWO, Diagnosis
 
 pytestmark = pytest.mark.torchrun
 
@@ -55,6 +55,19 @@ def test_sleeping_rank_impact_is_the_sleep(diagnose: Any) -> None:
     injected = SLEEP["ms"] * MS
     assert top["impact_ns_per_step"] == pytest.approx(injected, rel=IMPACT_TOLERANCE), d.summary()
     # time.sleep overshoots a little; the measured sleep is the same fault
+    measured = statistics.median(d.fault["recorded_ns"])
+    assert top["impact_ns_per_step"] == pytest.approx(measured, rel=IMPACT_TOLERANCE), (
+        f"{d.summary()}; measured sleep {measured / MS:.1f} ms"
+    )
+
+
+def test_of_two_ranks_the_sleeping_one_is_blamed_for_its_whole_sleep(diagnose: Any) -> None:
+    """A 2-rank job (any dimension of size 2 of a mesh): each collective's median was halfway
+    to the sleeping rank, so it was blamed for half its sleep and ranked below HOST_BOUND."""
+    d = diagnose("ddp2_sleep")
+    top = _top(d)
+    assert top["code"] == "STRAGGLER_HOST", d.summary()
+    assert top["evidence"]["ranks"] == [SLEEP_OF_TWO["rank"]], d.summary()
     measured = statistics.median(d.fault["recorded_ns"])
     assert top["impact_ns_per_step"] == pytest.approx(measured, rel=IMPACT_TOLERANCE), (
         f"{d.summary()}; measured sleep {measured / MS:.1f} ms"

@@ -2,9 +2,14 @@
 
 Per step, each rank's time before each collective (its "gap") and after the last one is walked
 through the step's matched collectives in order: a collective starts when the last of its ranks
-arrives and lasts its transfer time. Replaying with one rank's gaps (or every rank's) set to the
-median across ranks gives the step time had that rank (or every rank) run at the median speed.
-numpy carries all the variants (actual, ideal, each rank alone at the median) through one walk.
+arrives and lasts its transfer time. Replaying with every rank's gaps set to the median across
+the collective's ranks gives the ideal step time; with one rank's gaps set to the median of its
+*peers* (the collective's other ranks), the step time had that rank alone run at its peers'
+speed. The median is the peers', not every rank's: in a collective of two ranks (a 2-rank job,
+any dimension of size 2 of a mesh) the median of both is halfway to the slow one, and a rank
+that slept 60 ms a step was blamed for 30 (measured on plain-profiler captures: 29.9 ms against
+a 60-62 ms sleep on 2 DDP ranks, 32.1 ms against 60.3 ms on a 2 x 2 FSDP2 x TP mesh). numpy
+carries all the variants (actual, ideal, each rank alone) through one walk.
 
 All times are rebased to the step's first start: ns counts and their medians (halves) stay exact
 in a double, so the walk's sums do not depend on their order.
@@ -13,6 +18,7 @@ in a double, so the walk's sums do not depend on their order.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -100,11 +106,15 @@ def whatif(
         gaps = np.full((len(mlist), len(ranks)), np.nan)
         gaps[rows[ok], pos[ok]] = cols["gap_ns"][idx][ok].astype(np.float64)
         part = ~np.isnan(gaps)
-        med = np.nanmedian(gaps, axis=1)
         tail = np.maximum(0, step_end - last_end).astype(np.float64)
-        med_tail = float(np.median(tail))
+        medians = Medians(
+            gaps=np.nanmedian(gaps, axis=1),
+            tail=float(np.median(tail)),
+            peers_gaps=median_of_peers(gaps),
+            peers_tail=median_of_peers(tail[None])[0],
+        )
         transfer = np.array([float(m["transfer"]) for m in mlist])
-        actual, ideal, alone = _replay(start, gaps, part, med, tail, med_tail, transfer)
+        actual, ideal, alone = _replay(start, gaps, part, medians, tail, transfer)
         for i, rk in enumerate(ranks):
             savings.setdefault(rk, []).append(actual - float(alone[i]))
         measured = int(step_end.max()) - base
@@ -121,6 +131,39 @@ def whatif(
     return sorted(out, key=lambda s: s["step"]), savings
 
 
+@dataclass(frozen=True, kw_only=True)
+class Medians:
+    """What the replay's variants set gaps to: per match, the median gap of its ranks (the
+    ideal), and per match and rank the median of the rank's peers (each rank alone); the same
+    for the time after the last collective (per rank)."""
+
+    gaps: np.ndarray
+    tail: float
+    peers_gaps: np.ndarray
+    peers_tail: np.ndarray
+
+
+def median_of_peers(x: np.ndarray) -> np.ndarray:
+    """Per row of `x` (rows x ranks, NaN where a rank takes no part), for each rank taking
+    part the median of the row's other values; a rank alone in its row keeps its own value (it
+    has no peers to run like). NaN where `x` is. Sums of ns counts and their halves, as
+    np.nanmedian gives them."""
+    rows, n = x.shape
+    order = np.argsort(x, axis=1, kind="stable")  # NaN last
+    ordered = np.take_along_axis(x, order, axis=1)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.broadcast_to(np.arange(n), (rows, n)), axis=1)
+    others = (~np.isnan(x)).sum(axis=1)[:, None] - 1
+
+    def of_others(j: np.ndarray) -> np.ndarray:
+        """The j-th smallest of the other values: skip the rank's own place."""
+        at = np.clip(np.where(j < pos, j, j + 1), 0, n - 1)
+        return np.take_along_axis(ordered, at, axis=1)
+
+    med = (of_others((others - 1) // 2) + of_others(others // 2)) / 2
+    return np.where(np.isnan(x), np.nan, np.where(others >= 1, med, x))
+
+
 #: Variants walked at once where some collective spans only part of the ranks: the walk then
 #: holds VARIANT_CHUNK x matches x ranks doubles, never (ranks + 2) x matches x ranks.
 VARIANT_CHUNK = 32
@@ -130,16 +173,15 @@ def _replay(
     start: np.ndarray,
     gaps: np.ndarray,
     part: np.ndarray,
-    med: np.ndarray,
+    med: Medians,
     tail: np.ndarray,
-    med_tail: float,
     transfer: np.ndarray,
 ) -> tuple[float, float, np.ndarray]:
     """The replayed step time as measured, with every rank at the median, and with each rank
-    alone at the median (an array over ranks). `gaps`: matches x ranks, NaN where the rank is
-    not in the match (`part` False); `start`: each rank's first start, rebased."""
+    alone at its peers' median (an array over ranks). `gaps`: matches x ranks, NaN where the
+    rank is not in the match (`part` False); `start`: each rank's first start, rebased."""
     if part.all():
-        return _replay_full(start, gaps, med, tail, med_tail, transfer)
+        return _replay_full(start, gaps, med, tail, transfer)
     n = len(start)
     totals = np.empty(n + 2)
     variants = np.arange(-2, n)  # -2 actual, -1 every rank at the median, i >= 0 rank i alone
@@ -149,11 +191,11 @@ def _replay(
         tl = np.repeat(tail[None], len(chunk), axis=0)
         for j, v in enumerate(chunk):
             if v == -1:
-                g[j] = np.where(part, med[:, None], np.nan)
-                tl[j] = med_tail
+                g[j] = np.where(part, med.gaps[:, None], np.nan)
+                tl[j] = med.tail
             elif v >= 0:
-                g[j][:, v] = np.where(part[:, v], med, np.nan)
-                tl[j][v] = med_tail
+                g[j][:, v] = med.peers_gaps[:, v]
+                tl[j][v] = med.peers_tail[v]
         t = _walk(np.tile(start, (len(chunk), 1)), g, part, transfer)
         totals[lo : lo + len(chunk)] = (t + tl).max(axis=1) - start.min()
     return float(totals[0]), float(totals[1]), totals[2:]
@@ -176,9 +218,8 @@ def _without_each(x: np.ndarray) -> np.ndarray:
 def _replay_full(
     start: np.ndarray,
     gaps: np.ndarray,
-    med: np.ndarray,
+    med: Medians,
     tail: np.ndarray,
-    med_tail: float,
     transfer: np.ndarray,
 ) -> tuple[float, float, np.ndarray]:
     """_replay when every collective spans every rank (the common case): after the first one
@@ -190,10 +231,16 @@ def _replay_full(
     rest = gaps[1:].max(axis=1) + transfer[1:]
     base = float(start.min())
     actual = lead.max() + transfer[0] + rest.sum() + tail.max() - base
-    ideal = (start + med[0]).max() + transfer[0] + (med[1:] + transfer[1:]).sum() + med_tail - base
-    lead_i = np.maximum(_without_each(lead[None])[0], start + med[0])
-    rest_i = np.maximum(_without_each(gaps[1:]), med[1:, None]) + transfer[1:, None]
-    tail_i = np.maximum(_without_each(tail[None])[0], med_tail)
+    ideal = (
+        (start + med.gaps[0]).max()
+        + transfer[0]
+        + (med.gaps[1:] + transfer[1:]).sum()
+        + med.tail
+        - base
+    )
+    lead_i = np.maximum(_without_each(lead[None])[0], start + med.peers_gaps[0])
+    rest_i = np.maximum(_without_each(gaps[1:]), med.peers_gaps[1:]) + transfer[1:, None]
+    tail_i = np.maximum(_without_each(tail[None])[0], med.peers_tail)
     alone = lead_i + transfer[0] + rest_i.sum(axis=0) + tail_i - base
     return float(actual), float(ideal), alone
 

@@ -4,7 +4,7 @@ Collectives are the derived layer's matched ones (matched_collectives, aligned c
 is blamed by its what-if saving (Lin et al., OSDI 2025; tracelab.analyzers._replay): per step,
 each rank's time before each collective (its "gap") is replayed through the step's matched
 collectives, and the saving of a rank is how much shorter the step would be had that rank alone
-run at the median speed. A rank is a straggler when its saving (median over the steady steps)
+run at its peers' median speed. A rank is a straggler when its saving (median over the steady steps)
 is at least `min_saving_share` of the mean steady step and it arrived last, later than the
 clocks' uncertainty allows, at one or more steady collectives. Its kind is the part of its own
 step (compute, host, or communication transfer) that exceeds its peers' median the most:
@@ -328,7 +328,7 @@ def _straggler(
             cap_ns=round(row["saving_ns_per_step"]),
             cap_key=whatif_key(rk),
         ),
-        suggestion=f"Rank {rk}: {why}; at the median speed the step would be "
+        suggestion=f"Rank {rk}: {why}; at its peers' median speed the step would be "
         f"{ms(row['saving_ns_per_step'])} shorter. {fix}",
         analyzer=NAME,
         view="stragglers",
