@@ -212,6 +212,19 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "hot_factor": 9,
         "backward": True,
     },
+    # Rank 2 receives 4x the tokens but its expert is one small layer: what the others wait
+    # for is its 120 ms sleep (a host stall), not the extra data (it was read as unbalanced
+    # data "computing 0 ms more per step").
+    "a2a_moe_sleepy": {
+        "kind": "moe",
+        "width": 128,
+        "tokens": 512,
+        "expert_repeat": 1,
+        "hot_rank": 2,
+        "hot_factor": 4,
+        "sleep_rank": 2,
+        "sleep_ms": 120,
+    },
     "a2a_moe_slow": {
         "kind": "moe",
         "width": 128,

@@ -14,6 +14,9 @@ unbalanced data from a slow participant, names the rank, and costs it.
 - a2a_moe_slow: even splits, rank 3 runs its expert 12x: top finding STRAGGLER_COMPUTE on rank
   3 at its cost within +-30%, no imbalance, and ALL_TO_ALL_SLOW_RANK names rank 3 as a slow
   participant.
+- a2a_moe_sleepy: rank 2 receives 4x the tokens of a one-layer expert and sleeps 120 ms a
+  step: top finding STRAGGLER_HOST on rank 2 at its cost within +-30%, no imbalance: the
+  splits are uneven but the extra data is not what the others wait for.
 
 The injected cost is what the faulty rank's lateness cost the step: per recorded step and work
 phase (the lookups; the expert's forward, and backward when trained), how much later it
@@ -204,3 +207,18 @@ def test_uneven_all_to_all_bandwidth_is_one_definition(diagnose: Any) -> None:
         assert c["n_bw"] == 1, c
         assert c["call_bytes"] == want == bw[c["match_key"]]["bytes"], (c, want)
         assert bw[c["match_key"]]["busbw_gbps"] == pytest.approx(c["busbw_gbps"], rel=1e-12)
+
+
+def test_a_slow_rank_that_also_receives_more_is_not_unbalanced_data(diagnose: Any) -> None:
+    d = diagnose("a2a_moe_sleepy")
+    top = _top(d)
+    assert top["code"] == "STRAGGLER_HOST" and top["evidence"]["ranks"] == [2], d.summary(5)
+    _assert_cost(d, top, 2)
+    assert "ALL_TO_ALL_IMBALANCE" not in d.codes(), d.summary(5)
+    slow = [f for f in d.findings if f["code"] == "ALL_TO_ALL_SLOW_RANK"]
+    assert slow and slow[0]["evidence"]["ranks"] == [2], d.summary(5)
+    assert "a reason other than its data" in slow[0]["title"], slow[0]["title"]
+    nums = slow[0]["evidence"]["numbers"]
+    # Per step it receives 4 x 292 tokens at the dispatch and its 512 back at the combine; its
+    # peers 4 x 73 (rank 0: 74) and 512: (1168 + 512) / ((808 + 804 + 804) / 3) = 2.086.
+    assert nums["bytes_ratio"] == pytest.approx(1680 / (2416 / 3), rel=0.01), nums

@@ -7,17 +7,23 @@ from the waiting ranks: the data is unbalanced (uneven splits: fix the sharding 
 routing), or the splits are even and one rank is slow (a straggler: its device, host or link).
 
 The rank blamed is the one with the largest what-if saving (tracelab.analyzers._replay, as for
-stragglers) among those that arrived last at steady all-to-alls; its cost is that saving. Its bytes per steady step over its
-peers' mean (all_to_all_ranks, the larger of sent and received) decide the cause: at least
-`min_bytes_ratio` is ALL_TO_ALL_IMBALANCE, which claims the waiting it causes at all-to-alls
-and its own excess compute before any straggler finding can (ROOT_CAUSE); below it,
-ALL_TO_ALL_SLOW_RANK names the rank and leaves the time to its straggler finding. The
-embedding lookups' time per rank is evidence either way.
+stragglers) among those that arrived last at steady all-to-alls; its cost is that saving. Two
+things decide the cause: its bytes per steady step over its peers' in the same calls (the
+call's other ranks: its own group's, never another group's of a mesh; all_to_all_ranks, sent
+and received apart, the larger), and its extra compute over its peers' median. Unbalanced data
+is both: at least `min_bytes_ratio` times the bytes, and extra compute of at least
+`min_compute_share` of the saving (the work the extra data brings). That is
+ALL_TO_ALL_IMBALANCE, which claims the waiting it causes at all-to-alls and its own excess
+compute before any straggler finding can (ROOT_CAUSE). Otherwise ALL_TO_ALL_SLOW_RANK names the
+rank and leaves the time to its straggler finding: even splits, or uneven ones with the
+waiting not spent on them (a rank that slept 50 ms and received 4x was read as unbalanced data
+computing "0 ms more per step"). The embedding lookups' time per rank is evidence either way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -34,8 +40,10 @@ VIEW = "stragglers"
 DEFAULTS: dict[str, Any] = {
     # Blame a rank whose what-if saving is at least this share of the mean steady step.
     "min_saving_share": 0.05,
-    # Uneven data when the blamed rank moves at least this many times its peers' mean bytes.
+    # Uneven data when the blamed rank moves at least this many times its peers' mean bytes,
     "min_bytes_ratio": 1.25,
+    # and computes more than its peers by at least this share of its saving.
+    "min_compute_share": 0.5,
 }
 
 #: Per rank over the steady steps: all-to-all calls, mean bytes sent and received per step,
@@ -46,15 +54,36 @@ WITH a AS (
     WHERE run_id = $run AND step IN (SELECT step FROM step_spans
                                      WHERE run_id = $run AND ordinal >= $min_ordinal)
 ),
-n AS (SELECT count(DISTINCT step) AS steps FROM a)
+n AS (SELECT count(DISTINCT step) AS steps FROM a),
+-- Per matched call and rank: the mean bytes of the call's other ranks (its group's).
+c AS (
+    SELECT rank, sent_bytes, recv_bytes,
+           (sum(sent_bytes) OVER w - sent_bytes) / nullif(count(sent_bytes) OVER w - 1, 0)
+               AS peers_sent,
+           (sum(recv_bytes) OVER w - recv_bytes) / nullif(count(recv_bytes) OVER w - 1, 0)
+               AS peers_recv
+    FROM a WHERE match_key IS NOT NULL
+    WINDOW w AS (PARTITION BY match_key)
+),
+pc AS (
+    SELECT rank, sum(sent_bytes) FILTER (WHERE peers_sent IS NOT NULL) AS own_sent,
+           sum(peers_sent) AS peers_sent,
+           sum(recv_bytes) FILTER (WHERE peers_recv IS NOT NULL) AS own_recv,
+           sum(peers_recv) AS peers_recv
+    FROM c GROUP BY rank
+)
 SELECT rank, count(*) AS calls, sum(sent_bytes) / any_value(n.steps) AS sent_bytes_per_step,
        sum(recv_bytes) / any_value(n.steps) AS recv_bytes_per_step,
+       any_value(pc.own_sent) / any_value(n.steps) AS matched_sent_bytes_per_step,
+       any_value(pc.peers_sent) / any_value(n.steps) AS peers_sent_bytes_per_step,
+       any_value(pc.own_recv) / any_value(n.steps) AS matched_recv_bytes_per_step,
+       any_value(pc.peers_recv) / any_value(n.steps) AS peers_recv_bytes_per_step,
        count(*) FILTER (WHERE last_rank = rank) AS times_last,
        count(*) FILTER (WHERE top_sender = rank AND sent_skew > 1) AS times_top_sender,
        count(*) FILTER (WHERE top_receiver = rank AND recv_skew > 1) AS times_top_receiver,
        median(sent_skew) AS sent_skew_median, median(recv_skew) AS recv_skew_median,
        max(busbw_gbps) AS busbw_gbps_max, any_value(bytes_from) AS bytes_from
-FROM a CROSS JOIN n GROUP BY rank ORDER BY rank
+FROM a CROSS JOIN n LEFT JOIN pc USING (rank) GROUP BY rank ORDER BY rank
 """
 
 #: Per rank: mean per steady step of its compute, host and transfer, of the waiting it caused
@@ -139,11 +168,13 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
         and saving is not None
         and saving >= p["min_saving_share"] * step_ns
     ):
-        ratio = _bytes_ratio(culprit, ranks)
-        uneven = ratio is not None and ratio >= p["min_bytes_ratio"]
+        heavy = _heavier(culprit)
+        excess = _excess_compute(culprit, ranks)
+        data = heavy is not None and heavy.ratio >= p["min_bytes_ratio"]
+        uneven = data and excess >= p["min_compute_share"] * saving
         metrics.update(cause="unbalanced_data" if uneven else "slow_participant")
-        metrics.update(rank=culprit["rank"], bytes_ratio=ratio)
-        findings.append(_finding(culprit, ranks, ratio, uneven, step_ns))
+        metrics.update(rank=culprit["rank"], bytes_ratio=heavy.ratio if heavy else None)
+        findings.append(_finding(culprit, ranks, heavy, excess, data, uneven, step_ns))
     return Result(
         analyzer=NAME,
         run=ctx.name,
@@ -187,30 +218,55 @@ def _moved(x: Mapping[str, Any]) -> float | None:
     return float(max(vals)) if vals else None
 
 
-def _bytes_ratio(culprit: Mapping[str, Any], ranks: list[dict[str, Any]]) -> float | None:
-    """The culprit's bytes per step over its peers' mean (per direction, the larger)."""
+@dataclass(frozen=True)
+class Heavier:
+    """The direction in which a rank moves the most over its peers in the same calls."""
+
+    verb: str  # "sends" or "receives"
+    own_bytes_per_step: float
+    peers_mean_bytes_per_step: float
+
+    @property
+    def ratio(self) -> float:
+        return self.own_bytes_per_step / self.peers_mean_bytes_per_step
+
+
+def _heavier(x: Mapping[str, Any]) -> Heavier | None:
+    """The rank's bytes per step over its peers' mean in the same matched calls (the call's
+    other ranks: in a mesh, its own all-to-all group), sent and received apart: the larger."""
     best = None
-    for key in ("sent_bytes_per_step", "recv_bytes_per_step"):
-        mine = culprit[key]
-        peers = [x[key] for x in ranks if x["rank"] != culprit["rank"] and x[key] is not None]
-        if mine is None or not peers or sum(peers) <= 0:
+    for verb, d in (("sends", "sent"), ("receives", "recv")):
+        own, peers = x[f"matched_{d}_bytes_per_step"], x[f"peers_{d}_bytes_per_step"]
+        if own is None or not peers or peers <= 0:
             continue
-        r = float(mine) / (sum(peers) / len(peers))
-        best = r if best is None else max(best, r)
+        h = Heavier(verb, float(own), float(peers))
+        if best is None or h.ratio > best.ratio:
+            best = h
     return best
+
+
+def _excess_compute(c: Mapping[str, Any], ranks: list[dict[str, Any]]) -> float:
+    """The rank's compute per step over its peers' median."""
+    peers = [x for x in ranks if x["rank"] != c["rank"]]
+    return max(
+        (c.get("compute_ns") or 0.0) - _median([x.get("compute_ns") or 0.0 for x in peers]), 0.0
+    )
 
 
 def _finding(
     c: dict[str, Any],
     ranks: list[dict[str, Any]],
-    ratio: float | None,
+    heavy: Heavier | None,
+    excess: float,
+    data: bool,
     uneven: bool,
     step_ns: float,
 ) -> Finding:
+    """`data`: the rank moves min_bytes_ratio x its peers' bytes or more; `uneven`: and its
+    extra compute explains the waiting (ALL_TO_ALL_IMBALANCE)."""
     rk = c["rank"]
     peers = [x for x in ranks if x["rank"] != rk]
-    peer_compute = _median([x.get("compute_ns") or 0.0 for x in peers])
-    excess = max((c.get("compute_ns") or 0.0) - peer_compute, 0.0)
+    ratio = heavy.ratio if heavy else None
     emb = {x["rank"]: x.get("embedding_ns") for x in ranks}
     numbers: dict[str, float | int | str | None] = {
         "saving_ns_per_step": c["saving_ns_per_step"],
@@ -218,7 +274,7 @@ def _finding(
         "caused_wait_ns_per_step": c.get("caused_ns"),
         "sent_bytes_per_step": c["sent_bytes_per_step"],
         "recv_bytes_per_step": c["recv_bytes_per_step"],
-        "peers_mean_bytes_per_step": _median([_moved(x) or 0.0 for x in peers]),
+        "peers_mean_bytes_per_step": heavy.peers_mean_bytes_per_step if heavy else None,
         "bytes_ratio": ratio,
         "bytes_from": c["bytes_from"],
         "times_last": c["times_last"],
@@ -236,12 +292,7 @@ def _finding(
         affected_ranks=tuple(x["rank"] for x in peers),
         numbers=numbers,
     )
-    if uneven:
-        heavy = (
-            "receives"
-            if (c["recv_bytes_per_step"] or 0) >= (c["sent_bytes_per_step"] or 0)
-            else "sends"
-        )
+    if uneven and heavy is not None:
         n = max(len(ranks), 1)
         claim = Claim(
             parts=(("wait", round(c.get("caused_ns") or 0.0)), ("compute", round(excess / n))),
@@ -251,31 +302,46 @@ def _finding(
         return Finding(
             code=Code.ALL_TO_ALL_IMBALANCE,
             severity=Severity.WARNING,
-            title=f"Rank {rk} {heavy} {ratio:.1f}x its peers' all-to-all bytes and the others "
-            "wait for its extra work, costing {impact_ms} per step ({impact_pct})",
+            title=f"Rank {rk} {heavy.verb} {heavy.ratio:.1f}x its peers' all-to-all bytes and "
+            "the others wait for its extra work, costing {impact_ms} per step ({impact_pct})",
             evidence=evidence,
             claim=claim,
-            suggestion=f"Unbalanced data, not a slow rank: rank {rk} {heavy} {moved} per step "
-            f"in all-to-alls, {ratio:.1f}x its peers' mean, and computes {ms(excess)} more per "
-            f"step; at the others' speed the step would be {ms(c['saving_ns_per_step'])} "
-            "shorter. Rebalance the work behind the splits: for embeddings, a sharding plan "
-            "that spreads the heavy tables (row- or column-wise sharding, cost-aware "
-            "placement); for mixture-of-experts, the router's load-balancing loss, a capacity "
-            "factor that caps tokens per expert, or replicating the popular experts.",
+            suggestion=f"Unbalanced data, not a slow rank: rank {rk} {heavy.verb} "
+            f"{size_str(int(heavy.own_bytes_per_step))} per step in all-to-alls, "
+            f"{heavy.ratio:.1f}x its peers' mean in the same calls, and computes {ms(excess)} "
+            f"more per step; at the others' speed the step would be "
+            f"{ms(c['saving_ns_per_step'])} shorter. Rebalance the work behind the splits: for "
+            "embeddings, a sharding plan that spreads the heavy tables (row- or column-wise "
+            "sharding, cost-aware placement); for mixture-of-experts, the router's "
+            "load-balancing loss, a capacity factor that caps tokens per expert, or "
+            "replicating the popular experts.",
             analyzer=NAME,
             view=VIEW,
+        )
+    if data and heavy is not None:
+        splits = (
+            f"its splits are uneven (it {heavy.verb} {heavy.ratio:.1f}x its peers' mean), but it "
+            f"computes only {ms(excess)} more per step than they do, so the extra data is not "
+            "what they wait for"
+        )
+        title = (
+            f"Rank {rk} is late at the all-to-alls for a reason other than its data: a slow "
+            "participant"
+        )
+    else:
+        splits = f"the splits are even (rank {rk} moves {moved} per step, {ratio or 0:.2f}x its peers' mean)"
+        title = (
+            f"Rank {rk} is late at the all-to-alls with even splits: a slow participant, not "
+            "unbalanced data"
         )
     return Finding(
         code=Code.ALL_TO_ALL_SLOW_RANK,
         severity=Severity.INFO,
-        title=f"Rank {rk} is late at the all-to-alls with even splits: a slow participant, "
-        "not unbalanced data",
+        title=title,
         evidence=evidence,
-        suggestion=f"The splits are even (rank {rk} moves {moved} per step, "
-        f"{ratio or 0:.2f}x its peers' mean) yet the others wait for it "
-        f"({ms(c.get('caused_ns'))} per step): the cause is the rank itself. See its "
-        "straggler finding (compute, host or communication) for the fix; rebalancing the "
-        "splits would not help.",
+        suggestion=f"The others wait for rank {rk} ({ms(c.get('caused_ns'))} per step) and "
+        f"{splits}: the cause is the rank itself. See its straggler finding (compute, host or "
+        "communication) for the fix; rebalancing the splits would not help.",
         analyzer=NAME,
         view=VIEW,
     )

@@ -116,6 +116,8 @@ def _moe(sc: dict[str, Any], rank: int, world: int) -> tuple[Any, dict[str, list
         recv = torch.empty(sum(out_tok), width)
         dist.all_to_all_single(recv, x, out_tok, in_tok)  # dispatch
         t0 = _now()
+        if sc.get("sleep_rank") == rank:  # a slow host, not the data: it receives more too
+            time.sleep(sc["sleep_ms"] / 1000)
         h = recv
         for _ in range(repeat):
             h = torch.relu(h @ w1) @ w2
