@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tracelab.derived import schedules
+from tracelab.errors import InputError
 
 #: Allowance for workspace, communication buffers and fragmentation, as a share of the states
 #: and activations (docs/metrics.md, "Memory estimate").
@@ -60,6 +61,8 @@ _PUBLISHED = {
 #: Schedules replayed with another's order: the interleaved zero-bubble schedule keeps
 #: interleaved 1F1B's activation memory (ZB-H1's memory limit, per chunk).
 _REPLAYED_AS = {"zero_bubble": "interleaved_1f1b"}
+#: Schedules that place two stages on each rank in a V (stage k and 2p - 1 - k): v is 2.
+V_SHAPED = ("zbv", "dualpipev")
 
 
 def interleave_factor(p: int, v: int) -> float:
@@ -156,7 +159,7 @@ def peak_in_flight(
 
 
 def _rank_of(schedule: str, stage: int, p: int) -> int:
-    if schedule in ("zbv", "dualpipev"):
+    if schedule in V_SHAPED:
         return stage if stage < p else 2 * p - 1 - stage
     return stage % p
 
@@ -280,6 +283,16 @@ class ModelConfig:
             raise ValueError(f"recompute must be one of {RECOMPUTE}, not {self.recompute!r}")
         if self.optimizer not in STATE_BYTES:
             raise ValueError(f"optimizer must be one of {sorted(STATE_BYTES)}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be 0, 1, 2 or 3 (the ZeRO stage), not {self.zero!r}")
+        known = {*schedules.SCHEDULES, *_PUBLISHED, *_REPLAYED_AS}
+        if self.schedule not in known:
+            raise ValueError(f"schedule must be one of {sorted(known)}, not {self.schedule!r}")
+        if self.schedule in V_SHAPED and self.pp > 1 and self.v != 2:
+            # stages 2p.. would map to no rank: their parameters and activations were dropped
+            raise ValueError(
+                f"{self.schedule} places two stages on each rank in a V: v must be 2, not {self.v}"
+            )
 
 
 def stage_activation_bytes(cfg: ModelConfig) -> dict[int, float]:
@@ -384,6 +397,8 @@ CONFIG_KEYS = {
     "dtype": str,
     "layers_per_stage": list,
 }
+#: The settings every config needs (the model's shape and the microbatch).
+REQUIRED_KEYS = ("layers", "hidden", "seq", "microbatch", "heads")
 #: Bytes per activation element relative to 16-bit, by dtype name.
 DTYPES = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0}
 
@@ -391,6 +406,22 @@ DTYPES = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0}
 def config_from_mapping(raw: Mapping[str, object], where: str = "the config") -> ModelConfig:
     """A ModelConfig from a YAML/JSON mapping (CONFIG_KEYS); an unknown key or a bad value is a
     ValueError that names it."""
+    kw = checked_settings(raw, where)
+    missing = [k for k in REQUIRED_KEYS if k not in kw]
+    if missing:
+        raise ValueError(
+            f"{where}: missing setting(s) {missing}; every config needs {REQUIRED_KEYS}"
+        )
+    dtype = str(kw.pop("dtype", "bf16"))
+    if dtype not in DTYPES:
+        raise ValueError(f"{where}: dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
+    kw["act_bytes"] = DTYPES[dtype]
+    return ModelConfig(**kw)  # type: ignore[arg-type]
+
+
+def checked_settings(raw: Mapping[str, object], where: str) -> dict[str, object]:
+    """The settings of `raw` whose keys and value types are CONFIG_KEYS' (None values left
+    out): a ValueError names the first that is not (`"sp": "false"` is text, not false)."""
     unknown = sorted(set(raw) - set(CONFIG_KEYS))
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(CONFIG_KEYS)}")
@@ -401,31 +432,57 @@ def config_from_mapping(raw: Mapping[str, object], where: str = "the config") ->
             continue
         if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{where}: {key} must be an integer, not {value!r}")
+        if kind is str and not isinstance(value, str):
+            raise ValueError(f"{where}: {key} must be text, not {value!r}")
+        if kind is bool and not isinstance(value, bool):
+            raise ValueError(f"{where}: {key} must be true or false, not {value!r}")
         if kind is list:
-            value = tuple(int(x) for x in value)  # type: ignore[attr-defined]
+            if not isinstance(value, (list, tuple)) or any(
+                isinstance(x, bool) or not isinstance(x, int) for x in value
+            ):
+                raise ValueError(f"{where}: {key} must be a list of integers, not {value!r}")
+            value = tuple(value)
         kw[key] = value
-    dtype = str(kw.pop("dtype", "bf16"))
-    if dtype not in DTYPES:
-        raise ValueError(f"{where}: dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
-    kw["act_bytes"] = DTYPES[dtype]
-    return ModelConfig(**kw)  # type: ignore[arg-type]
+    return kw
 
 
-def load_config(path: str) -> ModelConfig:
-    """A ModelConfig from a YAML or JSON file."""
+def read_config(path: str) -> dict[str, object]:
+    """The settings of a YAML or JSON config file, their types checked (checked_settings); a
+    file that cannot be read or parsed, or holds no mapping, is an InputError naming it."""
     import json
     from pathlib import Path
 
-    text = Path(path).read_text()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the config: {_reason(exc)}", path) from None
     if path.endswith((".yaml", ".yml")):
         import yaml
 
-        raw = yaml.safe_load(text)
+        try:
+            raw = yaml.safe_load(text)
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise InputError(f"not a YAML mapping of settings: {exc}", path) from None
     else:
-        raw = json.loads(text)
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"not a JSON mapping of settings: {exc}", path) from None
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: the config must be a mapping of settings")
-    return config_from_mapping(raw, path)
+        raise InputError("the config must be a mapping of settings (key: value).", path)
+    try:
+        return checked_settings(raw, path)
+    except ValueError as exc:
+        raise InputError(str(exc).removeprefix(f"{path}: "), path) from None
+
+
+def _reason(exc: Exception) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def load_config(path: str) -> ModelConfig:
+    """A ModelConfig from a YAML or JSON file (read_config; a bad value is a ValueError)."""
+    return config_from_mapping(read_config(path), path)
 
 
 def _stage_list(values: Sequence[int] | None, stages: int, layers: int) -> list[int]:

@@ -184,3 +184,79 @@ def test_optimizer_workspace_is_one_fp32_moment_per_parameter(optimizer: str) ->
     params = mm.stage_params(cfg)[0]
     want = 4.0 * params / 4 if optimizer.startswith("adam") else 0.0
     assert rank.optimizer_workspace_bytes == pytest.approx(want, rel=1e-12)
+
+
+SHAPE = ["--layers", "4", "--hidden", "1024", "--seq", "2048", "--microbatch", "1", "--heads", "16"]
+
+
+@pytest.mark.parametrize(
+    "name, text, words",
+    [
+        ("trunc.json", '{"layers": 4,\n', "not a JSON mapping"),
+        ("bad.yaml", "layers: [4\n", "not a YAML mapping"),
+        ("list.json", "[1, 2]", "must be a mapping"),
+        ("sp.json", '{"sp": "false"}', "sp must be true or false"),
+        ("lps.json", '{"layers_per_stage": 5}', "must be a list of integers"),
+        ("bin.json", b"\xff\xfe", "cannot read the config"),
+    ],
+)
+def test_a_config_file_that_cannot_be_used_names_it(tmp_path, name, text, words) -> None:
+    """Each was a usage error (exit 2) without the file's name, or an internal error (exit 70):
+    "sp": "false" was read as true, layers_per_stage 5 crashed."""
+    from tests.foundation.hostile import cli
+
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    res = cli("estimate", str(path), *SHAPE)
+    assert res.code == 3 and str(path) in res.err and words in res.err, res.err
+    assert "Traceback" not in res.err and "internal error" not in res.err
+
+
+def test_flags_complete_a_partial_config_file(tmp_path) -> None:
+    from tests.foundation.hostile import cli
+
+    path = tmp_path / "part.json"
+    path.write_text('{"layers": 4, "hidden": 1024, "seq": 2048, "microbatch": 1}')
+    assert cli("estimate", str(path), "--heads", "16").code == 0
+    res = cli("estimate", str(path))
+    assert res.code == 2 and "missing --heads" in res.err, res.err
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--zero", "4"], "zero must be 0, 1, 2 or 3"),
+        (["--zero", "-1"], "zero must be 0, 1, 2 or 3"),
+        (["--capacity-gib", "0"], "--capacity-gib must be above 0"),
+        (["--schedule", "foo"], "schedule must be one of"),
+        (["--pp", "2", "--v", "3", "--microbatches", "8", "--schedule", "zbv"], "v must be 2"),
+        (
+            ["--pp", "2", "--v", "1", "--microbatches", "8", "--schedule", "dualpipev"],
+            "v must be 2",
+        ),
+    ],
+)
+def test_values_that_cannot_run_are_usage_errors(extra, words) -> None:
+    """They were taken as they came: ZeRO 4 as 3, a capacity of 0 ignored, zbv with v = 3
+    estimated as v = 2 (stages 4 and 5 mapped to ranks -1 and -2: their memory dropped)."""
+    from tests.foundation.hostile import cli
+
+    res = cli("estimate", *SHAPE, *extra)
+    assert res.code == 2 and words in res.err, res.err
+
+
+def test_analyze_refuses_a_prediction_it_cannot_read(tmp_path) -> None:
+    """A missing --prediction file was ignored without a word (exit 0)."""
+    from tests.foundation.hostile import cli
+    from tests.foundation.kineto import run_set
+    from tracelab.ingest import ingest
+
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "good")], db=db, run="good", progress=False)
+    missing = tmp_path / "nothere.yml"
+    res = cli("analyze", "--db", str(db), "--only", "memory", "--prediction", str(missing))
+    assert res.code == 3 and str(missing) in res.err, res.err
+    partial = tmp_path / "part.yml"
+    partial.write_text("layers: 4\n")
+    res = cli("analyze", "--db", str(db), "--only", "memory", "--prediction", str(partial))
+    assert res.code == 3 and "missing setting" in res.err, res.err

@@ -20,6 +20,7 @@ from tracelab.analyzers import _memory_estimate
 from tracelab.analyzers._common import RunContext, merge_params, ranks_str, rows, size_str
 from tracelab.derived.pipeline import declared_pipeline, schedule_name
 from tracelab.derived.sqlrows import scalar
+from tracelab.errors import InputError
 from tracelab.results import Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
 
@@ -326,7 +327,7 @@ def _estimate(
     if p.get("prediction") and tbl:
         try:
             _add_prediction(tbl, str(p["prediction"]))
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, InputError) as exc:
             missing.append(f"a usable prediction ({p['prediction']}: {exc})")
     return tbl, missing
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from tracelab.commands._common import add_db_option, add_run_option
+from tracelab.errors import InputError
 from tracelab.render import formats
 
 
@@ -18,6 +19,14 @@ def run(args: argparse.Namespace) -> int:
     render = renderer("analysis", args.format).render
 
     only = [a.strip() for a in args.only.split(",")] if args.only else None
+    if args.prediction:  # read now: a missing or malformed file is an error (exit 3), not a note
+        from tracelab.memory_model import load_config
+
+        try:
+            load_config(args.prediction)
+        except ValueError as exc:
+            why = str(exc).removeprefix(f"{args.prediction}: ")
+            raise InputError(f"not a usable prediction config: {why}", args.prediction) from None
     with open_store(args.db) as con:
         rid, name = resolve_run(con, args.run)
         ranks = con.execute(

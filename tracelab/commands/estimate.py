@@ -42,30 +42,28 @@ FLAGS: tuple[tuple[str, type], ...] = (
 def run(args: argparse.Namespace) -> int:
     from tracelab import memory_model as mm
 
-    raw: dict[str, Any] = {}
-    if args.config:
-        try:
-            cfg_file = mm.load_config(args.config)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"tracelab estimate: {exc}") from exc
-        raw = {k: getattr(cfg_file, k) for k in mm.CONFIG_KEYS if hasattr(cfg_file, k)}
-        raw["dtype"] = next(d for d, b in mm.DTYPES.items() if b == cfg_file.act_bytes)
-        if raw.get("layers_per_stage") is not None:
-            raw["layers_per_stage"] = list(raw["layers_per_stage"])
+    # The file's settings (a file that cannot be read, or a value of the wrong kind: exit 3,
+    # naming it), then the flags over them: a file may hold some settings, the flags the rest.
+    raw: dict[str, Any] = mm.read_config(args.config) if args.config else {}
+    if args.capacity_gib is not None and not args.capacity_gib > 0:
+        raise UsageError(f"--capacity-gib must be above 0, not {args.capacity_gib:g}.")
     for name, _ in FLAGS:
         value = getattr(args, name)
         if value is not None:
             raw[name] = value
     if args.sp:
         raw["sp"] = True
+    missing = [k for k in mm.REQUIRED_KEYS if raw.get(k) is None]
+    if missing:
+        raise UsageError(
+            f"missing {', '.join('--' + k for k in missing)}: give at least --layers, --hidden, "
+            "--seq, --microbatch and --heads (as flags or in a config file)."
+        )
     try:
         cfg = mm.config_from_mapping(raw, args.config or "the flags")
         ranks = mm.predict(cfg)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(
-            f"tracelab estimate: {exc}. Give at least --layers, --hidden, --seq, --microbatch "
-            "and --heads (or a config file)."
-        ) from exc
+    except ValueError as exc:
+        raise UsageError(f"{exc}.") from exc
     rows = [
         {
             "pp_rank": e.rank,
