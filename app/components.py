@@ -14,7 +14,7 @@ from dash import dcc, html
 
 from tracelab.app import ids
 from tracelab.app.state import href
-from tracelab.render.text import duration
+from tracelab.render.text import duration, one_line
 from tracelab.results import Finding
 from tracelab.views.findings import FindingTarget, focus_ranks
 
@@ -197,11 +197,11 @@ def findings_list(
                         className=f"sev {SEVERITY_CLASS.get(int(f.severity), '')}",
                     ),
                     html.Span(f.code, className="code"),
-                    html.Strong(f.title),
+                    html.Strong(one_line(f.title)),
                     html.Span(f" — {', '.join(impact)}" if impact else ""),
                     html.Div(_ranks_line(f), className="blame") if f.evidence.ranks else None,
                     html.Div(link.evidence_text, className="evidence"),
-                    html.Div(f.suggestion, className="suggestion"),
+                    html.Div(one_line(f.suggestion), className="suggestion"),
                     html.Div(anchors, className="finding-links"),
                 ],
                 className=f"finding {SEVERITY_CLASS.get(int(f.severity), '')}-border",

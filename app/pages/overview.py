@@ -14,7 +14,7 @@ from tracelab.app.components import data_attr, findings_list, graph, page, timel
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import href, text
 from tracelab.figures.overview import step_heatmap, time_split_figure
-from tracelab.render.text import duration
+from tracelab.render.text import duration, one_line
 from tracelab.views.findings import step_windows, targets
 from tracelab.views.hang import HangBanner, hang_banner
 from tracelab.views.overview import DimRow, TimeSplit, dim_split, step_matrix, summary, time_split
@@ -63,7 +63,7 @@ def hang_box(banner: HangBanner | None, timeline: tuple[str, str] | None = None)
                     [
                         html.Span(banner.kind.upper(), className="hang-kind"),
                         html.Span(banner.code, className="code"),
-                        html.Strong(banner.title, className="hang-title"),
+                        html.Strong(one_line(banner.title), className="hang-title"),
                     ],
                     className="hang-head",
                 ),
@@ -128,7 +128,7 @@ def parts_table(split: TimeSplit | None, links: dict[str, str]) -> Any:
     rows = []
     for p in split.parts:
         cause = (
-            html.Span([html.Span(p.finding.code, className="code"), " ", p.finding.title])
+            html.Span([html.Span(p.finding.code, className="code"), " ", one_line(p.finding.title)])
             if p.finding is not None
             else html.Span("no finding claims it", className="hint")
         )

@@ -122,6 +122,38 @@ def test_too_few_steps_warns_and_passes(db: str, tmp_path: Path) -> None:
     assert any("too few steps" in w for w in data["warnings"])
 
 
+def test_a_run_no_longer_than_its_warmup_says_every_step_was_kept(db: str, tmp_path: Path) -> None:
+    """--warmup-steps 20 on 6- and 10-step runs compared every step, warm-up included, and read
+    "0 warm-up dropped" as though nothing had been asked."""
+    rc, data = _report(
+        tmp_path, "--baseline", "base", "--candidate", "short", "--db", db, "--warmup-steps", "20"
+    )
+    for side in ("baseline", "candidate"):
+        assert data[side]["warmup_kept"] == 20 and data[side]["steps_dropped"] == 0, data[side]
+        assert any("warm-up included" in n for n in data[side]["notes"]), data[side]["notes"]
+    md = tmp_path / "r.md"
+    assert main(
+        [
+            "report",
+            "--baseline",
+            "base",
+            "--candidate",
+            "short",
+            "--db",
+            db,
+            "--warmup-steps",
+            "20",
+            "--format",
+            "markdown",
+            "--out",
+            str(md),
+        ]
+    ) in (0, 1)
+    assert "not longer than the 20 warm-up steps asked" in md.read_text()
+    rc, data = _report(tmp_path, "--baseline", "base", "--candidate", "short", "--db", db)
+    assert data["candidate"]["warmup_kept"] == 0
+
+
 def test_all_formats_to_a_folder(runs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
     rc = main(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tracelab.render.text import duration, md, md_code, terminal, value
+from tracelab.render.text import duration, md, md_code, one_line, value
 from tracelab.vocabulary import STEP_PARTS as PARTS
 
 
@@ -46,7 +46,7 @@ def _budget_line(lost: dict[str, Any] | None) -> str:
 def render_text(doc: dict[str, Any]) -> str:
     run = doc["run"]
     out = [
-        f"run {terminal(str(run['name']))}: {run['ranks']} ranks",
+        f"run {one_line(run['name'])}: {run['ranks']} ranks",
         "where the time goes: " + _budget_line(doc["lost_time"]),
         "",
         f"FINDINGS ({len(doc['findings'])}, worst first)",
@@ -55,7 +55,7 @@ def render_text(doc: dict[str, Any]) -> str:
         out.append("  none")
     for i, f in enumerate(doc["findings"], 1):
         ev = f["evidence"]
-        out.append(f"{i:>3}. [{f['severity'].upper()}] {f['code']}: {terminal(f['title'])}")
+        out.append(f"{i:>3}. [{f['severity'].upper()}] {f['code']}: {one_line(f['title'])}")
         out.append(
             f"     impact: {_impact(f)}; ranks {_ranks(ev['ranks'])}"
             + (f" (waiting: {_ranks(ev['affected_ranks'])})" if ev["affected_ranks"] else "")
@@ -63,14 +63,14 @@ def render_text(doc: dict[str, Any]) -> str:
         )
         nums = "; ".join(f"{k}: {value(k, v)}" for k, v in ev["numbers"].items())
         if nums:
-            out.append(f"     evidence: {terminal(nums)}")
-        out.append(f"     fix: {terminal(f['suggestion'])}")
+            out.append(f"     evidence: {one_line(nums)}")
+        out.append(f"     fix: {one_line(f['suggestion'])}")
     for name, res in doc["analyzers"].items():
         out += ["", f"{name.upper()} METRICS"]
         out += [f"  {k:<32} {value(k, v)}" for k, v in res["metrics"].items()]
-        out += [f"  note: {terminal(n)}" for n in res["notes"]]
+        out += [f"  note: {one_line(n)}" for n in res["notes"]]
     for name, why in doc["errors"].items():
-        out += ["", f"FAILED: {name}: {terminal(why)}"]
+        out += ["", f"FAILED: {name}: {one_line(why)}"]
     return "\n".join(out) + "\n"
 
 

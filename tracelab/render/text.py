@@ -7,14 +7,17 @@ import html
 import json
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
 #: C0/C1 control characters and the escape sequences they start (CSI, OSC, ...): a trace or
-#: run name must not clear a terminal, retitle it or forge lines.
+#: run name must not clear a terminal, retitle it or forge lines. And Unicode's bidirectional
+#: controls (embeddings, overrides, isolates, marks): a name holding U+202E reversed the text
+#: after it on every surface ("drawrof.lellaraPataDdetubirtsiD ... %67" in the app).
 _CONTROL = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|"
-    r"\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+    r"\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]|[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
 
 
@@ -33,6 +36,27 @@ def md_code(text: object) -> str:
 def terminal(text: str) -> str:
     """Text without control characters or escape sequences (newlines and tabs kept)."""
     return _CONTROL.sub("", text)
+
+
+def one_line(text: object) -> str:
+    """Untrusted text for one line of a terminal or a page: terminal(), with every run of
+    whitespace (newlines included) one space, so a name cannot forge a line."""
+    return " ".join(terminal(str(text)).split())
+
+
+def int_ranges(values: Sequence[int]) -> str:
+    """Integers as runs: (2, 3, 4, 8) -> '2–4, 8' (steps 2, 8 and 9 were shown as 'steps
+    2–9', as if eight steps)."""
+    vals = sorted(set(values))
+    out: list[str] = []
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}–{vals[j]}")
+        i = j + 1
+    return ", ".join(out)
 
 
 def size(n: float | None) -> str:

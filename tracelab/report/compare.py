@@ -79,6 +79,16 @@ class RunSummary:
     world_size: int | None = None
     steps_used: int = 0
     steps_dropped: int = 0
+    #: Warm-up steps asked for but not dropped: the run is no longer than them, so every step
+    #: was compared (0 when they were dropped).
+    warmup_kept: int = 0
+
+    def steps_text(self) -> str:
+        """'10 step(s) compared (2 warm-up dropped)', or why none was dropped."""
+        if self.warmup_kept:
+            why = f"the run is not longer than the {self.warmup_kept} warm-up steps asked"
+            return f"{self.steps_used} step(s) compared (0 warm-up dropped: {why})"
+        return f"{self.steps_used} step(s) compared ({self.steps_dropped} warm-up dropped)"
 
 
 @dataclass(frozen=True, kw_only=True)

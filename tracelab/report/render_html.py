@@ -12,7 +12,7 @@ import html
 from typing import Any
 
 from tracelab import __version__
-from tracelab.render.text import duration
+from tracelab.render.text import duration, terminal
 from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics
 from tracelab.results import Finding
@@ -41,7 +41,9 @@ _HANG_CSS = """
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Text for the page: control and bidirectional characters dropped (render.text.terminal),
+    then escaped."""
+    return html.escape(terminal(str(text)), quote=True)
 
 
 def _rows_table(rows: list[Comparison]) -> str:
@@ -88,8 +90,7 @@ def _blocking_html(f: Finding) -> str:
 def _run_html(role: str, m: RunMetrics) -> str:
     r = m.run
     return (
-        f"<p><b>{role}</b> <code>{_e(r.name)}</code>: {r.ranks} rank(s), "
-        f"{r.steps_used} step(s) compared, {r.steps_dropped} warm-up step(s) dropped.</p>"
+        f"<p><b>{role}</b> <code>{_e(r.name)}</code>: {r.ranks} rank(s), {_e(r.steps_text())}.</p>"
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from tracelab.render.text import terminal
 from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, Verdict
 from tracelab.results import Finding
@@ -21,7 +22,7 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def _clean(text: str) -> str:
-    return _NOT_XML.sub("\ufffd", text)
+    return _NOT_XML.sub("\ufffd", terminal(text))
 
 
 def _detail(r: Comparison) -> str:

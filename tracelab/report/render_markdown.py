@@ -6,7 +6,7 @@ renders inline HTML) and Markdown's table and emphasis characters are backslash-
 
 from __future__ import annotations
 
-from tracelab.render.text import duration, md, md_code
+from tracelab.render.text import duration, int_ranges, md, md_code
 from tracelab.report import formatting as fmt
 from tracelab.report.compare import Comparison, Report, RunMetrics, Verdict
 from tracelab.results import Finding
@@ -23,10 +23,7 @@ _ICON = {
 def _run_line(role: str, m: RunMetrics) -> str:
     r = m.run
     world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
-    return (
-        f"**{role}** _{md(r.name)}_: {r.ranks} rank(s){world}, {r.steps_used} step(s) "
-        f"compared ({r.steps_dropped} warm-up dropped)"
-    )
+    return f"**{role}** _{md(r.name)}_: {r.ranks} rank(s){world}, {r.steps_text()}"
 
 
 def verdict_line(report: Report) -> str:
@@ -54,7 +51,7 @@ def _finding(f: Finding) -> str:
     if f.evidence.ranks:
         where.append("ranks " + ", ".join(str(r) for r in f.evidence.ranks))
     if f.evidence.steps:
-        where.append("steps " + ", ".join(str(s) for s in f.evidence.steps[:8]))
+        where.append("steps " + int_ranges(f.evidence.steps))
     impact = ""
     if f.impact_ns_per_step is not None:
         impact = f" Impact: {duration(f.impact_ns_per_step)} per step"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from tracelab.render.text import value
+from tracelab.render.text import int_ranges, one_line, value
 from tracelab.results import Finding
 from tracelab.views.context import RunContext
 
@@ -53,10 +53,10 @@ def _evidence_text(f: Finding) -> str:
         parts.append(_ranks_text("paid by rank", affected))
     if ev.steps:
         steps = sorted(ev.steps)
-        parts.append(f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}–{steps[-1]}")
+        parts.append(f"step{'s' if len(steps) > 1 else ''} {int_ranges(steps)}")
     for key, v in list(ev.numbers.items())[:8]:
         parts.append(f"{_key_label(key)}: {value(key, v)}")
-    return " · ".join(parts)
+    return one_line(" · ".join(parts))
 
 
 def _key_label(key: str) -> str:
