@@ -73,6 +73,8 @@ class Finding:
     impact_ns_per_step: int | None = None
     #: The same as a share of the mean steady step, 0..1.
     impact_share: float | None = None
+    #: Where the allocated impact came from: (part, ns per steady step) in the claim's order.
+    impact_parts: tuple[tuple[str, int], ...] = ()
     #: What the finding may claim (None: it costs no time).
     claim: Claim | None = None
     #: The analyzer that produced it (its registry name), and the app view that shows it.
@@ -86,6 +88,7 @@ class Finding:
         out["evidence"]["ranks"] = list(self.evidence.ranks)
         out["evidence"]["affected_ranks"] = list(self.evidence.affected_ranks)
         out["evidence"]["steps"] = list(self.evidence.steps)
+        out["impact_parts"] = dict(self.impact_parts)
         out["claim"] = (
             None
             if self.claim is None

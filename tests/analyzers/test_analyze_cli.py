@@ -49,6 +49,7 @@ def test_json_document(store, capsys):
             "evidence",
             "impact_ns_per_step",
             "impact_share",
+            "impact_parts",
             "claim",
             "suggestion",
             "analyzer",

@@ -297,7 +297,10 @@ def test_http_routing_never_shows_a_traceback(analyzed: Any, page_request: Any) 
         assert expect in body and "Traceback" not in body
 
 
-def test_empty_and_missing_store(tmp_path: Path) -> None:
+def test_empty_and_missing_store(tmp_path: Path, app_module: Any) -> None:
+    """(app_module: the pages register themselves with the app when imported; alone in a
+    worker, without an app, the import failed: "register_page() must be called after app
+    instantiation".)"""
     from tracelab.errors import StoreError
     from tracelab.store import open_store
 

@@ -57,3 +57,16 @@ def test_impacts_at_most_the_step(diagnose: Any, name: str) -> None:
     assert total <= step, (
         f"{name}: impacts add up to {total / MS:.1f} ms, step {step / MS:.1f} ms; {d.summary(10)}"
     )
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_each_impact_is_the_sum_of_its_parts(diagnose: Any, name: str) -> None:
+    """Finding.impact_parts says which parts a finding's impact was allocated from (the
+    Overview names each part after the finding given most of it): they add up to the impact."""
+    d = diagnose(name)
+    for f in d.findings:
+        parts = f["impact_parts"]
+        if f["impact_ns_per_step"] is None:
+            assert parts == {}, f
+            continue
+        assert abs(sum(parts.values()) - f["impact_ns_per_step"]) <= len(parts), f

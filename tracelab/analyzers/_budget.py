@@ -98,11 +98,13 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
         if f.claim.cap_key is not None:
             room = max(room - given.get(f.claim.cap_key, 0.0), 0.0)
         taken = 0.0
+        gave: dict[str, float] = {}
         for part, want in f.claim.parts:
             got = min(float(max(want, 0)), left.get(part, 0.0), room - taken)
             if got > 0:
                 left[part] -= got
                 taken += got
+                gave[part] = gave.get(part, 0.0) + got
         if f.claim.cap_ns is not None:
             # The cap is the finding's own estimate (a what-if saving, measured by replay);
             # the amounts only say where its time shows first. Time the parts model files
@@ -113,6 +115,7 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
                 if got > 0:
                     left[part] -= got
                     taken += got
+                    gave[part] = gave.get(part, 0.0) + got
         if f.claim.cap_key is not None:
             given[f.claim.cap_key] = given.get(f.claim.cap_key, 0.0) + taken
         impact = int(round(taken))
@@ -129,6 +132,7 @@ def allocate(findings: Iterable[Finding], bud: Budget | None) -> list[Finding]:
                 f,
                 impact_ns_per_step=impact,
                 impact_share=share,
+                impact_parts=tuple((p, int(round(v))) for p, v in gave.items()),
                 severity=sev,
                 title=_fill(f.title, impact, share),
                 suggestion=_fill(f.suggestion, impact, share),

@@ -110,16 +110,21 @@ class TimeSplit:
 
 
 def part_order(analysis: Analysis, present: dict[str, float]) -> list[tuple[str, Finding | None]]:
-    """(part, the finding that claims it first) in root-cause order."""
+    """(part, the finding given most of it) in the findings' order (worst first). The finding
+    named is the one the allocation *gave* the part's time to (Finding.impact_parts), not the
+    first to ask for it: the stall was named after PIPELINE_STAGE_IMBALANCE, whose 200 ms all
+    came from the bubble, while PIPELINE_STALL had been given the stall's 119 ms."""
+    best: dict[str, tuple[int, int, Finding]] = {}
+    for i, f in enumerate(analysis.findings):
+        for part, ns in f.impact_parts:
+            if part in STEP_PARTS and ns > 0 and present.get(part, 0) > 0:
+                if part not in best or ns > best[part][0]:
+                    best[part] = (ns, i, f)
     out: list[tuple[str, Finding | None]] = []
     seen: set[str] = set()
-    for f in analysis.findings:
-        if f.claim is None or not f.impact_ns_per_step:
-            continue
-        for part, _ in f.claim.parts:
-            if part in STEP_PARTS and part not in seen and present.get(part, 0) > 0:
-                out.append((part, f))
-                seen.add(part)
+    for part, (_, _, f) in sorted(best.items(), key=lambda kv: (kv[1][1], -kv[1][0])):
+        out.append((part, f))
+        seen.add(part)
     rest = sorted(
         (p for p in STEP_PARTS if p not in seen and p != "compute" and present.get(p, 0) > 0),
         key=lambda p: -present[p],
