@@ -135,3 +135,10 @@ def blocking_fields(f: Finding) -> list[tuple[str, str]]:
         out.append((label, "—" if val is None else str(val)))
     out.append(("Fix", f.suggestion))
     return out
+
+
+#: What the op and kernel rows measure (the Operators page shows self time per rank and step,
+#: a mean: another figure).
+OPS_MEASURE = (
+    "time inside each op or kernel per step (inclusive), mean over ranks, median over steps"
+)

@@ -206,7 +206,11 @@ def render(report: Report) -> str:
         _rows_table(main),
     ]
     if ops:
-        parts += ["<h2>Ops and kernels that moved most</h2>", _rows_table(ops)]
+        parts += [
+            "<h2>Ops and kernels that moved most</h2>",
+            f"<p>{_e(fmt.OPS_MEASURE)}.</p>",
+            _rows_table(ops),
+        ]
     parts.append(f"<h2>New findings ({len(report.new_findings)})</h2>")
     parts.append(
         "<ul>" + "".join(_finding_html(f) for f in report.new_findings) + "</ul>"

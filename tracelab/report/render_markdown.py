@@ -99,7 +99,7 @@ def render(report: Report) -> str:
     if ops:
         lines += [
             "",
-            f"<details><summary>Ops and kernels that moved most ({len(ops)})</summary>",
+            f"<details><summary>Ops and kernels that moved most ({len(ops)}): {fmt.OPS_MEASURE}</summary>",
             "",
         ]
         lines += _table(ops)
