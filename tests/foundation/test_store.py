@@ -83,8 +83,15 @@ def test_other_schema_version_is_a_clear_error(tmp_path: Path) -> None:
     con = duckdb.connect(str(db))
     con.execute("UPDATE tracelab_meta SET value = '99' WHERE key = 'schema_version'")
     con.close()
-    with pytest.raises(StoreError, match="version 99"):
+    with pytest.raises(StoreError, match="version 99") as err:
         with open_store(db):
+            pass
+    # written by a newer tracelab: upgrading reads it (re-ingesting was the only advice)
+    assert "newer tracelab" in str(err.value) and "Upgrade tracelab" in str(err.value)
+    junk = tmp_path / "notes.duckdb"
+    junk.write_text("not a database\n")
+    with pytest.raises(StoreError, match="not a tracelab store \\(not a DuckDB database\\)"):
+        with open_store(junk):
             pass
     other = tmp_path / "other.duckdb"
     con = duckdb.connect(str(other))

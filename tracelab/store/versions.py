@@ -57,6 +57,12 @@ def check_version(con: duckdb.DuckDBPyConnection, path: str, check_derived: bool
             f"{path}: store schema version {found} ({was}); this tracelab reads version "
             f"{SCHEMA_VERSION}. Migrate it in place, keeping every run: tracelab migrate --db {path}"
         )
+    if found is not None and found > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: store schema version {found}, written by a newer tracelab; this one reads "
+            f"version {SCHEMA_VERSION}. Upgrade tracelab (pip install -U tracelab) to read it, "
+            "or ingest the traces into a new store (--db NEW.duckdb)."
+        )
     if found != SCHEMA_VERSION:
         raise StoreError(
             f"{path}: store schema version {found} but this tracelab reads version "
@@ -162,6 +168,17 @@ def unopenable_store_error(path: str, exc: Exception) -> StoreError:
     """A StoreError for a file DuckDB refused; it names both DuckDB versions when the file's
     storage version is the reason."""
     text = str(exc)
+    if "not a valid DuckDB database file" in text:
+        return StoreError(
+            f"{path}: this file is not a tracelab store (not a DuckDB database). Check --db, or "
+            "give a new path to make a store there."
+        )
+    if "Permission denied" in text:
+        return StoreError(
+            f"{path}: cannot open the store: permission denied. A command that changes the store "
+            "needs to write the file and the folder beside it; read it as its owner, or copy the "
+            "store with its folder somewhere you can write."
+        )
     if "storage version" not in text:
         return StoreError(f"{path}: cannot open the store: {exc}")
     found = re.search(r"storage version number (\d+)", text)
