@@ -144,3 +144,28 @@ def test_a_trace_without_collectives_gives_an_empty_table() -> None:
     table = trace_collectives(EVENTS_SCHEMA.empty_table())
     assert table.num_rows == 0
     assert isinstance(table, pa.Table)
+
+
+def test_the_list_form_of_gloo_all_to_all_counts_every_input_tensor(tmp_path: Path) -> None:
+    """dist.all_to_all (a list of tensors, one per peer): the gloo annotation lists all four
+    64 x 64 float inputs; only the first was read, 16 KiB sent instead of 64 (the bus bandwidth
+    understated 4x). all_to_all_single's one tensor reads as before."""
+    traces = []
+    for rank in range(2):
+        t = RankTrace(rank, 2, backend="gloo")
+        t.step(1, 0, 10 * MS)
+        for start, dims in ((1 * MS, [[64, 64]] * 4), (3 * MS, [[256, 64]])):
+            ev = t.annotation("gloo:all_to_all", start, start + MS, tid=t.comm_tid)
+            ev["args"] = {**ev.get("args", {}), "Input Dims": dims, "Input type": ["float"] * 4}
+        traces.append(t)
+    db = tmp_path / "s.duckdb"
+    ingest(write_ranks(tmp_path / "cap", traces), db=db, run="r", workers=0, progress=False)
+    with open_store(db, read_only=True) as con:
+        got = con.execute(
+            "SELECT rank, in_bytes FROM collectives WHERE op = 'all_to_all' ORDER BY rank, start_ns"
+        ).fetchall()
+        sent = con.execute(
+            "SELECT rank, sent_bytes FROM all_to_all_ranks ORDER BY rank, start_ns"
+        ).fetchall()
+    assert got == [(0, 65536), (0, 65536), (1, 65536), (1, 65536)]
+    assert sent == got

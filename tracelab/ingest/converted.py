@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 from tracelab.errors import InputError
 from tracelab.ingest import trace_collectives, validate
 
-#: Version of the converted form (the Parquet files' columns). A folder of another version,
-#: e.g. left by an older collector, is converted again rather than registered.
-CONVERTED_FORMAT = 3
+#: Version of the converted form (the Parquet files' columns and what they hold). A folder of
+#: another version, e.g. left by an older collector, is converted again rather than registered.
+#: 4: collectives.input_dims of gloo's list-form all-to-all counts every input tensor.
+CONVERTED_FORMAT = 4
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -115,6 +115,10 @@ h AS (
                 THEN TRY_CAST(json_extract_string(h0.args, '$."In msg nelems"') AS BIGINT) * rb.bytes
                 WHEN h0.name = 'c10d::alltoall_base_'
                 THEN list_product(h0.dims[2])::BIGINT * tin.bytes
+                -- gloo's annotation lists every input tensor: one for all_to_all_single, one
+                -- per peer for the list form (dist.all_to_all), all of them sent.
+                WHEN h0.name LIKE 'gloo:%'
+                THEN list_sum(list_transform(h0.dims, lambda d: list_product(d)))::BIGINT * tin1.bytes
                 ELSE list_product(h0.dims[1])::BIGINT * tin1.bytes END AS in_total,
            CASE WHEN h0.name = 'record_param_comms'
                 THEN TRY_CAST(json_extract_string(h0.args, '$."Out msg nelems"') AS BIGINT) * rb.bytes
