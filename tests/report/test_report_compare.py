@@ -147,6 +147,19 @@ def test_top_movers_and_findings_diff(
     assert op_rows[0].key == "op_time[op3]"
     assert report.new_findings == (new,)
     assert report.resolved_findings == (old,)
+    assert report.still_present == ()
+
+
+def test_findings_in_both_runs_are_still_present(
+    make_run_metrics: Callable[..., Any], make_finding: Callable[..., Any]
+) -> None:
+    """Only new and resolved findings were listed: a critical finding in both runs (29% of the
+    step lost to exposed communication) was invisible in the PR's report."""
+    make_run, finding = make_run_metrics, make_finding
+    both = finding("EXPOSED_COMM", (0, 1))
+    report = compare(make_run("a", findings=(both,)), make_run("b", findings=(both,)), SETTINGS)
+    assert report.new_findings == () and report.resolved_findings == ()
+    assert report.still_present == (both,)
 
 
 def test_holm_adjustment_across_gated_metrics() -> None:

@@ -144,6 +144,8 @@ class Report:
     rows: tuple[Comparison, ...]
     new_findings: tuple[Finding, ...]
     resolved_findings: tuple[Finding, ...]
+    #: The candidate's findings the baseline had too (as the candidate has them), worst first.
+    still_present: tuple[Finding, ...] = ()
     warnings: tuple[str, ...]
     settings: ReportSettings
 
@@ -451,6 +453,9 @@ def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ReportSetting
         )
     )
     resolved = tuple(f for f in baseline.findings if _finding_key(f) not in cand_keys)
+    # The candidate's findings the baseline had too: a critical one is no regression, but a
+    # reviewer who reads only the new ones never learns the job still loses 29% to it.
+    still = tuple(f for f in candidate.findings if _finding_key(f) in base_keys)
     warnings = [f"{r.label}: {r.reason}" for r in rows if r.verdict is Verdict.WARN]
     b_run, c_run = baseline.run, candidate.run
     if (b_run.ranks, b_run.world_size) != (c_run.ranks, c_run.world_size):
@@ -469,6 +474,7 @@ def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ReportSetting
         rows=tuple(rows),
         new_findings=new,
         resolved_findings=resolved,
+        still_present=still,
         warnings=tuple(warnings),
         settings=settings,
     )

@@ -217,6 +217,12 @@ def render(report: Report) -> str:
         if report.new_findings
         else "<p>None.</p>"
     )
+    if report.still_present:
+        parts.append(
+            f"<h2>Still present, in both runs ({len(report.still_present)})</h2><ul>"
+            + "".join(_finding_html(f) for f in report.still_present)
+            + "</ul>"
+        )
     if report.resolved_findings:
         parts.append(
             f"<h2>Resolved findings ({len(report.resolved_findings)})</h2><ul>"

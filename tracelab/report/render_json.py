@@ -93,6 +93,7 @@ def to_dict(report: Report) -> dict[str, Any]:
             "metrics": [_row(r) for r in report.rows],
             "new_findings": [f.to_dict() for f in report.new_findings],
             "resolved_findings": [f.to_dict() for f in report.resolved_findings],
+            "still_present": [f.to_dict() for f in report.still_present],
             "warnings": list(report.warnings),
             "errors": dict(report.errors),
         }

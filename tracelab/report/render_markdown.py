@@ -106,6 +106,15 @@ def render(report: Report) -> str:
         lines += ["", "</details>"]
     lines += ["", f"### New findings ({len(report.new_findings)})", ""]
     lines += [_finding(f) for f in report.new_findings] or ["None."]
+    if report.still_present:
+        lines += [
+            "",
+            f"<details><summary>Still present, in both runs ({len(report.still_present)})"
+            "</summary>",
+            "",
+        ]
+        lines += [_finding(f) for f in report.still_present]
+        lines += ["", "</details>"]
     if report.resolved_findings:
         lines += [
             "",
