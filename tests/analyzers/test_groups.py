@@ -217,3 +217,28 @@ def _ingested_rows(paths: list[Path], tmp_path: Path, *queries: str) -> list[lis
     ingest(paths, db=db, run="r", workers=1, progress=False)
     with open_store(db) as con:
         return [con.execute(q).fetchall() for q in queries]
+
+
+def test_a_group_named_dp_that_shards_is_fsdp(tmp_path: Path) -> None:
+    """PyTorch's FSDP + TP tutorial names its mesh dimensions ("dp", "tp"): a group named
+    `mesh_dp` whose collectives are all-gathers and reduce-scatters is sharded data parallel
+    (dp_shard), not DDP (whose advice, bucket sizes, it got); one of all-reduces stays dp."""
+    traces = [RankTrace(rank=r, world_size=4) for r in range(4)]
+    for t in traces:
+        t.step(1, 0, 30 * MS)
+        pair = [0, 2] if t.rank % 2 == 0 else [1, 3]
+        for i, op in enumerate(("all_gather", "reduce_scatter")):
+            ev = t.nccl(op, (1 + 3 * i) * MS, (2 + 3 * i) * MS, nbytes=1 << 20,
+                        group_ranks=pair, seq=i + 1)  # fmt: skip
+            ev["args"]["Process Group Name"] = f"fsdp{pair[0]}"
+            ev["args"]["Process Group Description"] = "mesh_dp"
+        other = [0, 1] if t.rank < 2 else [2, 3]
+        ev = t.nccl("all_reduce", 10 * MS, 11 * MS, nbytes=1 << 20, group_ranks=other, seq=1)
+        ev["args"]["Process Group Name"] = f"ddp{other[0]}"
+        ev["args"]["Process Group Description"] = "mesh_dp"
+    (dims,) = _ingested_rows(
+        write_ranks(tmp_path / "cap", traces),
+        tmp_path,
+        "SELECT group_key, dim FROM process_groups WHERE group_key <> '0' ORDER BY 1",
+    )
+    assert dims == [("ddp0", "dp"), ("ddp2", "dp"), ("fsdp0", "dp_shard"), ("fsdp1", "dp_shard")]

@@ -375,7 +375,12 @@ def _apply_patterns(
             continue
         hit = _pattern_dim(set(ops), bool(fwd), bool(marked))
         if g.source is not None:
-            if hit is not None and hit[0] != g.dim:
+            if hit is not None and g.dim == Dim.DP.value and hit[0] == Dim.DP_SHARD.value:
+                # "dp" names data parallelism, not how: FSDP over a mesh dimension named "dp"
+                # (PyTorch's FSDP + TP tutorial) got DDP's advice (bucket sizes).
+                g.dim = Dim.DP_SHARD.value
+                g.evidence.append(f"sharded, by its collectives: {hit[1]}")
+            elif hit is not None and hit[0] != g.dim:
                 g.evidence.append(f"but its collectives look like {hit[0]}: {hit[1]}")
             continue
         if hit is not None:
