@@ -53,3 +53,12 @@ def test_steps_are_listed_as_runs_not_as_one_range() -> None:
     )
     assert "steps 2, 8–9" in _evidence_text(f)
     assert int_ranges([5]) == "5" and int_ranges([1, 2, 3, 7]) == "1–3, 7"
+
+
+def test_an_unknown_size_does_not_blame_record_shapes() -> None:
+    """'(size not in the trace: profile with record_shapes=True)' was said of host ops that
+    issue a collective on captures made with record_shapes=True: the finding says why instead."""
+    from tracelab.analyzers._common import SIZE_UNKNOWN_WHY, size_str
+
+    assert size_str(None) == "(size unknown)" and size_str(4096) == "4.0 KiB"
+    assert "record_shapes=True" in SIZE_UNKNOWN_WHY and "c10d::allreduce_" in SIZE_UNKNOWN_WHY

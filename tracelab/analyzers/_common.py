@@ -124,11 +124,19 @@ def ranks_str(ranks: Sequence[int]) -> str:
     return "ranks " + ", ".join(map(str, rs[:-1])) + f" and {rs[-1]}"
 
 
+#: Why a collective's size can be unknown, for a finding that shows one.
+SIZE_UNKNOWN_WHY = (
+    "A size is unknown where the trace gives none: gloo's collectives record theirs only when "
+    "profiled with record_shapes=True, and a host op that issues a collective (c10d::allreduce_ "
+    "on the main thread) or waits for one is matched to no collective of its own."
+)
+
+
 def size_str(nbytes: int | None) -> str:
-    """A message size in words ('4.0 MiB'); what is unknown and why when the trace does not
-    say."""
+    """A message size in words ('4.0 MiB'); '(size unknown)' when the trace does not say (the
+    finding that shows it says why: SIZE_UNKNOWN_WHY)."""
     if nbytes is None:
-        return "(size not in the trace: profile with record_shapes=True)"
+        return "(size unknown)"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"

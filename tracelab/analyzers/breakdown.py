@@ -22,6 +22,7 @@ import duckdb
 
 from tracelab.analyzers._common import (
     PARTS,
+    SIZE_UNKNOWN_WHY,
     RunContext,
     merge_params,
     ms,
@@ -361,7 +362,9 @@ def _exposed_comm(
         + (f"(most on {label}: {what})" if label and dim != Dim.UNKNOWN.value else f"({what})"),
         evidence=Evidence(ranks=ranks, numbers=numbers),
         claim=Claim(parts=(("transfer", round(transfer)),)),
-        suggestion=fix + " Waiting for late ranks is not counted here (see the stragglers).",
+        suggestion=fix
+        + " Waiting for late ranks is not counted here (see the stragglers)."
+        + (" " + SIZE_UNKNOWN_WHY if any(x["bytes"] is None for x in exposed_by[:3]) else ""),
         analyzer=NAME,
         view="timeline",
     )
