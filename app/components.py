@@ -184,7 +184,7 @@ def findings_list(
         if f.impact_ns_per_step is not None:
             impact.append(f"{duration(f.impact_ns_per_step)} per step")
         if f.impact_share is not None:
-            impact.append(f"{100 * f.impact_share:.3g}% of the step")
+            impact.append(f"{100 * f.impact_share:.1f}% of the step")
         anchors = [
             dcc.Link(label, href=url, className="finding-link")
             for label, url in finding_hrefs(link, run, all_ranks)

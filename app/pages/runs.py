@@ -24,7 +24,7 @@ COLUMNS = (
     ("ranks", "ranks"),
     ("steps", "steps (steady)"),
     ("step", "step time"),
-    ("loss", "largest loss"),
+    ("loss", "largest lost-time part"),
     ("compute", "compute share"),
     ("events", "events"),
     ("backend", "backend"),
@@ -37,7 +37,7 @@ TOP_FINDINGS = 3
 def _row(r: dict[str, Any], findings: dict[str, str]) -> dict[str, Any]:
     loss = "-"
     if r.get("loss_part"):
-        loss = f"{PART_LABELS.get(r['loss_part'], r['loss_part'])} {100 * r['loss_share']:.0f}%"
+        loss = f"{PART_LABELS.get(r['loss_part'], r['loss_part'])} {100 * r['loss_share']:.1f}%"
     world = (
         f" of {r['world_size']}" if r.get("world_size") and r["world_size"] != r["ranks"] else ""
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from tracelab.render.text import duration
+from tracelab.render.text import duration, one_line
 from tracelab.results import Finding
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
@@ -286,10 +286,10 @@ def summary(ctx: RunContext, analysis: Analysis) -> Summary:
         costly = [f for f in analysis.findings if f.impact_ns_per_step]
         if costly:
             f = costly[0]
-            share = f" ({100 * f.impact_share:.0f}% of the step)" if f.impact_share else ""
+            share = f" ({100 * f.impact_share:.1f}% of the step)" if f.impact_share else ""
             head += (
                 f". Biggest loss: {duration(f.impact_ns_per_step)} per step{share}, "
-                f"{f.code}: {f.title}"
+                f"{f.code}: {one_line(f.title)}"
             )
         head += "."
     return Summary(items=items, headline=head)
