@@ -61,6 +61,9 @@ _PUBLISHED = {
 #: Schedules replayed with another's order: the interleaved zero-bubble schedule keeps
 #: interleaved 1F1B's activation memory (ZB-H1's memory limit, per chunk).
 _REPLAYED_AS = {"zero_bubble": "interleaved_1f1b"}
+#: The most microbatches per step a config may give (a step of 4M tokens in sequences of 4,096
+#: is 1,024; the replay's time and memory grow with them).
+MAX_MICROBATCHES = 65_536
 #: Schedules that place two stages on each rank in a V (stage k and 2p - 1 - k): v is 2.
 V_SHAPED = ("zbv", "dualpipev")
 
@@ -283,6 +286,12 @@ class ModelConfig:
             raise ValueError(f"recompute must be one of {RECOMPUTE}, not {self.recompute!r}")
         if self.optimizer not in STATE_BYTES:
             raise ValueError(f"optimizer must be one of {sorted(STATE_BYTES)}")
+        if self.microbatches > MAX_MICROBATCHES:
+            # the schedules are replayed microbatch by microbatch: a million took 7.7 s, 892 MB
+            raise ValueError(
+                f"microbatches must be at most {MAX_MICROBATCHES:,} per step, not "
+                f"{self.microbatches:,}"
+            )
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be 0, 1, 2 or 3 (the ZeRO stage), not {self.zero!r}")
         known = {*schedules.SCHEDULES, *_PUBLISHED, *_REPLAYED_AS}
