@@ -234,6 +234,7 @@ def test_flags_complete_a_partial_config_file(tmp_path) -> None:
             ["--pp", "2", "--v", "1", "--microbatches", "8", "--schedule", "dualpipev"],
             "v must be 2",
         ),
+        (["--pp", "4", "--microbatches", "1000000"], "microbatches must be at most 65,536"),
     ],
 )
 def test_values_that_cannot_run_are_usage_errors(extra, words) -> None:
