@@ -254,3 +254,56 @@ def test_a_dump_version_tracelab_does_not_know_is_said(tmp_path: Path) -> None:
     assert res.code == 1, res.err
     assert "rank(s) 1 wrote dump format version 99.0" in res.out
     assert "format version" not in cli("hang", str(FIX / "skip")).out
+
+
+def _three_ranks(tmp_path: Path, edit) -> Path:
+    """The skip fixture's rank 0 dump as ranks 0-2 of one group, `edit(rank, doc)` applied."""
+    base = json.loads((FIX / "skip" / "rank_0.json").read_text())
+    for r in range(3):
+        doc = json.loads(json.dumps(base))
+        doc["pg_config"][""]["ranks"] = "[0, 1, 2]"
+        edit(r, doc)
+        (tmp_path / f"rank_{r}.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def _last_seq(doc: dict) -> int:
+    return max(e["collective_seq_id"] for e in doc["entries"] if not e["is_p2p"])
+
+
+def test_ranks_that_entered_but_disagree_are_a_desync_not_a_missing_rank(tmp_path: Path) -> None:
+    """Dumps of two jobs mixed: at the last number rank 2 has no entry and ranks 0 and 1
+    disagree on the sizes. That read "rank(s) 2 never entered"; the ranks that did enter
+    disagree, which says more."""
+
+    def edit(rank: int, doc: dict) -> None:
+        last = _last_seq(doc)
+        if rank == 2:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != last]
+        if rank == 1:
+            for e in doc["entries"]:
+                if e["collective_seq_id"] == last:
+                    e["input_sizes"] = e["output_sizes"] = [[7]]
+
+    res = cli("hang", str(_three_ranks(tmp_path, edit)), "--format", "json")
+    v = json.loads(res.out)["verdict"]
+    assert res.code == 1 and v["kind"] == "size_mismatch", res.out
+    assert sorted(map(int, v["entered"])) == [0, 1] and list(v["absent"]) == ["2"]
+
+
+def test_an_all_to_all_with_uneven_splits_is_no_size_mismatch(tmp_path: Path) -> None:
+    """Each rank passes its own split sizes to an all-to-all: different input sizes are no
+    desync; rank 2 that never entered is the verdict."""
+
+    def edit(rank: int, doc: dict) -> None:
+        last = _last_seq(doc)
+        for e in doc["entries"]:
+            if e["collective_seq_id"] == last:
+                e["profiling_name"] = "gloo:all_to_all"
+                e["input_sizes"] = [[8 + rank]]
+        if rank == 2:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != last]
+
+    res = cli("hang", str(_three_ranks(tmp_path, edit)), "--format", "json")
+    v = json.loads(res.out)["verdict"]
+    assert res.code == 1 and v["kind"] == "not_entered" and list(v["absent"]) == ["2"], res.out
