@@ -307,3 +307,34 @@ def test_an_all_to_all_with_uneven_splits_is_no_size_mismatch(tmp_path: Path) ->
     res = cli("hang", str(_three_ranks(tmp_path, edit)), "--format", "json")
     v = json.loads(res.out)["verdict"]
     assert res.code == 1 and v["kind"] == "not_entered" and list(v["absent"]) == ["2"], res.out
+
+
+@pytest.mark.parametrize("op", ["gloo:gather", "gloo:scatter", "gloo:reduce_scatter"])
+def test_a_rank_missing_from_an_op_whose_sizes_may_differ_is_the_hang(
+    tmp_path: Path, op: str
+) -> None:
+    """A gather's root records the gathered tensor and the other ranks none (a real gloo
+    gather: [[3, 16]] against []): a rank that never entered it is the verdict, not a desync;
+    and with every rank in, no desync either."""
+
+    def edit(rank: int, doc: dict, *, drop: bool) -> None:
+        last = _last_seq(doc)
+        for e in doc["entries"]:
+            if e["collective_seq_id"] == last:
+                e["profiling_name"] = op
+                e["output_sizes"] = [[3, 16]] if rank == 0 else []
+        if drop and rank == 2:
+            doc["entries"] = [e for e in doc["entries"] if e["collective_seq_id"] != last]
+
+    res = cli(
+        "hang", str(_three_ranks(tmp_path, lambda r, d: edit(r, d, drop=True))), "--format", "json"
+    )
+    v = json.loads(res.out)["verdict"]
+    assert res.code == 1 and v["kind"] == "not_entered" and list(v["absent"]) == ["2"], res.out
+    every = tmp_path / "every"
+    every.mkdir()
+    res = cli("hang", str(_three_ranks(every, lambda r, d: edit(r, d, drop=False))))
+    if op == "gloo:reduce_scatter":  # every rank passes the same shapes: a desync
+        assert res.code == 1 and "different tensor sizes" in res.out, res.out
+    else:
+        assert res.code == 0 and "agree" in res.out, res.out
