@@ -29,7 +29,7 @@ One definition, used by the memory analyzer (a run's estimate against its measur
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from tracelab.derived import schedules
 from tracelab.errors import InputError
@@ -274,34 +274,45 @@ class ModelConfig:
     layers_per_stage: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("layers", "hidden", "seq", "microbatch", "heads", "microbatches"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)!r}")
-        for name in ("dp", "tp", "pp", "cp", "v"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"the degree {name} must be >= 1, not {getattr(self, name)!r}")
+        for f in fields(self):
+            if f.name in CONFIG_KEYS and (why := setting_problem(f.name, getattr(self, f.name))):
+                raise ValueError(why)
         if self.hidden % self.tp or self.seq % self.cp:
             raise ValueError("hidden must divide by tp and seq by cp")
-        if self.recompute not in RECOMPUTE:
-            raise ValueError(f"recompute must be one of {RECOMPUTE}, not {self.recompute!r}")
-        if self.optimizer not in STATE_BYTES:
-            raise ValueError(f"optimizer must be one of {sorted(STATE_BYTES)}")
-        if self.microbatches > MAX_MICROBATCHES:
-            # the schedules are replayed microbatch by microbatch: a million took 7.7 s, 892 MB
-            raise ValueError(
-                f"microbatches must be at most {MAX_MICROBATCHES:,} per step, not "
-                f"{self.microbatches:,}"
-            )
-        if self.zero not in (0, 1, 2, 3):
-            raise ValueError(f"zero must be 0, 1, 2 or 3 (the ZeRO stage), not {self.zero!r}")
-        known = {*schedules.SCHEDULES, *_PUBLISHED, *_REPLAYED_AS}
-        if self.schedule not in known:
-            raise ValueError(f"schedule must be one of {sorted(known)}, not {self.schedule!r}")
         if self.schedule in V_SHAPED and self.pp > 1 and self.v != 2:
             # stages 2p.. would map to no rank: their parameters and activations were dropped
             raise ValueError(
                 f"{self.schedule} places two stages on each rank in a V: v must be 2, not {self.v}"
             )
+
+
+def setting_problem(key: str, value: object) -> str | None:
+    """What is wrong with one setting's value on its own (None: nothing), for a config file
+    (read_config: exit 3, naming it) and for ModelConfig alike. Settings that are wrong only
+    together (tp must divide hidden) are ModelConfig's."""
+    if key in ("layers", "hidden", "seq", "microbatch", "heads", "microbatches"):
+        if value < 1:  # type: ignore[operator]
+            return f"{key} must be >= 1, not {value!r}"
+    if key in ("dp", "tp", "pp", "cp", "v") and value < 1:  # type: ignore[operator]
+        return f"the degree {key} must be >= 1, not {value!r}"
+    if key == "microbatches" and value > MAX_MICROBATCHES:  # type: ignore[operator]
+        # the schedules are replayed microbatch by microbatch: a million took 7.7 s, 892 MB
+        return f"microbatches must be at most {MAX_MICROBATCHES:,} per step, not {value:,}"
+    if key == "vocab" and value < 0:  # type: ignore[operator]
+        return f"vocab must be >= 0, not {value!r}"
+    if key == "zero" and value not in (0, 1, 2, 3):
+        return f"zero must be 0, 1, 2 or 3 (the ZeRO stage), not {value!r}"
+    if key == "recompute" and value not in RECOMPUTE:
+        return f"recompute must be one of {RECOMPUTE}, not {value!r}"
+    if key == "optimizer" and value not in STATE_BYTES:
+        return f"optimizer must be one of {sorted(STATE_BYTES)}, not {value!r}"
+    if key == "schedule":
+        known = {*schedules.SCHEDULES, *_PUBLISHED, *_REPLAYED_AS}
+        if value not in known:
+            return f"schedule must be one of {sorted(known)}, not {value!r}"
+    if key == "dtype" and value not in DTYPES:
+        return f"dtype must be one of {sorted(DTYPES)}, not {value!r}"
+    return None
 
 
 def stage_activation_bytes(cfg: ModelConfig) -> dict[int, float]:
@@ -421,10 +432,7 @@ def config_from_mapping(raw: Mapping[str, object], where: str = "the config") ->
         raise ValueError(
             f"{where}: missing setting(s) {missing}; every config needs {REQUIRED_KEYS}"
         )
-    dtype = str(kw.pop("dtype", "bf16"))
-    if dtype not in DTYPES:
-        raise ValueError(f"{where}: dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
-    kw["act_bytes"] = DTYPES[dtype]
+    kw["act_bytes"] = DTYPES[str(kw.pop("dtype", "bf16"))]
     return ModelConfig(**kw)  # type: ignore[arg-type]
 
 
@@ -451,6 +459,8 @@ def checked_settings(raw: Mapping[str, object], where: str) -> dict[str, object]
             ):
                 raise ValueError(f"{where}: {key} must be a list of integers, not {value!r}")
             value = tuple(value)
+        if why := setting_problem(key, value):
+            raise ValueError(f"{where}: {why}")
         kw[key] = value
     return kw
 

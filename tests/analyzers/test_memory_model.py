@@ -198,6 +198,8 @@ SHAPE = ["--layers", "4", "--hidden", "1024", "--seq", "2048", "--microbatch", "
         ("sp.json", '{"sp": "false"}', "sp must be true or false"),
         ("lps.json", '{"layers_per_stage": 5}', "must be a list of integers"),
         ("bin.json", b"\xff\xfe", "cannot read the config"),
+        ("zero.json", '{"zero": 7}', "zero must be 0, 1, 2 or 3"),
+        ("sched.yaml", "schedule: foo\n", "schedule must be one of"),
     ],
 )
 def test_a_config_file_that_cannot_be_used_names_it(tmp_path, name, text, words) -> None:

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             "--seq, --microbatch and --heads (as flags or in a config file)."
         )
     try:
-        cfg = mm.config_from_mapping(raw, args.config or "the flags")
+        cfg = mm.config_from_mapping(raw, "the flags")  # the file's own were checked on reading
         ranks = mm.predict(cfg)
     except ValueError as exc:
         raise UsageError(f"{exc}.") from exc
