@@ -119,12 +119,23 @@ def prepare_store_path(db_path: str | os.PathLike[str]) -> None:
             f"{db}: this is a folder, not a store file. Name a file in it: "
             f"--db {db / 'tracelab.duckdb'}."
         )
-    if db.is_file() and db.stat().st_size and not _is_duckdb_file(db):
+    if db.is_symlink() and not db.exists():
+        raise StoreError(f"{db}: a symbolic link to a file that does not exist. Give --db a path.")
+    if db.is_file() and not db.stat().st_size:
+        # DuckDB refuses an empty file as "not a valid DuckDB database" (mktemp makes one)
+        raise StoreError(
+            f"{db}: the file is empty, not a store. Remove it (tracelab creates the store "
+            "there), or give --db a new path."
+        )
+    if db.is_file() and not _is_duckdb_file(db):
         raise StoreError(
             f"{db}: this file is not a tracelab store (not a DuckDB database). Give --db a new "
             "path, or move the file away."
         )
     folder = db.absolute().parent
+    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise StoreError(f"{db}: {blocking} is a file, not a folder. Give --db another path.")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -69,4 +69,4 @@ def test_each_impact_is_the_sum_of_its_parts(diagnose: Any, name: str) -> None:
         if f["impact_ns_per_step"] is None:
             assert parts == {}, f
             continue
-        assert abs(sum(parts.values()) - f["impact_ns_per_step"]) <= len(parts), f
+        assert sum(parts.values()) == f["impact_ns_per_step"], f

@@ -279,7 +279,7 @@ def test_ingest_creates_the_folder_of_a_new_store(tmp_path: Path) -> None:
     assert "2/2" in cli("runs", "--db", str(db)).out
 
 
-@pytest.mark.parametrize("kind", ["folder", "not duckdb"])
+@pytest.mark.parametrize("kind", ["folder", "not duckdb", "empty", "dangling link", "under a file"])
 def test_a_path_that_cannot_hold_the_store_is_refused_before_any_conversion(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -296,10 +296,22 @@ def test_a_path_that_cannot_hold_the_store_is_refused_before_any_conversion(
         db = tmp_path / "stores"
         db.mkdir()
         words = "is a folder, not a store file"
-    else:
+    elif kind == "not duckdb":
         db = tmp_path / "notes.duckdb"
         db.write_text("my notes\n")
         words = "not a tracelab store"
+    elif kind == "empty":  # `--db $(mktemp --suffix .duckdb)`: DuckDB refuses an empty file
+        db = tmp_path / "tmp.duckdb"
+        db.touch()
+        words = "the file is empty"
+    elif kind == "dangling link":
+        db = tmp_path / "link.duckdb"
+        db.symlink_to(tmp_path / "gone.duckdb")
+        words = "symbolic link"
+    else:
+        (tmp_path / "f").write_text("x")
+        db = tmp_path / "f" / "s.duckdb"
+        words = "is a file, not a folder"
     res = cli("ingest", str(good), "--db", str(db))
     assert res.code == 3 and words in res.err and str(db) in res.err, res.err
     assert "Traceback" not in res.err
