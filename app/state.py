@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
+from tracelab.render.text import int_runs
+
 #: Most ranks, steps or categories a URL may list.
 MAX_LIST = 4096
 
@@ -118,16 +120,7 @@ def str_list(kwargs: Mapping[str, Any], name: str, allowed: Iterable[str]) -> tu
 
 def compact_ints(values: Iterable[int]) -> str:
     """(0, 1, 2, 5) -> '0-2,5': the inverse of int_list, for short URLs."""
-    vals = sorted(set(values))
-    parts: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        parts.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ",".join(parts)
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in int_runs(values))
 
 
 def href(path: str, **params: Any) -> str:

@@ -7,7 +7,7 @@ import html
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
@@ -44,19 +44,22 @@ def one_line(text: object) -> str:
     return " ".join(terminal(str(text)).split())
 
 
-def int_ranges(values: Sequence[int]) -> str:
+def int_runs(values: Iterable[int]) -> list[tuple[int, int]]:
+    """The distinct integers as runs of consecutive ones, (first, last), in order:
+    (2, 3, 4, 8) -> [(2, 4), (8, 8)]."""
+    out: list[tuple[int, int]] = []
+    for v in sorted(set(values)):
+        if out and v == out[-1][1] + 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
+def int_ranges(values: Iterable[int]) -> str:
     """Integers as runs: (2, 3, 4, 8) -> '2–4, 8' (steps 2, 8 and 9 were shown as 'steps
     2–9', as if eight steps)."""
-    vals = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}–{vals[j]}")
-        i = j + 1
-    return ", ".join(out)
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in int_runs(values))
 
 
 def size(n: float | None) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from tracelab.render.text import duration, one_line
+from tracelab.render.text import duration, int_runs, one_line
 from tracelab.results import Finding
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
@@ -200,13 +200,8 @@ def rank_ranges(ranks: list[int] | tuple[int, ...]) -> str:
     if len(rs) > 6 and len({b - a for a, b in zip(rs, rs[1:])}) == 1 and rs[1] - rs[0] > 1:
         return f"{rs[0]}, {rs[1]}, ..., {rs[-1]}"
     out: list[str] = []
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out += [f"{rs[i]}-{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i : j + 1]]
-        i = j + 1
+    for a, b in int_runs(rs):
+        out += [f"{a}-{b}"] if b - a >= 2 else [str(r) for r in range(a, b + 1)]
     return ", ".join(out)
 
 
