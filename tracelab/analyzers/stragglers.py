@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from tracelab.analyzers._common import (
     RunContext,
@@ -35,7 +36,7 @@ from tracelab.analyzers._host import host_activity, host_total
 from tracelab.analyzers._replay import GAPS_SQL as _GAPS_SQL
 from tracelab.analyzers._replay import columns as replay_columns
 from tracelab.analyzers._replay import matches as _matches
-from tracelab.analyzers._replay import whatif, whatif_key
+from tracelab.analyzers._replay import median_of_peers, whatif, whatif_key
 from tracelab.derived.sqlrows import first
 from tracelab.results import Claim, Evidence, Finding, Result, Severity
 from tracelab.vocabulary import Code
@@ -195,21 +196,13 @@ def _mean_step(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> float:
 
 
 def _medians_without(values: dict[int, float]) -> dict[int, float]:
-    """Per key, the median of the other keys' values (0 when alone): the others' j-th smallest
-    is the j-th of all if j is below the key's own position, else the (j+1)-th. Linear after
-    one sort, where a median per key would be quadratic in ranks."""
+    """Per key, the median of the other keys' values (0 when alone): median_of_peers over one
+    row, linear after one sort, where a median per key would be quadratic in ranks."""
     if len(values) < 2:
         return {k: 0.0 for k in values}
-    order = sorted(values, key=lambda k: values[k])
-    srt = [float(values[k]) for k in order]
-    m = len(srt) - 1
-    out = {}
-    for pos, k in enumerate(order):
-        lo, hi = (m - 1) // 2, m // 2
-        a = srt[lo] if lo < pos else srt[lo + 1]
-        b = srt[hi] if hi < pos else srt[hi + 1]
-        out[k] = (a + b) / 2
-    return out
+    keys = list(values)
+    peers = median_of_peers(np.array([[float(values[k]) for k in keys]]))[0]
+    return {k: float(v) for k, v in zip(keys, peers, strict=True)}
 
 
 def _rank_table(
