@@ -10,6 +10,7 @@ imports nothing of tracelab.
 from __future__ import annotations
 
 import enum
+import re
 
 # --- The lost-time model (docs/metrics.md, "The lost-time parts") ---------------------------
 
@@ -91,6 +92,15 @@ OP_RULES = (
 )
 #: Ops that pair two ranks rather than a group.
 P2P_OPS = ("send", "recv", "send_recv")
+
+
+def collective_op(name: str) -> str | None:
+    """A collective's normalized op from its name by OP_RULES, as the SQL macro collective_op
+    reads it ('gloo:all_to_all' -> 'all_to_all'); None when no rule matches."""
+    key = name.lower().replace("_", "")
+    return next((op for pattern, op in OP_RULES if re.search(pattern, key)), None)
+
+
 #: Where a collective's timing comes from, in order of preference on a tie (docs/metrics.md,
 #: "Matched collectives").
 SOURCES = ("collector", "kernel", "host", "flight_recorder")

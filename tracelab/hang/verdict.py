@@ -27,6 +27,7 @@ from typing import Any
 
 from tracelab.errors import InputError
 from tracelab.hang.dumps import Entry, RankDump
+from tracelab.vocabulary import collective_op
 
 #: Frames inside these paths are PyTorch's own; the user's frame is the first outside them.
 _LIBRARY_PATHS = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen")
@@ -142,22 +143,17 @@ def _check_members(dumps: list[RankDump]) -> None:
 #: Ops whose tensors differ by rank in a well-formed job: a rooted op's root records the
 #: gathered (scattered, reduced) tensor and the other ranks none; an all-to-all's splits are
 #: each rank's own. Their sizes and dtypes are not compared.
-_PER_RANK_SHAPES = frozenset({"gather", "scatter", "reduce", "all_to_all", "alltoall"})
+_PER_RANK_SHAPES = frozenset({"gather", "scatter", "reduce", "all_to_all"})
 #: Ops every rank of a well-formed job calls with the same tensors: ranks that entered one and
 #: disagree on it are the verdict even while other ranks never entered (dumps of two jobs
 #: mixed); elsewhere the ranks that never entered come first.
-_SAME_SHAPES = frozenset({"all_reduce", "allreduce", "broadcast"})
-
-
-def _kind(op: str) -> str:
-    """'gloo:all_reduce' -> 'all_reduce' (the op without its backend)."""
-    return op.rsplit(":", 1)[-1].strip().lower()
+_SAME_SHAPES = frozenset({"all_reduce", "broadcast"})
 
 
 def _same(a: Entry, b: Entry) -> str | None:
     if a.op != b.op:
         return "op_mismatch"
-    if _kind(a.op) in _PER_RANK_SHAPES:
+    if collective_op(a.op) in _PER_RANK_SHAPES:
         return None
     if a.input_sizes != b.input_sizes or a.output_sizes != b.output_sizes:
         return "size_mismatch"
@@ -199,7 +195,7 @@ def _walk(dumps: list[RankDump], pg: str, p2p: bool, world_size: int | None) -> 
         if ref is None:
             continue
         kinds = {k for e in here.values() if (k := _same(ref, e))}
-        if others and "op_mismatch" not in kinds and _kind(ref.op) not in _SAME_SHAPES:
+        if others and "op_mismatch" not in kinds and collective_op(ref.op) not in _SAME_SHAPES:
             kinds = set()  # sizes that may differ by rank: the rank that never entered is it
         if others and not kinds:
             return Divergence(

@@ -27,6 +27,8 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracelab.vocabulary import collective_op
+
 #: Kernel/record_param_comms args read for each collective (the store's columns are typed
 #: from them at load: tracelab.ingest.load.load_trace_collectives); `Process Group Ranks` is
 #: read for the calls that keep it only (_first_members).
@@ -251,11 +253,7 @@ def _input_dims(name: str, dims: Any) -> str | None:
     if not isinstance(dims, list) or not dims or dims[0] is None:
         return None
     shapes = [d for d in dims if isinstance(d, list)]
-    if (
-        len(dims) > 1
-        and "all_to_all" in name.replace("alltoall", "all_to_all")
-        and len(shapes) == len(dims)
-    ):
+    if len(dims) > 1 and collective_op(name) == "all_to_all" and len(shapes) == len(dims):
         try:
             return json.dumps([sum(math.prod(int(x) for x in d) for d in shapes)])
         except (TypeError, ValueError):
