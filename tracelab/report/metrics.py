@@ -376,9 +376,10 @@ def extract(
         or 0
     )
     values, notes = _step_metrics(con, run_id, min_ordinal, total)
-    if settings.warmup_steps and min_ordinal < settings.warmup_steps:
-        # The analyzers fall back to every step of a run no longer than its warm-up: said
-        # here, or a gate on 10 steps with --warmup-steps 20 read "0 warm-up dropped".
+    # The analyzers fall back to every step of a run no longer than its warm-up: said here, or
+    # a gate on 10 steps with --warmup-steps 20 read "0 warm-up dropped".
+    warmup_kept = settings.warmup_steps if min_ordinal < settings.warmup_steps else 0
+    if warmup_kept:
         notes.append(
             f"the run has {total} step(s), not more than the {settings.warmup_steps} warm-up "
             "step(s) to drop: every step is compared, warm-up included. Profile more steps or "
@@ -417,7 +418,7 @@ def extract(
         world_size=world,
         steps_used=kept,
         steps_dropped=max(total - kept, 0),
-        warmup_kept=settings.warmup_steps if min_ordinal < settings.warmup_steps else 0,
+        warmup_kept=warmup_kept,
     )
     return RunMetrics(
         run=summary,
