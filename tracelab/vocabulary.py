@@ -40,6 +40,18 @@ PART_SHORT_LABELS = {
     "bubble": "bubble (the schedule needs it)",
     "stall": "stall (waiting beyond the schedule)",
 }
+#: One word per part, for a rank's label ("rank 7 · +35% host").
+PART_WORDS = {
+    "compute": "compute",
+    "transfer": "comm",
+    "memcpy": "memcpy",
+    "wait": "waiting",
+    "pipeline": "pipeline",
+    "bubble": "bubble",
+    "stall": "stall",
+    "host": "host",
+    "idle": "idle",
+}
 #: One colour per part, shared by the Overview, the Timeline and the Pipeline view.
 PART_COLORS = {
     "compute": "#4C78A8",

@@ -237,12 +237,13 @@ def layout(**kwargs: Any) -> html.Div:
         run_id, run = db.resolve(cur, text(kwargs, "run"))
         ctx = db.context(cur, run_id)
         found = db.analysis(cur, run_id)
-        matrix = step_matrix(cur, run_id, reference_ns=found.metric("steps", "step_ns"))
+        split = time_split(found)
+        drawn = split.ranks if split is not None and split.reasons else None
+        matrix = step_matrix(cur, run_id, found.metric("steps", "step_ns"), first=drawn)
         windows, typical = step_windows(cur, run_id)
         dims = dim_split(cur, run_id, found)
     head = summary(ctx, found)
     found_targets = targets(found.findings, ctx, windows, typical)
-    split = time_split(found)
     typical_ms = None
     if typical is not None and typical in windows:
         a, b = windows[typical]

@@ -6,16 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from tracelab.figures.overview import step_heatmap, time_split_figure
 from tracelab.ingest import ingest
 from tracelab.store import open_store, run_id
 from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
+from tracelab.views import overview as overview_view
 from tracelab.views import timeline as tl
 from tracelab.views.analysis import analyze_run
 from tracelab.views.compare import HIST_BINS, comparison_rows, report, step_comparison
 from tracelab.views.context import run_context
 from tracelab.views.findings import step_windows, target, targets
 from tracelab.views.overview import dim_split, rank_ranges, step_matrix, summary, time_split
-from tracelab.views.ranksummary import rank_summary
+from tracelab.views.ranksummary import rank_summary, standouts, typical_rank
 from tracelab.views.runs import runs_page
 
 
@@ -308,6 +310,59 @@ def test_rank_summary_picks_the_slow_rank(tmp_path: Path) -> None:
     assert len(s.ranks) == 40
     assert [o.rank for o in s.outliers] == [33]
     assert s.typical_rank is not None and s.typical_rank != 33
+
+
+def test_many_ranks_draw_a_typical_rank_and_those_that_stand_out(
+    app_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 ranks, rank 33 slow: "where the time goes" drew the first 64 ranks (at 512 ranks a
+    straggler at rank 300 was not among them, and the title did not say so), the heatmap the
+    first 256. Now: the job, a typical rank and the ranks that stand out, each with why; the
+    heatmap keeps those and the ranks of the slowest steps."""
+    with open_store(app_store) as con:
+        rid = run_id(con, "many")
+        found = analyze_run(con, rid)
+        split = time_split(found)
+        assert split is not None and split.total_ranks == 40
+        straggler = next(f for f in found.findings if f.code.startswith("STRAGGLER"))
+        assert straggler.evidence.ranks == (33,)
+        assert split.reasons[0] == "typical" and split.ranks[0] != 33
+        assert split.ranks[1:] == [33] and split.reasons[1:] == [straggler.code]
+        rows = {int(x["rank"]): x for x in found.table("breakdown", "ranks")}
+        for i, r in enumerate(split.ranks):  # each drawn rank's own parts, adding up to its step
+            steps = max(int(rows[r]["steps"]), 1)
+            assert split.rank_step_ns[i] == pytest.approx(rows[r]["window_ns"] / steps)
+            assert sum(p.rank_ns[i] for p in split.parts) == pytest.approx(split.rank_step_ns[i])
+        fig = time_split_figure(split)
+        assert fig["data"][0]["y"][2] == f"rank 33 · {straggler.code}"
+        assert "of 40 ranks, a typical one and those that stand out" in str(fig["layout"])
+        assert time_split(found, max_ranks=40).reasons == []  # all fit: all drawn, no why
+
+        monkeypatch.setattr(overview_view, "MAX_HEAT_RANKS", 4)
+        m = step_matrix(con, rid, first=[7])
+        worst = dict(
+            con.execute(
+                "SELECT rank, max(dur_ns) FILTER (WHERE steady) FROM step_spans "
+                "WHERE run_id = ? GROUP BY rank",
+                [rid],
+            ).fetchall()
+        )
+    slowest = sorted((r for r in worst if r != 7), key=lambda r: (-worst[r], r))[:3]
+    assert m.picked and m.total_ranks == 40
+    assert m.ranks == sorted([7, *slowest])
+    assert "the 4 of 40 ranks with the slowest steps" in str(step_heatmap(m)["layout"])
+
+
+def test_standouts_singled_out_ranks_first_then_each_metric_s_outliers() -> None:
+    step = {r: 10.0 for r in range(20)} | {7: 14.0, 8: 10.1}
+    host = {r: 0.0 for r in range(20)} | {3: 2.0}
+    got = standouts({"step": step, "host": host}, [("STRAGGLER_HOST", [12, 7])])
+    assert got[:2] == [(12, "STRAGGLER_HOST"), (7, "STRAGGLER_HOST")]
+    assert sorted(got[2:]) == [(3, "host, median 0"), (8, "+1% step")]
+    assert standouts({"step": step}, limit=1) == [(7, "+40% step")]
+    assert standouts({"step": {r: 5.0 for r in range(9)}}) == []  # nobody stands out
+    assert typical_rank({4: 1.0, 2: 3.0, 9: 3.0, 1: 9.0}) == 2  # the lowest of the closest
+    assert typical_rank({}) is None
 
 
 def test_finding_without_time_ranges_has_no_window(app_store: Path) -> None:

@@ -34,11 +34,16 @@ def step_heatmap(m: StepMatrix) -> Figure:
     worst = max((x for row in excess for x in row if x is not None), default=0.0)
     span = max(HEAT_SPAN, min(worst, 3.0))
     title = f"Step time per rank and step: white = at the step time ({ms(ref / 1e6)}), red = slower"
-    if m.truncated:
-        title += (
-            f" (first {len(m.ranks)} of {m.total_ranks} ranks, {len(m.steps)} of "
-            f"{m.total_steps} steps)"
+    cut = []
+    if m.picked:
+        cut.append(
+            f"the {len(m.ranks)} of {m.total_ranks:,} ranks with the slowest steps "
+            "and those drawn above"
         )
+    if len(m.steps) < m.total_steps:
+        cut.append(f"the first {len(m.steps)} of {m.total_steps:,} steps")
+    if cut:
+        title += f" ({'; '.join(cut)})"
     labels = [
         f"{s}" + ("" if st else " (warm-up)") for s, st in zip(m.steps, m.steady, strict=True)
     ]
@@ -83,7 +88,10 @@ def time_split_figure(t: TimeSplit | None, links: dict[str, str] | None = None) 
     part -> URL, carried in customdata)."""
     if t is None or not t.parts:
         return empty_figure("No lost-time model for this run (no steps could be split).")
-    ylabels = ["all ranks (mean)"] + [f"rank {r}" for r in t.ranks]
+    ylabels = ["all ranks (mean)"] + [
+        esc(f"rank {r} · {why}") if why else f"rank {r}"
+        for r, why in zip(t.ranks, t.reasons or [""] * len(t.ranks), strict=True)
+    ]
     traces: list[dict[str, Any]] = []
     for p in t.parts:
         xs = [p.job_ns / 1e6] + [v / 1e6 for v in p.rank_ns]
@@ -121,7 +129,7 @@ def time_split_figure(t: TimeSplit | None, links: dict[str, str] | None = None) 
         "data": traces,
         "layout": base_layout(
             title=f"Where the time goes: the step ({ms(t.step_ns / 1e6)}) split into its parts, "
-            "root cause first",
+            "root cause first" + _drawn_ranks(t),
             height=min(900, 170 + 30 * n),
             barmode="stack",
             xaxis={"title": {"text": "ms per steady step"}, "rangemode": "tozero"},
@@ -147,3 +155,12 @@ def time_split_figure(t: TimeSplit | None, links: dict[str, str] | None = None) 
             ],
         ),
     }
+
+
+def _drawn_ranks(t: TimeSplit) -> str:
+    """Which ranks the chart draws, where it cannot draw them all."""
+    if not t.reasons:
+        return ""
+    if len(t.reasons) == 1:
+        return f"; of {t.total_ranks:,} ranks, a typical one (none stands out)"
+    return f"; of {t.total_ranks:,} ranks, a typical one and those that stand out"

@@ -17,13 +17,21 @@ from tracelab.render.text import duration, int_runs, one_line
 from tracelab.results import Finding
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
-from tracelab.vocabulary import DIM_LABELS, PART_LABELS, STEP_PARTS, Dim
+from tracelab.views.ranksummary import standouts, typical_rank
+from tracelab.vocabulary import DIM_LABELS, PART_LABELS, PART_WORDS, STEP_PARTS, Dim
 
 #: Most ranks and steps in the heatmap (the rest is summarized in the title).
 MAX_HEAT_RANKS = 256
 MAX_HEAT_STEPS = 200
-#: Most ranks drawn in "where the time goes" (the rest: the job's row covers them).
-MAX_PART_RANKS = 64
+#: Runs of up to this many ranks draw every rank in "where the time goes"; larger ones draw a
+#: typical rank and the ranks that stand out (STANDOUT_RANKS at most), and the heatmap of
+#: more than MAX_HEAT_RANKS holds those and the ranks of the slowest steps.
+MAX_PART_RANKS = 32
+STANDOUT_RANKS = 16
+#: A finding singles out ranks when it names fewer than this share of the run's ranks (a
+#: finding that names them all points at no rank); its first SINGLED_OUT of them are drawn.
+SINGLES_OUT_SHARE = 0.5
+SINGLED_OUT = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,14 +46,26 @@ class StepMatrix:
     total_ranks: int
     total_steps: int
     reference_ns: float | None = None
+    #: With more ranks than drawn: the drawn ones were picked (the Overview's own ranks, then
+    #: the slowest steps), not the first.
+    picked: bool = False
 
     @property
     def truncated(self) -> bool:
         return len(self.ranks) < self.total_ranks or len(self.steps) < self.total_steps
 
 
+#: The heatmap's ranks: all of them when they fit; else the ranks given first (those the
+#: Overview draws on their own), then those whose slowest steady step is slowest.
 STEP_MATRIX_SQL = """
-WITH r AS (SELECT DISTINCT rank FROM step_spans WHERE run_id = $run ORDER BY rank LIMIT $nr),
+WITH per AS (
+    SELECT rank, coalesce(max(dur_ns) FILTER (WHERE steady), max(dur_ns)) AS worst
+    FROM step_spans WHERE run_id = $run GROUP BY rank
+),
+r AS (
+    SELECT rank FROM per
+    ORDER BY rank IN (SELECT unnest($first::BIGINT[])) DESC, worst DESC, rank LIMIT $nr
+),
 s AS (SELECT step, bool_and(steady) AS steady FROM step_spans WHERE run_id = $run
       GROUP BY step ORDER BY step LIMIT $ns)
 SELECT d.rank, d.step, d.dur_ns, s.steady
@@ -54,15 +74,21 @@ FROM step_spans d JOIN r USING (rank) JOIN s USING (step) WHERE d.run_id = $run
 
 
 def step_matrix(
-    con: duckdb.DuckDBPyConnection, run_id: int, reference_ns: float | None = None
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    reference_ns: float | None = None,
+    first: list[int] | None = None,
 ) -> StepMatrix:
-    """Each rank's step times (step_spans.dur_ns: steps tile the run), bounded."""
+    """Each rank's step times (step_spans.dur_ns: steps tile the run), bounded: of more than
+    MAX_HEAT_RANKS ranks, the ranks `first` and those of the slowest steps (in rank order),
+    so that a slow rank 700 of 1,000 is drawn."""
     totals = con.execute(
         "SELECT count(DISTINCT rank), count(DISTINCT step) FROM step_spans WHERE run_id = ?",
         [run_id],
     ).fetchone() or (0, 0)
     rows = con.execute(
-        STEP_MATRIX_SQL, {"run": run_id, "nr": MAX_HEAT_RANKS, "ns": MAX_HEAT_STEPS}
+        STEP_MATRIX_SQL,
+        {"run": run_id, "nr": MAX_HEAT_RANKS, "ns": MAX_HEAT_STEPS, "first": list(first or [])},
     ).fetchall()
     ranks = sorted({int(r) for r, _, _, _ in rows})
     steady_of = {int(s): bool(st) for _, s, _, st in rows}
@@ -80,6 +106,7 @@ def step_matrix(
         total_ranks=int(totals[0]),
         total_steps=int(totals[1]),
         reference_ns=reference_ns,
+        picked=len(ranks) < int(totals[0]),
     )
 
 
@@ -107,6 +134,9 @@ class TimeSplit:
     rank_step_ns: list[float]
     parts: list[PartRow] = field(default_factory=list)
     total_ranks: int = 0
+    #: Why each of `ranks` is drawn, where the run has more than MAX_PART_RANKS ("typical",
+    #: a finding's code, "+35% host"); empty where every rank is drawn.
+    reasons: list[str] = field(default_factory=list)
 
 
 def part_order(analysis: Analysis, present: dict[str, float]) -> list[tuple[str, Finding | None]]:
@@ -137,19 +167,25 @@ def part_order(analysis: Analysis, present: dict[str, float]) -> list[tuple[str,
 
 def time_split(analysis: Analysis, max_ranks: int = MAX_PART_RANKS) -> TimeSplit | None:
     """Per rank, the mean steady step split into the lost-time parts (breakdown analyzer's
-    per-rank table = step_parts over the steady steps); None without a budget."""
+    per-rank table = step_parts over the steady steps); None without a budget. Of more than
+    `max_ranks` ranks, a typical one (closest to the median step) and the ranks that stand
+    out (tracelab.views.ranksummary.standouts: those the findings single out, then the
+    outliers of the step and of each part) are drawn, not the first ranks."""
     bud = analysis.budget
     rows = sorted(analysis.table("breakdown", "ranks"), key=lambda x: int(x.get("rank", 0)))
     if bud is None or not rows or not bud.step_ns:
         return None
-    shown = rows[:max_ranks]
 
     def per_step(x: dict[str, Any], key: str) -> float:
         steps = max(int(x.get("steps") or 0), 1)
         return float(x.get(key) or 0) / steps
 
+    order = part_order(analysis, dict(bud.parts))
+    shown, reasons = rows, list[str]()
+    if len(rows) > max_ranks:
+        shown, reasons = _standout_rows(analysis, rows, [p for p, _ in order], per_step)
     parts = []
-    for part, finding in part_order(analysis, dict(bud.parts)):
+    for part, finding in order:
         job = float(bud.parts.get(part, 0.0))
         parts.append(
             PartRow(
@@ -167,7 +203,33 @@ def time_split(analysis: Analysis, max_ranks: int = MAX_PART_RANKS) -> TimeSplit
         rank_step_ns=[per_step(x, "window_ns") for x in shown],
         parts=parts,
         total_ranks=len(rows),
+        reasons=reasons,
     )
+
+
+def _standout_rows(
+    analysis: Analysis,
+    rows: list[dict[str, Any]],
+    parts: list[str],
+    per_step: Any,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """A typical rank's row, then the rows of the ranks that stand out, with why."""
+    by_rank = {int(x["rank"]): x for x in rows}
+    step = {r: per_step(x, "window_ns") for r, x in by_rank.items()}
+    metrics = {"step": step} | {
+        PART_WORDS[p]: {r: per_step(x, f"{p}_ns") for r, x in by_rank.items()} for p in parts
+    }
+    singled = [
+        (f.code, f.evidence.ranks[:SINGLED_OUT])
+        for f in analysis.findings
+        if f.evidence.ranks and len(f.evidence.ranks) < SINGLES_OUT_SHARE * len(rows)
+    ]
+    picked = standouts(metrics, singled, STANDOUT_RANKS)
+    typical = typical_rank({r: v for r, v in step.items() if r not in dict(picked)})
+    chosen = ([(typical, "typical")] if typical is not None else []) + [
+        (r, why) for r, why in picked if r in by_rank
+    ]
+    return [by_rank[r] for r, _ in chosen], [why for _, why in chosen]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,7 +326,9 @@ def summary(ctx: RunContext, analysis: Analysis) -> Summary:
     step_ns = analysis.metric("steps", "step_ns")
     steady = analysis.metric("steps", "steady_steps")
     total = analysis.metric("steps", "steps")
-    items = [("ranks", f"{len(ctx.ranks)}" + (f" of {ctx.world_size}" if ctx.world_size else ""))]
+    items = [
+        ("ranks", f"{len(ctx.ranks):,}" + (f" of {ctx.world_size:,}" if ctx.world_size else ""))
+    ]
     if total is not None:
         items.append(("steps", f"{total} ({steady} steady)"))
     items.append(("step time", duration(step_ns) if step_ns is not None else "-"))

@@ -8,6 +8,7 @@ deviation), and lets the user open the lanes of the outliers next to a typical r
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -53,8 +54,9 @@ class RankSummary:
     typical_rank: int | None
 
 
-def _robust_z(values: dict[int, float]) -> dict[int, tuple[float, float]]:
-    """rank -> (z, median) with z = (x - median) / (1.4826 MAD); empty when MAD is 0."""
+def robust_z(values: Mapping[int, float]) -> dict[int, tuple[float, float]]:
+    """rank -> (z, median) with z = (x - median) / (1.4826 MAD); empty when every value is
+    the median's (with a MAD of 0 but some spread, the spread stands in for it)."""
     if len(values) < 3:
         return {}
     med = statistics.median(values.values())
@@ -76,7 +78,7 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> RankSummary:
     outliers: list[Outlier] = []
     for metric, series in (("step_ms", step), ("comm_ms_per_step", comm)):
         vals = {r: v for r, v in zip(ranks, series, strict=True) if v is not None}
-        for r, (z, med) in _robust_z(vals).items():
+        for r, (z, med) in robust_z(vals).items():
             if abs(z) > OUTLIER_Z:
                 outliers.append(
                     Outlier(rank=r, metric=metric, value=vals[r], median=med, z=round(z, 2))
@@ -85,12 +87,9 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> RankSummary:
     unique = list({o.rank: o for o in reversed(outliers)}.values())
     unique.sort(key=lambda o: -abs(o.z))
     unique = unique[:MAX_OUTLIERS]
-    valid = [
-        (abs(v - statistics.median([x for x in step if x is not None])), r)
-        for r, v in zip(ranks, step, strict=True)
-        if v is not None
-    ]
-    typical = min(valid)[1] if valid else (ranks[0] if ranks else None)
+    typical = typical_rank({r: v for r, v in zip(ranks, step, strict=True) if v is not None})
+    if typical is None and ranks:
+        typical = ranks[0]
     return RankSummary(
         ranks=ranks,
         step_ms=step,
@@ -99,3 +98,40 @@ def rank_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> RankSummary:
         outliers=unique,
         typical_rank=typical,
     )
+
+
+def typical_rank(values: Mapping[int, float]) -> int | None:
+    """The rank whose value is closest to the median (the lowest such rank); None if none."""
+    if not values:
+        return None
+    med = statistics.median(values.values())
+    return min((abs(v - med), r) for r, v in values.items())[1]
+
+
+def standouts(
+    metrics: Mapping[str, Mapping[int, float]],
+    singled_out: Sequence[tuple[str, Sequence[int]]] = (),
+    limit: int = MAX_OUTLIERS,
+) -> list[tuple[int, str]]:
+    """The ranks worth drawing on their own when a run has too many to draw them all, each
+    with why, at most `limit`: first the ranks findings single out (`singled_out`: (the
+    finding's code, its ranks), worst finding first), then each metric's outliers (robust z
+    above OUTLIER_Z, the farthest first), "+35% host" (against the median; "host, median
+    0" where the median is 0). `metrics`: a label -> value per rank."""
+    picked: dict[int, str] = {}
+    for code, ranks in singled_out:
+        for r in ranks:
+            if len(picked) < limit:
+                picked.setdefault(int(r), code)
+    far: list[tuple[float, int, str]] = []
+    for label, values in metrics.items():
+        for r, (z, med) in robust_z(values).items():
+            if abs(z) > OUTLIER_Z:
+                v = values[r]
+                why = f"{100 * (v / med - 1):+.0f}% {label}" if med else f"{label}, median 0"
+                far.append((-abs(z), r, why))
+    for _, r, why in sorted(far):
+        if len(picked) >= limit:
+            break
+        picked.setdefault(r, why)
+    return list(picked.items())
