@@ -288,8 +288,8 @@ def _straggler(
         "communication": f"its own transfers take {ms(excess)} more per step than its peers'",
     }[kind]
     if kind == "host":
-        total = host_total(con, ctx, rk) or 1
-        for i, x in enumerate(host_activity(con, ctx, rk, top=3), 1):
+        total = host_total(con, ctx, [rk]) or 1
+        for i, x in enumerate(host_activity(con, ctx, [rk], top=3), 1):
             numbers[f"host_span_{i}"] = (
                 f"{x['name']}: overlaps {100 * x['ns'] / total:.0f}% of rank {rk}'s host time"
             )

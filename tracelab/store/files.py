@@ -23,6 +23,7 @@ import contextlib
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -65,6 +66,25 @@ def events_view_sql(root: Path, paths: list[str], *, temp: bool = False) -> str:
         sql = _empty_view_sql()
         return sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW") if temp else sql
     return f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW events AS {events_select_sql(root, paths)}"
+
+
+def rank_events_sql(con: duckdb.DuckDBPyConnection, run_id: int, ranks: Sequence[int]) -> str:
+    """A subquery of the events of a few ranks of a run, as the `events` view has them, that
+    reads those ranks' files only. The view names every file of the store, and any query on it
+    binds that whole list: at 10,000 ranks 0.84 s for one rank's 51 events, 3 ms from the
+    rank's own file. For a bounded set of ranks; a query over every rank reads `events`."""
+    root = store_root(con)
+    paths = [
+        str(p)
+        for (p,) in con.execute(
+            "SELECT path FROM parquet_files WHERE run_id = $run AND kind = 'events' "
+            "AND list_contains($ranks, rank) ORDER BY path",
+            {"run": int(run_id), "ranks": [int(r) for r in ranks]},
+        ).fetchall()
+    ]
+    if root is None or not paths:
+        return "(SELECT * FROM events WHERE false)"
+    return f"({events_select_sql(root, paths)})"
 
 
 def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
