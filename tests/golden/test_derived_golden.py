@@ -55,6 +55,7 @@ TABLES = (
     "time_parts",
     "step_parts",
     "comm_attribution",
+    "rank_extents",
     "derived_errors",
     "job_steps",
     "job_step_shares",
@@ -127,3 +128,27 @@ def test_every_definition_inserts_by_name_with_named_parameters() -> None:
             continue
         statement = sqlfiles.statement(name)
         assert statement.startswith(f"INSERT INTO {name} BY NAME\n"), name
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_rank_extents_are_the_events_own(
+    scenario: str, stores: dict[str, tuple[Path, str]]
+) -> None:
+    """rank_extents holds what a scan of every rank's events gives (the scan it replaces in
+    the views' context and the breakdown): count, first start, last end, device activity."""
+    db, run = stores[scenario]
+    with open_store(db, read_only=True) as con:
+        rid, _ = resolve_run(con, run)
+        stored = con.execute(
+            "SELECT rank, events, first_ns, end_ns, device FROM rank_extents "
+            "WHERE run_id = $run ORDER BY rank",
+            {"run": rid},
+        ).fetchall()
+        scanned = con.execute(
+            "SELECT rank, count(*), min(ts_ns), max(ts_ns + dur_ns), "
+            "rank IN (SELECT DISTINCT rank FROM events WHERE run_id = $run AND on_device "
+            "         AND category IN ('compute', 'communication')) "
+            "FROM events WHERE run_id = $run GROUP BY rank ORDER BY rank",
+            {"run": rid},
+        ).fetchall()
+    assert stored == scanned and len(stored) >= 2

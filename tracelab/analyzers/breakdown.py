@@ -86,8 +86,8 @@ SELECT rank, count(*) AS steps, sum(step_ns) AS window_ns, {_PART_SUMS},
        sum(comm_ns) AS comm_ns, sum(overlapped_comm_ns) AS overlapped_comm_ns,
        CASE WHEN sum(comm_ns) > 0 THEN sum(overlapped_comm_ns) / sum(comm_ns) END
            AS overlap_share,
-       bool_or(rank IN (SELECT DISTINCT rank FROM events WHERE run_id = $run AND on_device
-                        AND category IN ('compute', 'communication'))) AS device
+       bool_or(rank IN (SELECT rank FROM rank_extents WHERE run_id = $run AND device))
+           AS device
 FROM step_parts WHERE run_id = $run AND ordinal >= $min_ordinal
 GROUP BY rank ORDER BY rank
 """

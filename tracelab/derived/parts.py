@@ -70,13 +70,6 @@ COMM_PART = {
 }
 
 
-def _device_ranks_sql() -> str:
-    return (
-        "SELECT DISTINCT rank FROM events WHERE run_id = $run AND on_device "
-        "AND category IN ('compute', 'communication')"
-    )
-
-
 #: Host compute of host-only ranks' threads: of leaf operators only (see `hp` below), and of
 #: every operator (HOST_OPS_SQL's classes; `hs` and `hp` are INTERVALS_SQL's relations).
 _LEAF_COMPUTE_SQL = host_compute_sql(
@@ -90,7 +83,7 @@ _OP_COMPUTE_SQL = host_compute_sql("SELECT * FROM hs", "rank, step, tid")
 #: group's, process_groups.dim; send/recv are the pipeline's), of the ranks $lo..$hi (every
 #: relation that reads events is filtered on it, so only those ranks' files are read; the rows
 #: of the small tables are filtered by intervals()). Named parameters: $run, $lo, $hi,
-#: $device_ranks (the ranks with device activity, _device_ranks_sql: a batch's own, in
+#: $device_ranks (the ranks with device activity, rank_extents.device: a batch's own, in
 #: derive_ranks; asked only about $lo..$hi), $op_patterns and
 #: $op_names (OP_RULES), $issue_window_ns (ISSUE_WINDOW_NS).
 INTERVALS_SQL = f"""
@@ -231,7 +224,7 @@ def intervals(
     device_ranks: set[int] | None = None,
 ) -> pa.Table:
     """INTERVALS_SQL's rows for the run's ranks in `ranks` (lo, hi), as Arrow (needs
-    sqlfiles.create_macros)."""
+    sqlfiles.create_macros), `device_ranks` among them (default: rank_extents')."""
     if device_ranks is None:
         device_ranks = _device_ranks(con, run_id)
     params = {
@@ -249,7 +242,13 @@ def intervals(
 
 
 def _device_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> set[int]:
-    return {int(r) for (r,) in con.execute(_device_ranks_sql(), {"run": run_id}).fetchall()}
+    """The run's device ranks as rank_extents holds them (rank_extents.device)."""
+    return {
+        int(r)
+        for (r,) in con.execute(
+            "SELECT rank FROM rank_extents WHERE run_id = $run AND device", {"run": run_id}
+        ).fetchall()
+    }
 
 
 def sweep(iv: pa.Table, spans: pa.Table, device_ranks: set[int]) -> dict[str, np.ndarray]:
@@ -405,9 +404,9 @@ def _measures(seg: dict[str, np.ndarray]) -> pa.Table:
 def derive(
     con: duckdb.DuckDBPyConnection, run_id: int, runner: part_batches.Runner | None = None
 ) -> None:
-    """Fill time_parts (its files, tracelab.derived.part_files), step_parts and
-    comm_attribution for the run (tracelab/derived/sql/time_parts.sql, step_parts.sql,
-    comm_attribution.sql), a batch of ranks at a time (rank_batches), each batch derived where
+    """Fill time_parts (its files, tracelab.derived.part_files), step_parts,
+    comm_attribution and rank_extents for the run (tracelab/derived/sql/time_parts.sql,
+    step_parts.sql, comm_attribution.sql, rank_extents.sql), a batch of ranks at a time (rank_batches), each batch derived where
     `runner` runs it (default: in threads of this process, part_batches.local_runner)."""
     runner = runner or part_batches.local_runner()
     token = part_files.new_token()
@@ -432,9 +431,10 @@ def derive_ranks(
 ) -> tuple[int, str, int, int] | None:
     """The parts of the ranks `ranks` (lo, hi): their segments written to a time_parts file in
     the store folder `root` (returned as its catalog entry, None without segments), their
-    step_parts and comm_attribution rows inserted on `con` (part_batches.run's connection,
+    step_parts, comm_attribution and rank_extents rows inserted on `con` (part_batches.run's connection,
     whose events are the batch's: which of its ranks have device activity is read there, not
     from every rank's file by the driver, 0.5 s at 2,000 ranks)."""
+    sqlfiles.run(con, "rank_extents", {"run": run_id, "lo": ranks[0], "hi": ranks[1]})
     device = _device_ranks(con, run_id)
     iv = intervals(con, run_id, ranks, device)
     spans = con.sql(

@@ -36,6 +36,7 @@ DEFINITIONS = (
     "matched_collectives",
     "p2p_ops",
     "all_to_all_ranks",
+    "rank_extents",
     "time_parts",
     "step_parts",
     "comm_attribution",

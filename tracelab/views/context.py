@@ -73,6 +73,19 @@ def _offsets(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[dict[int, int
     return {int(r): int(o) for r, o, _ in rows}, source
 
 
+#: The run's first event start, last event end (aligned) and events.
+_EXTENTS_SQL = f"""
+SELECT min(x.first_ns - o.off_ns), max(x.end_ns - o.off_ns), sum(x.events)
+FROM rank_extents x JOIN {OFFSETS} o USING (rank)
+WHERE x.run_id = $run
+"""
+_EVENTS_SPAN_SQL = f"""
+SELECT min(e.ts_ns - o.off_ns), max(e.ts_ns + e.dur_ns - o.off_ns), count(*)
+FROM events e JOIN {OFFSETS} o USING (rank)
+WHERE e.run_id = $run
+"""
+
+
 def run_context(con: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
     """Load the context of run `run_id`, with its clock offsets."""
     row = con.execute(
@@ -90,15 +103,11 @@ def run_context(con: duckdb.DuckDBPyConnection, run_id: int) -> RunContext:
         "off_ranks": list(ranks),
         "off_ns": [offsets.get(r, 0) for r in ranks],
     }
-    span = query(
-        con,
-        f"""
-        SELECT min(e.ts_ns - o.off_ns), max(e.ts_ns + e.dur_ns - o.off_ns), count(*)
-        FROM events e JOIN {OFFSETS} o USING (rank)
-        WHERE e.run_id = $run
-        """,
-        params,
-    )[0]
+    # From each rank's extent (rank_extents); from the events where the run has none (its
+    # parts could not be derived): their scan read every rank's file, 2.7 s at 10,000 ranks.
+    span = query(con, _EXTENTS_SQL, params)[0]
+    if span[0] is None:
+        span = query(con, _EVENTS_SPAN_SQL, params)[0]
     origin, end, count = span if span[0] is not None else (0, 0, 0)
     return RunContext(
         run_id=run_id,
