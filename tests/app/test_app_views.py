@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 
 from tracelab.figures.overview import step_heatmap, time_split_figure
+from tracelab.figures.stragglers import arrival_heatmap
 from tracelab.ingest import ingest
 from tracelab.store import open_store, run_id
 from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
 from tracelab.views import overview as overview_view
+from tracelab.views import stragglers as stragglers_view
 from tracelab.views import timeline as tl
 from tracelab.views.analysis import analyze_run
 from tracelab.views.compare import HIST_BINS, comparison_rows, report, step_comparison
@@ -351,6 +353,40 @@ def test_many_ranks_draw_a_typical_rank_and_those_that_stand_out(
     assert m.picked and m.total_ranks == 40
     assert m.ranks == sorted([7, *slowest])
     assert "the 4 of 40 ranks with the slowest steps" in str(step_heatmap(m)["layout"])
+
+
+def test_arrival_heatmap_of_many_ranks_draws_the_late_ones(
+    app_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Stragglers page's arrival heatmap drew the first 256 ranks: a late rank past them
+    was not in it. Of more ranks than it draws, it draws the blamed and then the latest."""
+    monkeypatch.setattr(stragglers_view, "MAX_HEAT_RANKS", 4)
+    with open_store(app_store) as con:
+        rid = run_id(con, "many")
+        found = analyze_run(con, rid)
+        v = stragglers_view.straggler_view(con, found, run_context(con, rid))
+        result = found.get("stragglers")
+        assert result is not None
+        colls = sorted(
+            result.tables["collectives"],
+            key=lambda c: (c.get("last_arrival_ns") or 0, str(c.get("key"))),
+        )[: stragglers_view.COLLECTIVES_PER_PAGE]
+        rows = con.execute(
+            stragglers_view.ARRIVALS_SQL, [rid, [str(c["key"]) for c in colls]]
+        ).fetchall()
+    by_key: dict[str, dict[int, int]] = {}
+    for key, rank, start in rows:
+        by_key.setdefault(str(key), {})[int(rank)] = int(start)
+    late: dict[int, int] = {}
+    for arr in by_key.values():
+        for r, t in arr.items():
+            late[r] = max(late.get(r, 0), t - min(arr.values()))
+    assert v.blamed == [33] and v.heat_total_ranks == len(late) == 40
+    others = sorted((r for r in late if r != 33), key=lambda r: (-late[r], r))[:3]
+    assert v.heat_ranks == sorted([33, *others])
+    row = v.heat_ranks.index(33)
+    assert max(x for x in v.heat_ns[row] if x is not None) == late[33]
+    assert "the 4 of 40 ranks that arrive latest" in str(arrival_heatmap(v)["layout"])
 
 
 def test_standouts_singled_out_ranks_first_then_each_metric_s_outliers() -> None:

@@ -74,7 +74,12 @@ def arrival_heatmap(v: StragglerView) -> Figure:
             }
         ],
         "layout": base_layout(
-            title=f"Arrival after the first rank, per collective (page {v.page} of {v.pages})",
+            title=f"Arrival after the first rank, per collective (page {v.page} of {v.pages})"
+            + (
+                f"; the {len(v.heat_ranks)} of {v.heat_total_ranks:,} ranks that arrive latest"
+                if len(v.heat_ranks) < v.heat_total_ranks
+                else ""
+            ),
             height=min(640, 230 + 24 * len(v.heat_ranks)),
             xaxis={
                 "type": "category",

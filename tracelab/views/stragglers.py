@@ -44,6 +44,8 @@ class StragglerView:
     pages: int = 1
     heat_labels: list[str] = field(default_factory=list)
     heat_ranks: list[int] = field(default_factory=list)
+    #: Ranks with arrivals on the page (heat_ranks is a pick of them when they are more).
+    heat_total_ranks: int = 0
     heat_ns: list[list[int | None]] = field(default_factory=list)
     #: The analyzer's per-rank rows (raw ns), plus "blamed".
     ranks: list[dict[str, Any]] = field(default_factory=list)
@@ -56,6 +58,22 @@ def _label(c: dict[str, Any]) -> str:
     tail = key.rsplit(":", 1)[-1] if ":" in key else key
     step = f" s{c['step']}" if c.get("step") is not None else ""
     return f"{c.get('op', '?')}{step} #{tail}"
+
+
+def _heat_ranks(
+    arrivals: dict[str, dict[int, int]], first: dict[str, int], blamed: list[int]
+) -> list[int]:
+    """The heatmap's ranks, in rank order: all of them up to MAX_HEAT_RANKS; of more, the
+    blamed ranks and then the latest to arrive (their largest lateness on the page), so that
+    a late rank 7,000 of 10,000 is drawn (the first 256 ranks were)."""
+    late: dict[int, int] = {}
+    for key, arr in arrivals.items():
+        for rank, t in arr.items():
+            late[rank] = max(late.get(rank, 0), t - first[key])
+    if len(late) <= MAX_HEAT_RANKS:
+        return sorted(late)
+    order = sorted(late, key=lambda r: (r not in blamed, -late[r], r))
+    return sorted(order[:MAX_HEAT_RANKS])
 
 
 def straggler_view(
@@ -101,15 +119,16 @@ def straggler_view(
     arrivals: dict[str, dict[int, int]] = {}
     for key, rank, start in con.execute(ARRIVALS_SQL, [ctx.run_id, keys]).fetchall():
         arrivals.setdefault(str(key), {})[int(rank)] = int(start)
-    ranks = sorted({r for a in arrivals.values() for r in a})[:MAX_HEAT_RANKS]
+    blamed = [int(r) for r in (result.metrics.get("stragglers") or [])]
+    first = {key: min(arr.values()) for key, arr in arrivals.items()}
+    ranks = _heat_ranks(arrivals, first, blamed)
     heat: list[list[int | None]] = []
     for rank in ranks:
         row: list[int | None] = []
         for key in keys:
             arr = arrivals.get(key, {})
-            row.append(arr[rank] - min(arr.values()) if rank in arr else None)
+            row.append(arr[rank] - first[key] if rank in arr else None)
         heat.append(row)
-    blamed = [int(r) for r in (result.metrics.get("stragglers") or [])]
     rank_rows = [
         dict(x, blamed="yes" if int(x["rank"]) in blamed else "")
         for x in sorted(result.tables.get("ranks", []), key=lambda x: int(x["rank"]))
@@ -124,6 +143,7 @@ def straggler_view(
         pages=pages,
         heat_labels=[_label(c) for c in page_colls],
         heat_ranks=ranks,
+        heat_total_ranks=len({r for a in arrivals.values() for r in a}),
         heat_ns=heat,
         ranks=rank_rows,
         blamed=blamed,
