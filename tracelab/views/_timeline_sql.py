@@ -9,7 +9,7 @@ can skip row groups by their ts_ns min/max. $ranks and $cats filter (empty list 
 
 from __future__ import annotations
 
-from tracelab.views._sql import OFFSETS
+from tracelab.views._sql import EVENTS, OFFSETS
 
 #: The lane key of an event, as columns (device events are laned by stream).
 LANE_COLS = "rank, on_device, pid, tid, lbl"
@@ -31,7 +31,7 @@ WITH l AS (
            count(*) FILTER (WHERE e.category = 'communication') AS comm_n,
            count(*) FILTER (WHERE e.category NOT IN ('annotation', 'other')) AS work_n,
            count(*) FILTER (WHERE e.name LIKE 'ProfilerStep#%') AS step_n
-    FROM events e
+    FROM {EVENTS} e
     WHERE e.run_id = $run {FILTERS}
     GROUP BY ALL
 ),
@@ -58,10 +58,10 @@ ORDER BY l.rank, l.on_device, l.pid, l.tid, l.lbl
 #: (DuckDB skips row groups by ts_ns min/max), plus the few longer events that start earlier.
 _VISIBLE = f"""
     FROM (
-        SELECT * FROM events
+        SELECT * FROM {EVENTS}
         WHERE run_id = $run AND ts_ns > $prune_lo AND ts_ns < $prune_hi
         UNION ALL
-        SELECT * FROM events
+        SELECT * FROM {EVENTS}
         WHERE run_id = $run AND dur_ns > $long_ns AND ts_ns <= $prune_lo
     ) e JOIN {OFFSETS} o USING (rank)
     WHERE e.ts_ns - o.off_ns < $b AND e.ts_ns - o.off_ns + e.dur_ns > $a {FILTERS}
@@ -110,7 +110,7 @@ FROM ev JOIN lanes USING ({LANE_COLS})
 LINKS = f"""
 SELECT m.match_key, m.op, m.rank, m.start_ns, {LANE_SELECT.replace("e.", "ev.")}
 FROM matched_collectives m
-LEFT JOIN events ev ON ev.run_id = m.run_id AND ev.rank = m.rank AND ev.idx = m.event_idx
+LEFT JOIN {EVENTS} ev ON ev.run_id = m.run_id AND ev.rank = m.rank AND ev.idx = m.event_idx
 WHERE m.run_id = $run AND m.start_ns >= $a AND m.start_ns <= $b
   AND (len($ranks) = 0 OR list_contains($ranks, m.rank))
 ORDER BY m.match_key, m.rank

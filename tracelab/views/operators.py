@@ -21,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from tracelab.views._sql import query
+from tracelab.views._sql import EVENTS, query
 
 #: Most rows per table.
 TOP_ROWS = 50
@@ -57,7 +57,7 @@ h AS (
            e.ts_ns, e.ts_ns + e.dur_ns AS end_ns,
            CASE WHEN $by_shape
                 THEN coalesce(json_extract_string(e.args, '$."Input Dims"'), '') END AS shape
-    FROM events e JOIN sel USING (rank, step)
+    FROM {EVENTS} e JOIN sel USING (rank, step)
     WHERE e.run_id = $run AND NOT e.on_device AND list_contains($tree_cats, e.category)
 ),
 pts AS (
@@ -108,17 +108,17 @@ KERNELS_SQL = f"""
 WITH {_SEL},
 k AS (
     SELECT e.rank, e.name, e.category, e.dur_ns, e.correlation, e.external_id
-    FROM events e JOIN sel USING (rank, step)
+    FROM {EVENTS} e JOIN sel USING (rank, step)
     WHERE e.run_id = $run AND e.on_device AND list_contains($dev_cats, e.category)
 ),
 ops AS (
-    SELECT rank, pid, tid, ts_ns, ts_ns + dur_ns AS end_ns, name, external_id FROM events
+    SELECT rank, pid, tid, ts_ns, ts_ns + dur_ns AS end_ns, name, external_id FROM {EVENTS}
     WHERE run_id = $run AND category = 'cpu_op' AND list_contains((SELECT list(DISTINCT rank) FROM sel), rank)
 ),
 by_ext AS (SELECT rank, external_id, any_value(name) AS op FROM ops
            WHERE external_id IS NOT NULL GROUP BY ALL),
 launch AS (
-    SELECT rank, pid, tid, ts_ns, correlation FROM events
+    SELECT rank, pid, tid, ts_ns, correlation FROM {EVENTS}
     WHERE run_id = $run AND category = 'runtime' AND correlation IS NOT NULL
       AND list_contains((SELECT list(DISTINCT rank) FROM sel), rank)
 ),

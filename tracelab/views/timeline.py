@@ -19,7 +19,7 @@ import numpy as np
 
 from tracelab.views import _bins
 from tracelab.views import _timeline_sql as sql
-from tracelab.views._sql import bind, query
+from tracelab.views._sql import EVENTS, bind, query, scoped
 from tracelab.views.context import RunContext
 from tracelab.vocabulary import TIME_PARTS
 
@@ -360,7 +360,9 @@ def _aggregate(
         "l_lbl": [x.lane_label for x in lane_list],
         "l_idx": [x.index for x in lane_list],
     }
-    cols = con.execute(sql.BINNABLE, bind(sql.BINNABLE, {**params, **lanes_param})).fetchnumpy()
+    cols = con.execute(
+        scoped(con, sql.BINNABLE, params), bind(sql.BINNABLE, {**params, **lanes_param})
+    ).fetchnumpy()
     lane = np.asarray(cols["lane"], dtype=np.int64)
     s = np.asarray(cols["s"], dtype=np.int64)
     order = np.argsort(lane * (b - a + 1) + (s - a), kind="stable")
@@ -530,14 +532,16 @@ def event_detail(
     con: duckdb.DuckDBPyConnection, ctx: RunContext, rank: int, idx: int
 ) -> dict[str, object] | None:
     """Everything about one event (for the detail panel), or None when it does not exist."""
-    row = con.execute(
-        """
+    rows = query(
+        con,
+        f"""
         SELECT name, cat, category, ts_ns, dur_ns, pid, tid, stream, step, correlation,
                external_id, CAST(args AS VARCHAR)
-        FROM events WHERE run_id = ? AND rank = ? AND idx = ?
+        FROM {EVENTS} WHERE run_id = $run AND rank = $rank AND idx = $idx
         """,
-        [ctx.run_id, rank, idx],
-    ).fetchone()
+        {"run": ctx.run_id, "ranks": [rank], "rank": rank, "idx": idx},
+    )
+    row = rows[0] if rows else None
     if row is None:
         return None
     keys = (
