@@ -50,6 +50,7 @@ def test_host_bound_names_the_spans_of_the_ranks_with_the_most_host_time(tmp_pat
     nums = f.evidence.numbers
     assert f.evidence.ranks[:8] == (4, 5, 6, 7, 8, 9, 10, 11)  # the most host time first
     assert nums["host_spans_of_ranks"] == "ranks 4-11 (the most host time)"
+    assert f.title.endswith("(most on 8 ranks alike)")  # tied: no one rank is named
     # Of those eight ranks' host time (5 ms in slow_loader and 1 ms after the all-reduce, a
     # step), slow_loader overlaps 5 of 6; fast_loader (ranks 0-3 only) is not among their spans.
     assert nums["host_span_1"] == "slow_loader: overlaps 83% of the host time of these 8 ranks"
@@ -60,6 +61,7 @@ def test_host_bound_of_a_few_ranks_reads_every_rank(tmp_path: Path) -> None:
     f = _host_bound(*_run(tmp_path, 6))
     nums = f.evidence.numbers
     assert "host_spans_of_ranks" not in nums
+    assert f.title.endswith("of the step (most on ranks 4 and 5)")
     # A step's host time: ranks 4-5 6 ms (5 in slow_loader), ranks 0-3 3 ms (2 in fast_loader):
     # 24 ms, of which slow_loader 10 and fast_loader 8.
     assert nums["host_span_1"] == "slow_loader: overlaps 42% of the host time"
@@ -87,3 +89,12 @@ def test_rank_events_sql_reads_the_named_ranks_files_only(tmp_path: Path) -> Non
         ]
         none = rank_events_sql(con, rid, [99])
         assert con.execute(f"SELECT count(*) FROM {none}").fetchall() == [(0,)]
+
+
+def test_host_bound_says_when_every_rank_is_alike() -> None:
+    """'most on rank 0' named a rank no worse than any other (a golden run: every rank 16.4%)."""
+    where = breakdown._where_most
+    assert where({0: 0.2, 1: 0.2, 2: 0.2}, [0, 1, 2]) == " (every rank alike)"
+    assert where({0: 0.2, 1: 0.5, 2: 0.2}, [1, 0, 2]) == " (most on rank 1)"
+    assert where({0: 0.2, 1: 0.5, 2: 0.4995}, [1, 2, 0]) == " (most on ranks 1 and 2)"
+    assert where({0: 0.2}, [0]) == ""

@@ -373,6 +373,23 @@ def _exposed_comm(
     )
 
 
+#: Ranks whose host shares are this close (0.1 percentage point) are alike.
+ALIKE_SHARE = 0.001
+
+
+def _where_most(shares: dict[int, float], worst: list[int]) -> str:
+    """' (most on rank 3)'; ranks tied at the top are named together (up to 3), and a run whose
+    ranks are all alike says so: "most on rank 0" named a rank no worse than any other."""
+    if len(worst) < 2:
+        return ""
+    top = [r for r in worst if shares[r] >= shares[worst[0]] - ALIKE_SHARE]
+    if len(top) == len(worst):
+        return " (every rank alike)"
+    if len(top) <= 3:
+        return f" (most on {ranks_str(top)})"
+    return f" (most on {len(top)} ranks alike)"
+
+
 def _host_bound(
     con: duckdb.DuckDBPyConnection,
     ctx: RunContext,
@@ -402,8 +419,7 @@ def _host_bound(
         code=Code.HOST_BOUND,
         severity=Severity.WARNING,
         title=f"The {'device' if device else 'training loop'} waits on the host "
-        f"{pct(share)} of the step"
-        + (f" (most on {ranks_str(worst[:1])})" if len(worst) > 1 else ""),
+        f"{pct(share)} of the step" + _where_most(shares, worst),
         evidence=Evidence(ranks=tuple(worst), numbers=numbers),
         claim=Claim(parts=(("host", round(host)),)),
         suggestion=(
