@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tracelab.figures.overview import step_heatmap, time_split_figure
-from tracelab.figures.stragglers import arrival_heatmap
+from tracelab.figures.stragglers import arrival_heatmap, wait_figure
 from tracelab.ingest import ingest
 from tracelab.store import open_store, run_id
 from tracelab.testing.synth import MS, RankTrace, build_run, write_ranks
@@ -340,7 +340,8 @@ def test_many_ranks_draw_a_typical_rank_and_those_that_stand_out(
         assert "of 40 ranks, a typical one and those that stand out" in str(fig["layout"])
         assert time_split(found, max_ranks=40).reasons == []  # all fit: all drawn, no why
 
-        monkeypatch.setattr(overview_view, "MAX_HEAT_RANKS", 4)
+        monkeypatch.setattr(overview_view, "MAX_HEAT_RANKS", 39)
+        monkeypatch.setattr(overview_view, "PICKED_RANKS", 4)
         m = step_matrix(con, rid, first=[7])
         worst = dict(
             con.execute(
@@ -360,7 +361,8 @@ def test_arrival_heatmap_of_many_ranks_draws_the_late_ones(
 ) -> None:
     """The Stragglers page's arrival heatmap drew the first 256 ranks: a late rank past them
     was not in it. Of more ranks than it draws, it draws the blamed and then the latest."""
-    monkeypatch.setattr(stragglers_view, "MAX_HEAT_RANKS", 4)
+    monkeypatch.setattr(stragglers_view, "MAX_HEAT_RANKS", 39)
+    monkeypatch.setattr(stragglers_view, "PICKED_RANKS", 4)
     with open_store(app_store) as con:
         rid = run_id(con, "many")
         found = analyze_run(con, rid)
@@ -387,6 +389,17 @@ def test_arrival_heatmap_of_many_ranks_draws_the_late_ones(
     row = v.heat_ranks.index(33)
     assert max(x for x in v.heat_ns[row] if x is not None) == late[33]
     assert "the 4 of 40 ranks that arrive latest" in str(arrival_heatmap(v)["layout"])
+    # The per-rank table: the blamed rank first (it was on the page of its number), then in order.
+    assert [x["rank"] for x in v.ranks] == [33, *[r for r in range(40) if r != 33]]
+    assert v.ranks[0]["blamed"] == "yes" and v.ranks[1]["blamed"] == ""
+    # The wait chart of 40 ranks (over WAIT_RANKS) draws a typical rank and the blamed one: its
+    # bar of the wait it caused was one sliver among 512 at 512 ranks.
+    assert v.wait_why == ["typical", "blamed"] and v.wait_ranks[1]["rank"] == 33
+    waits = sorted(float(x["wait_ns_per_step"] or 0) for x in v.ranks)
+    assert float(v.wait_ranks[0]["wait_ns_per_step"]) == waits[len(waits) // 2]
+    fig = wait_figure(v)
+    assert fig["data"][0]["x"] == [f"rank {v.wait_ranks[0]['rank']} · typical", "rank 33 · blamed"]
+    assert "of 40 ranks, a typical one and those that stand out" in str(fig["layout"])
 
 
 def test_standouts_singled_out_ranks_first_then_each_metric_s_outliers() -> None:

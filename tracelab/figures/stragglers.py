@@ -97,9 +97,15 @@ def wait_figure(v: StragglerView) -> Figure:
     others (a straggler waits little and causes much)."""
     if not v.available or not v.ranks:
         return empty_figure(v.note or "No waits.")
-    labels = [f"rank {r['rank']}" + (" (blamed)" if r["rank"] in v.blamed else "") for r in v.ranks]
-    waited = [float(r.get("wait_ns_per_step") or 0) / 1e6 for r in v.ranks]
-    caused = [float(r.get("caused_wait_ns_per_step") or 0) / 1e6 for r in v.ranks]
+    rows = v.wait_ranks or v.ranks
+    if v.wait_why:
+        labels = [f"rank {r['rank']} · {why}" for r, why in zip(rows, v.wait_why, strict=True)]
+    else:
+        labels = [
+            f"rank {r['rank']}" + (" (blamed)" if r["rank"] in v.blamed else "") for r in rows
+        ]
+    waited = [float(r.get("wait_ns_per_step") or 0) / 1e6 for r in rows]
+    caused = [float(r.get("caused_wait_ns_per_step") or 0) / 1e6 for r in rows]
     return {
         "data": [
             {
@@ -120,7 +126,12 @@ def wait_figure(v: StragglerView) -> Figure:
             },
         ],
         "layout": base_layout(
-            title="Waiting per rank and steady step: who waited, and who made them wait",
+            title="Waiting per rank and steady step: who waited, and who made them wait"
+            + (
+                f"; of {len(v.ranks):,} ranks, a typical one and those that stand out"
+                if v.wait_why
+                else ""
+            ),
             height=340,
             barmode="group",
             yaxis={"title": {"text": "ms per step"}},

@@ -17,7 +17,7 @@ from tracelab.render.text import duration, int_runs, one_line
 from tracelab.results import Finding
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
-from tracelab.views.ranksummary import standouts, typical_rank
+from tracelab.views.ranksummary import PICKED_RANKS, standouts, typical_rank
 from tracelab.vocabulary import DIM_LABELS, PART_LABELS, PART_WORDS, STEP_PARTS, Dim
 
 #: Most ranks and steps in the heatmap (the rest is summarized in the title).
@@ -80,15 +80,16 @@ def step_matrix(
     first: list[int] | None = None,
 ) -> StepMatrix:
     """Each rank's step times (step_spans.dur_ns: steps tile the run), bounded: of more than
-    MAX_HEAT_RANKS ranks, the ranks `first` and those of the slowest steps (in rank order),
-    so that a slow rank 700 of 1,000 is drawn."""
+    MAX_HEAT_RANKS ranks, PICKED_RANKS: the ranks `first`, then those of the slowest steps (in
+    rank order), so that a slow rank 700 of 1,000 is drawn."""
     totals = con.execute(
         "SELECT count(DISTINCT rank), count(DISTINCT step) FROM step_spans WHERE run_id = ?",
         [run_id],
     ).fetchone() or (0, 0)
+    nr = MAX_HEAT_RANKS if int(totals[0]) <= MAX_HEAT_RANKS else PICKED_RANKS
     rows = con.execute(
         STEP_MATRIX_SQL,
-        {"run": run_id, "nr": MAX_HEAT_RANKS, "ns": MAX_HEAT_STEPS, "first": list(first or [])},
+        {"run": run_id, "nr": nr, "ns": MAX_HEAT_STEPS, "first": list(first or [])},
     ).fetchall()
     ranks = sorted({int(r) for r, _, _, _ in rows})
     steady_of = {int(s): bool(st) for _, s, _, st in rows}

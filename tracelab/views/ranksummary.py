@@ -19,6 +19,9 @@ MANY_RANKS = 32
 OUTLIER_Z = 3.5
 #: Most outliers listed (the worst first).
 MAX_OUTLIERS = 16
+#: Rows of a chart that picks among more ranks than it can draw (heatmaps): few enough that
+#: each is labelled and visible.
+PICKED_RANKS = 32
 
 #: Per rank: median steady step (step_spans) and exposed communication per steady step
 #: (step_parts transfer + wait: the lost-time model's communication), events.

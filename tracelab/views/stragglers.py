@@ -15,10 +15,13 @@ import duckdb
 
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
+from tracelab.views.ranksummary import PICKED_RANKS, standouts, typical_rank
 
 COLLECTIVES_PER_PAGE = 40
 MAX_SKEW_POINTS = 2000
 MAX_HEAT_RANKS = 256
+#: Of more ranks than this, the wait chart draws a typical rank and those that stand out.
+WAIT_RANKS = 32
 
 ARRIVALS_SQL = """
 SELECT match_key, rank, start_ns FROM matched_collectives
@@ -47,9 +50,12 @@ class StragglerView:
     #: Ranks with arrivals on the page (heat_ranks is a pick of them when they are more).
     heat_total_ranks: int = 0
     heat_ns: list[list[int | None]] = field(default_factory=list)
-    #: The analyzer's per-rank rows (raw ns), plus "blamed".
+    #: The analyzer's per-rank rows (raw ns), plus "blamed": the blamed first, then in order.
     ranks: list[dict[str, Any]] = field(default_factory=list)
     blamed: list[int] = field(default_factory=list)
+    #: The rows the wait chart draws, and why each (empty when it draws every rank).
+    wait_ranks: list[dict[str, Any]] = field(default_factory=list)
+    wait_why: list[str] = field(default_factory=list)
 
 
 def _label(c: dict[str, Any]) -> str:
@@ -63,8 +69,8 @@ def _label(c: dict[str, Any]) -> str:
 def _heat_ranks(
     arrivals: dict[str, dict[int, int]], first: dict[str, int], blamed: list[int]
 ) -> list[int]:
-    """The heatmap's ranks, in rank order: all of them up to MAX_HEAT_RANKS; of more, the
-    blamed ranks and then the latest to arrive (their largest lateness on the page), so that
+    """The heatmap's ranks, in rank order: all of them up to MAX_HEAT_RANKS; of more,
+    PICKED_RANKS: the blamed ranks and then the latest to arrive (their largest lateness on the page), so that
     a late rank 7,000 of 10,000 is drawn (the first 256 ranks were)."""
     late: dict[int, int] = {}
     for key, arr in arrivals.items():
@@ -73,7 +79,28 @@ def _heat_ranks(
     if len(late) <= MAX_HEAT_RANKS:
         return sorted(late)
     order = sorted(late, key=lambda r: (r not in blamed, -late[r], r))
-    return sorted(order[:MAX_HEAT_RANKS])
+    return sorted(order[:PICKED_RANKS])
+
+
+def _wait_rows(
+    rows: list[dict[str, Any]], blamed: list[int]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The wait chart's rows: every rank up to WAIT_RANKS; of more, a typical rank (closest to
+    the median wait) and the ranks that stand out (the blamed, then the outliers of the wait
+    they suffered and caused: ranksummary.standouts), with why. 512 bars hid the straggler's."""
+    if len(rows) <= WAIT_RANKS:
+        return rows, []
+    by_rank = {int(x["rank"]): x for x in rows}
+
+    def per_step(key: str) -> dict[int, float]:
+        return {r: float(x.get(key) or 0) for r, x in by_rank.items()}
+
+    waited = per_step("wait_ns_per_step")
+    metrics = {"waited": waited, "made others wait": per_step("caused_wait_ns_per_step")}
+    picked = standouts(metrics, [("blamed", blamed)] if blamed else [])
+    typical = typical_rank({r: v for r, v in waited.items() if r not in dict(picked)})
+    chosen = ([(typical, "typical")] if typical is not None else []) + picked
+    return [by_rank[r] for r, _ in chosen], [why for _, why in chosen]
 
 
 def straggler_view(
@@ -129,12 +156,20 @@ def straggler_view(
             arr = arrivals.get(key, {})
             row.append(arr[rank] - first[key] if rank in arr else None)
         heat.append(row)
+    # The blamed ranks first, then every rank in order: at 512 ranks a blamed rank 300 was on
+    # the table's seventh page.
     rank_rows = [
         dict(x, blamed="yes" if int(x["rank"]) in blamed else "")
-        for x in sorted(result.tables.get("ranks", []), key=lambda x: int(x["rank"]))
+        for x in sorted(
+            result.tables.get("ranks", []),
+            key=lambda x: (int(x["rank"]) not in blamed, int(x["rank"])),
+        )
     ]
+    wait_rows, wait_why = _wait_rows(rank_rows, blamed)
     return StragglerView(
         available=True,
+        wait_ranks=wait_rows,
+        wait_why=wait_why,
         note=" ".join(result.notes),
         metrics=dict(result.metrics),
         skew=skew,
