@@ -49,7 +49,9 @@ def test_host_bound_names_the_spans_of_the_ranks_with_the_most_host_time(tmp_pat
     f = _host_bound(*_run(tmp_path, 12))
     nums = f.evidence.numbers
     assert f.evidence.ranks[:8] == (4, 5, 6, 7, 8, 9, 10, 11)  # the most host time first
-    assert nums["host_spans_of_ranks"] == "ranks 4-11 (the most host time)"
+    assert nums["host_spans_of_ranks"] == (
+        "ranks 4-11: the 8 with the most host time (of ranks alike, the lowest)"
+    )
     assert f.title.endswith("(most on 8 ranks alike)")  # tied: no one rank is named
     # Of those eight ranks' host time (5 ms in slow_loader and 1 ms after the all-reduce, a
     # step), slow_loader overlaps 5 of 6; fast_loader (ranks 0-3 only) is not among their spans.

@@ -411,7 +411,10 @@ def _host_bound(
     whose = "the host time" if sample is None else f"the host time of these {len(sample)} ranks"
     numbers: dict[str, float | int | str | None] = {"host_ns_per_step": host}
     if sample is not None:
-        numbers["host_spans_of_ranks"] = f"{ranks_str(sample)} (the most host time)"
+        numbers["host_spans_of_ranks"] = (
+            f"{ranks_str(sample)}: the {len(sample)} with the most host time "
+            "(of ranks alike, the lowest)"
+        )
     for i, x in enumerate(top[:3], 1):
         numbers[f"host_span_{i}"] = f"{x['name']}: overlaps {100 * x['ns'] / total:.0f}% of {whose}"
     device = any(x.get("mode") == "device" for x in ranks_tbl)

@@ -37,8 +37,8 @@ def step_heatmap(m: StepMatrix) -> Figure:
     cut = []
     if m.picked:
         cut.append(
-            f"the {len(m.ranks)} of {m.total_ranks:,} ranks with the slowest steps "
-            "and those drawn above"
+            f"the {len(m.ranks)} of {m.total_ranks:,} ranks with the slowest steps"
+            + (" and those drawn above" if m.with_first else "")
         )
     if len(m.steps) < m.total_steps:
         cut.append(f"the first {len(m.steps)} of {m.total_steps:,} steps")

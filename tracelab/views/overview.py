@@ -8,6 +8,7 @@ per-rank `<part>_ns` over the steady steps (step_parts), the overlap is `overlap
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from tracelab.render.text import duration, int_runs, one_line
 from tracelab.results import Finding
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
-from tracelab.views.ranksummary import PICKED_RANKS, standouts, typical_rank
+from tracelab.views.ranksummary import MATERIAL_SHARE, PICKED_RANKS, standouts, typical_rank
 from tracelab.vocabulary import DIM_LABELS, PART_LABELS, PART_WORDS, STEP_PARTS, Dim
 
 #: Most ranks and steps in the heatmap (the rest is summarized in the title).
@@ -49,6 +50,8 @@ class StepMatrix:
     #: With more ranks than drawn: the drawn ones were picked (the Overview's own ranks, then
     #: the slowest steps), not the first.
     picked: bool = False
+    #: The ranks given first (the Overview's chart above) are among them.
+    with_first: bool = False
 
     @property
     def truncated(self) -> bool:
@@ -56,18 +59,19 @@ class StepMatrix:
 
 
 #: The heatmap's ranks: all of them when they fit; else the ranks given first (those the
-#: Overview draws on their own), then those whose slowest steady step is slowest.
+#: Overview draws on their own), then those whose slowest steady step (of the steps drawn) is
+#: slowest.
 STEP_MATRIX_SQL = """
-WITH per AS (
-    SELECT rank, coalesce(max(dur_ns) FILTER (WHERE steady), max(dur_ns)) AS worst
-    FROM step_spans WHERE run_id = $run GROUP BY rank
+WITH s AS (SELECT step, bool_and(steady) AS steady FROM step_spans WHERE run_id = $run
+           GROUP BY step ORDER BY step LIMIT $ns),
+per AS (
+    SELECT d.rank, coalesce(max(d.dur_ns) FILTER (WHERE d.steady), max(d.dur_ns)) AS worst
+    FROM step_spans d JOIN s USING (step) WHERE d.run_id = $run GROUP BY d.rank
 ),
 r AS (
     SELECT rank FROM per
     ORDER BY rank IN (SELECT unnest($first::BIGINT[])) DESC, worst DESC, rank LIMIT $nr
-),
-s AS (SELECT step, bool_and(steady) AS steady FROM step_spans WHERE run_id = $run
-      GROUP BY step ORDER BY step LIMIT $ns)
+)
 SELECT d.rank, d.step, d.dur_ns, s.steady
 FROM step_spans d JOIN r USING (rank) JOIN s USING (step) WHERE d.run_id = $run
 """
@@ -108,6 +112,7 @@ def step_matrix(
         total_steps=int(totals[1]),
         reference_ns=reference_ns,
         picked=len(ranks) < int(totals[0]),
+        with_first=bool(first),
     )
 
 
@@ -225,7 +230,8 @@ def _standout_rows(
         for f in analysis.findings
         if f.evidence.ranks and len(f.evidence.ranks) < SINGLES_OUT_SHARE * len(rows)
     ]
-    picked = standouts(metrics, singled, STANDOUT_RANKS)
+    material = MATERIAL_SHARE * statistics.median(step.values())
+    picked = standouts(metrics, singled, STANDOUT_RANKS, material)
     typical = typical_rank({r: v for r, v in step.items() if r not in dict(picked)})
     chosen = ([(typical, "typical")] if typical is not None else []) + [
         (r, why) for r, why in picked if r in by_rank

@@ -19,6 +19,8 @@ MANY_RANKS = 32
 OUTLIER_Z = 3.5
 #: Most outliers listed (the worst first).
 MAX_OUTLIERS = 16
+#: A rank stands out on a chart of a run's step only by at least this share of the median step.
+MATERIAL_SHARE = 0.02
 #: Rows of a chart that picks among more ranks than it can draw (heatmaps): few enough that
 #: each is labelled and visible.
 PICKED_RANKS = 32
@@ -115,12 +117,16 @@ def standouts(
     metrics: Mapping[str, Mapping[int, float]],
     singled_out: Sequence[tuple[str, Sequence[int]]] = (),
     limit: int = MAX_OUTLIERS,
+    material: float = 0.0,
 ) -> list[tuple[int, str]]:
     """The ranks worth drawing on their own when a run has too many to draw them all, each
     with why, at most `limit`: first the ranks findings single out (`singled_out`: (the
-    finding's code, its ranks), worst finding first), then each metric's outliers (robust z
-    above OUTLIER_Z, the farthest first), "+35% host" (against the median; "host, median
-    0" where the median is 0). `metrics`: a label -> value per rank."""
+    finding's code, its ranks), worst finding first), then each metric's outliers: robust z
+    above OUTLIER_Z and at least `material` from the median, the farthest first ("+35%
+    host" against the median; "host, median 0" where the median is 0). `metrics`: a label ->
+    value per rank, all in one unit (ns per step), so that distances compare across metrics:
+    ranked by z alone, a part that is 0 on most ranks (200 ns of memcpy on 20 ranks) and steps
+    within noise ("+0% step") took every slot from a rank 20% slower."""
     picked: dict[int, str] = {}
     for code, ranks in singled_out:
         for r in ranks:
@@ -129,10 +135,10 @@ def standouts(
     far: list[tuple[float, int, str]] = []
     for label, values in metrics.items():
         for r, (z, med) in robust_z(values).items():
-            if abs(z) > OUTLIER_Z:
-                v = values[r]
+            v = values[r]
+            if abs(z) > OUTLIER_Z and abs(v - med) >= material:
                 why = f"{100 * (v / med - 1):+.0f}% {label}" if med else f"{label}, median 0"
-                far.append((-abs(z), r, why))
+                far.append((-abs(v - med), r, why))
     for _, r, why in sorted(far):
         if len(picked) >= limit:
             break

@@ -15,7 +15,7 @@ import duckdb
 
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
-from tracelab.views.ranksummary import PICKED_RANKS, standouts, typical_rank
+from tracelab.views.ranksummary import MATERIAL_SHARE, PICKED_RANKS, standouts, typical_rank
 
 COLLECTIVES_PER_PAGE = 40
 MAX_SKEW_POINTS = 2000
@@ -83,7 +83,7 @@ def _heat_ranks(
 
 
 def _wait_rows(
-    rows: list[dict[str, Any]], blamed: list[int]
+    rows: list[dict[str, Any]], blamed: list[int], step_ns: float | None
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The wait chart's rows: every rank up to WAIT_RANKS; of more, a typical rank (closest to
     the median wait) and the ranks that stand out (the blamed, then the outliers of the wait
@@ -97,7 +97,8 @@ def _wait_rows(
 
     waited = per_step("wait_ns_per_step")
     metrics = {"waited": waited, "made others wait": per_step("caused_wait_ns_per_step")}
-    picked = standouts(metrics, [("blamed", blamed)] if blamed else [])
+    material = MATERIAL_SHARE * float(step_ns or 0)
+    picked = standouts(metrics, [("blamed", blamed)] if blamed else [], material=material)
     typical = typical_rank({r: v for r, v in waited.items() if r not in dict(picked)})
     chosen = ([(typical, "typical")] if typical is not None else []) + picked
     return [by_rank[r] for r, _ in chosen], [why for _, why in chosen]
@@ -165,7 +166,7 @@ def straggler_view(
             key=lambda x: (int(x["rank"]) not in blamed, int(x["rank"])),
         )
     ]
-    wait_rows, wait_why = _wait_rows(rank_rows, blamed)
+    wait_rows, wait_why = _wait_rows(rank_rows, blamed, analysis.metric("steps", "step_ns"))
     return StragglerView(
         available=True,
         wait_ranks=wait_rows,
