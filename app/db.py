@@ -18,7 +18,7 @@ from typing import TypeVar
 import duckdb
 
 from tracelab.errors import RunNotFoundError
-from tracelab.store import open_store
+from tracelab.store import open_store, store_cursor
 from tracelab.views.analysis import Analysis, AnalysisCache, AnalysisKey
 from tracelab.views.analysis import run_key as run_key_of
 from tracelab.views.context import RunContext, run_context
@@ -54,7 +54,7 @@ def db_path() -> str:
 def cursor() -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only cursor on the store, for one request."""
     with open_store(db_path(), read_only=True, timeout_s=LOCK_TIMEOUT_S) as con:
-        cur = con.cursor()
+        cur = store_cursor(con)
         try:
             yield cur
         finally:

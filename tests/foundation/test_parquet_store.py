@@ -19,7 +19,7 @@ import pytest
 
 from tracelab.errors import StoreError
 from tracelab.ingest import ingest
-from tracelab.store import open_store
+from tracelab.store import open_store, store_cursor
 from tracelab.store.files import MARKER, parquet_root
 
 from .hostile import REPO, cli, snapshot
@@ -162,6 +162,14 @@ def test_a_moved_store_reads_its_files_where_they_are(tmp_path: Path) -> None:
     moved = tmp_path / "b"
     shutil.move(tmp_path / "a", moved)
     assert check_catalog(moved / "s.duckdb") == {"a": 8}  # a reader: a temporary view
+    # ... which a cursor sees too (the analyzers and the app read through cursors; a bare one
+    # read the old folder: "No files found" on every page of `tracelab open`).
+    with open_store(moved / "s.duckdb") as con:
+        parts = con.execute("SELECT count(*) FROM time_parts").fetchall()
+        cur = store_cursor(con)
+        assert cur.execute("SELECT count(*) FROM events").fetchall() == [(8,)]
+        assert cur.execute("SELECT count(*) FROM time_parts").fetchall() == parts != [(0,)]
+        cur.close()
     ingest([run_set(tmp_path / "u", ranks=1)], db=moved / "s.duckdb", run="u", progress=False)
     assert check_catalog(moved / "s.duckdb") == {"a": 8, "u": 4}
     # The file copied without its folder: refused with what to do, for readers and writers, and

@@ -30,6 +30,7 @@ from tracelab.analyzers._common import RunContext, run_context
 from tracelab.defaults import WARMUP_STEPS
 from tracelab.errors import UsageError, failure_reason, raise_if_interrupted
 from tracelab.results import Finding, Result
+from tracelab.store.open import store_cursor
 
 AnalyzeFn = Callable[[duckdb.DuckDBPyConnection, RunContext, Mapping[str, Any]], Result]
 OnError = Literal["isolate", "raise"]
@@ -144,7 +145,7 @@ def run(
     for name in names:
         analyzer = reg[name]
         given = dict((params or {}).get(name, {}))
-        cur = con.cursor()
+        cur = store_cursor(con)
         try:
             results.append(analyzer.analyze(cur, ctx, given))
         except UsageError:

@@ -1,7 +1,12 @@
 """The DuckDB store: opening it safely (open), its versions (versions), its schema (schema and
 the documented DDL in schema/), run bookkeeping (runs) and exports (export)."""
 
-from tracelab.store.open import DEFAULT_LOCK_TIMEOUT_S, WRITER_MEMORY_LIMIT, open_store
+from tracelab.store.open import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    WRITER_MEMORY_LIMIT,
+    open_store,
+    store_cursor,
+)
 from tracelab.store.runs import RUN_TABLES, delete_run, list_runs, resolve_run, run_id
 from tracelab.store.schema import (
     SCHEMA_FILES,
@@ -34,5 +39,6 @@ __all__ = [
     "resolve_run",
     "run_id",
     "schema_sql",
+    "store_cursor",
     "stored_derived_version",
 ]

@@ -108,3 +108,18 @@ def open_store(
                     sweep(con)
     finally:
         con.close()
+
+
+def store_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A cursor of a store connection (open_store's) that reads what the connection reads. A
+    moved store's reader reads its files through temporary views over where they are now
+    (follow_moved_store), and DuckDB's temporary objects belong to one connection: a bare
+    cursor read the store's old folder ("No files found" in every view of `tracelab open` on a
+    store moved with its folder)."""
+    cur = con.cursor()
+    try:
+        follow_moved_store(cur, read_only=True)
+    except BaseException:
+        cur.close()
+        raise
+    return cur
