@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tracelab.ingest import ingest
-from tracelab.store import open_store, resolve_run
+from tracelab.store import list_runs, open_store, resolve_run
 from tracelab.testing.synth import build_run
 
 GOLDEN = Path(__file__).parent / "derived"
@@ -152,3 +152,13 @@ def test_rank_extents_are_the_events_own(
             {"run": rid},
         ).fetchall()
     assert stored == scanned and len(stored) >= 2
+    # The runs list's duration reads it; from the events where a run has none.
+    with open_store(db, read_only=True) as con:
+        rid, _ = resolve_run(con, run)
+        (whole,) = con.execute(
+            "SELECT max(ts_ns + dur_ns) - min(ts_ns) FROM events WHERE run_id = $run", {"run": rid}
+        ).fetchall()[0]
+        assert [x["span_ns"] for x in list_runs(con) if x["run_id"] == rid] == [whole]
+        con.execute("CREATE TEMP TABLE rank_extents AS SELECT * FROM rank_extents LIMIT 0")
+        assert con.execute("SELECT count(*) FROM rank_extents").fetchall() == [(0,)]  # shadowed
+        assert [x["span_ns"] for x in list_runs(con) if x["run_id"] == rid] == [whole]
