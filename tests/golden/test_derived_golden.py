@@ -56,6 +56,7 @@ TABLES = (
     "step_parts",
     "comm_attribution",
     "rank_extents",
+    "op_totals",
     "derived_errors",
     "job_steps",
     "job_step_shares",
@@ -162,3 +163,21 @@ def test_rank_extents_are_the_events_own(
         con.execute("CREATE TEMP TABLE rank_extents AS SELECT * FROM rank_extents LIMIT 0")
         assert con.execute("SELECT count(*) FROM rank_extents").fetchall() == [(0,)]  # shadowed
         assert [x["span_ns"] for x in list_runs(con) if x["run_id"] == rid] == [whole]
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_op_totals_give_the_report_the_events_own_op_times(
+    scenario: str, stores: dict[str, tuple[Path, str]]
+) -> None:
+    """The report's per-op times from op_totals equal those summed from the events (its
+    fallback for a run without them), with and without a warm-up step dropped."""
+    from tracelab.report.metrics import _op_times
+
+    db, run = stores[scenario]
+    with open_store(db, read_only=True) as con:
+        rid, _ = resolve_run(con, run)
+        derived = [_op_times(con, rid, warmup) for warmup in (0, 1)]
+        con.execute("CREATE TEMP TABLE op_totals AS SELECT * FROM op_totals LIMIT 0")
+        assert con.execute("SELECT count(*) FROM op_totals").fetchall() == [(0,)]  # shadowed
+        scanned = [_op_times(con, rid, warmup) for warmup in (0, 1)]
+    assert derived == scanned and derived[0] and derived[0] != derived[1]

@@ -35,7 +35,7 @@ COMPONENT_TABLES: dict[str, tuple[str, ...]] = {
     "collectives": ("matched_collectives", "p2p_ops"),
     "all_to_all": ("all_to_all_ranks",),
     "pipeline": ("pipeline_actions", "pipeline_runs", "pipeline_ranks"),
-    "parts": ("time_parts", "step_parts", "comm_attribution", "rank_extents"),
+    "parts": ("time_parts", "step_parts", "comm_attribution", "rank_extents", "op_totals"),
 }
 #: Every derived table (their rows are per run; see tracelab.store.RUN_TABLES).
 TABLES = tuple(t for ts in COMPONENT_TABLES.values() for t in ts) + ("derived_errors",)

@@ -40,7 +40,7 @@ INPUTS = {
 }
 RUN_INPUTS = {"process_groups": "*"}
 #: What a batch sends back, besides its file.
-OUTPUTS = ("step_parts", "comm_attribution", "rank_extents")
+OUTPUTS = ("step_parts", "comm_attribution", "rank_extents", "op_totals")
 
 #: map(fn, jobs) -> results, in the jobs' order: the builtin map (this process, one batch in
 #: memory at a time), a process pool's, Ray's (tracelab.ingest.ray_engine.batch_runner).

@@ -37,6 +37,7 @@ DEFINITIONS = (
     "p2p_ops",
     "all_to_all_ranks",
     "rank_extents",
+    "op_totals",
     "time_parts",
     "step_parts",
     "comm_attribution",

@@ -77,6 +77,34 @@ def _sampled(key: str, gate: str, label: str, by_step: dict[int, float]) -> Metr
     )
 
 
+#: Per op name and kept step: its time summed over the step's kept ranks, divided by their
+#: number (op_totals' rows of kind $kind, summed over its batches).
+_OP_TOTALS_SQL = f"""
+WITH kept AS ({_KEPT_STEPS_SQL}),
+per_step AS (SELECT step, count(*) AS ranks FROM kept GROUP BY step),
+o AS (
+    SELECT step, name, sum(dur_ns) AS dur_ns FROM op_totals
+    WHERE run_id = $run AND kind = $kind AND ordinal >= $warmup GROUP BY step, name
+)
+SELECT o.name, o.step, o.dur_ns / p.ranks AS dur_ns FROM o JOIN per_step p USING (step)
+"""
+#: The same from the events (op_totals.sql's definition).
+_OP_EVENTS_SQL = f"""
+WITH kept AS ({_KEPT_STEPS_SQL}),
+per_step AS (SELECT step, count(*) AS ranks FROM kept GROUP BY step)
+SELECT e.name, e.step, sum(e.dur_ns) / any_value(p.ranks) AS dur_ns
+FROM events e
+JOIN kept k ON e.rank = k.rank AND e.step = k.step
+JOIN per_step p ON p.step = e.step
+WHERE e.run_id = $run AND {{where}}
+GROUP BY e.name, e.step
+"""
+_OP_WHERE = {
+    "kernel": "e.on_device AND e.category IN ('compute', 'communication', 'memcpy', 'memset')",
+    "op": "lower(e.cat) IN ('cpu_op', 'operator')",
+}
+
+
 def _op_times(
     con: duckdb.DuckDBPyConnection, run_id: int, min_ordinal: int
 ) -> dict[str, MetricValue]:
@@ -93,31 +121,23 @@ def _op_times(
         "AND list_contains($cats, category) LIMIT 1)",
         {"run": run_id, "cats": list(DEVICE_OP_CATEGORIES)},
     )
-    where = (
-        "e.on_device AND e.category IN ('compute', 'communication', 'memcpy', 'memset')"
-        if on_gpu
-        else "lower(e.cat) IN ('cpu_op', 'operator')"
-    )
-    rows = con.execute(
-        f"""
-        WITH kept AS ({_KEPT_STEPS_SQL}),
-        per_step AS (SELECT step, count(*) AS ranks FROM kept GROUP BY step)
-        SELECT e.name, e.step, sum(e.dur_ns) / any_value(p.ranks) AS dur_ns
-        FROM events e
-        JOIN kept k ON e.rank = k.rank AND e.step = k.step
-        JOIN per_step p ON p.step = e.step
-        WHERE e.run_id = $run AND {where}
-        GROUP BY e.name, e.step
-        """,
-        {"run": run_id, "warmup": min_ordinal},
-    ).fetchall()
+    kind = "kernel" if on_gpu else "op"
+    params = {"run": run_id, "warmup": min_ordinal, "kind": kind}
+    # The derived totals (op_totals); the events where the run has none (its parts could not
+    # be derived): the same sums, read from every rank's events file.
+    rows = con.execute(_OP_TOTALS_SQL, params).fetchall()
+    if not rows and not _scalar(
+        con, "SELECT count(*) FROM op_totals WHERE run_id = $run", {"run": run_id}
+    ):
+        rows = con.execute(
+            _OP_EVENTS_SQL.format(where=_OP_WHERE[kind]), {"run": run_id, "warmup": min_ordinal}
+        ).fetchall()
     steps = sorted({int(step) for _, step, _ in rows})
     col = {step: i for i, step in enumerate(steps)}
     by_name: dict[str, np.ndarray] = {}
     for name, step, dur in rows:
         arr = by_name.setdefault(name, np.zeros(len(steps)))
         arr[col[int(step)]] = float(dur) / NS_PER_MS
-    kind = "kernel" if on_gpu else "op"
     out = {}
     for name, arr in by_name.items():
         label = name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"

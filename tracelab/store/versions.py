@@ -22,7 +22,7 @@ SCHEMA_VERSION = 6
 #: Version of what tracelab.derived computes into the derived tables. Bumped whenever a
 #: definition changes, so that a store derived by an older tracelab is re-derived
 #: (`tracelab rederive`) rather than shown with numbers that no longer mean the same.
-DERIVED_VERSION = 6
+DERIVED_VERSION = 7
 
 
 def first_row(cur: duckdb.DuckDBPyConnection) -> tuple | None:
