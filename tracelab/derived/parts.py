@@ -420,6 +420,23 @@ def derive(
         if result.file is not None:
             files.append(result.file)
     part_files.register(con, run_id, files)
+    _merge_op_totals(con, run_id)
+
+
+def _merge_op_totals(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """op_totals' rows of the run merged to one per (step, ordinal, kind, name), after each
+    batch of ranks inserted its own: the rows must not depend on how the ranks were batched
+    (Ray's tasks or local threads; tests/foundation/test_ray_engine.py compares them)."""
+    params = {"run": run_id}
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _tl_op_totals AS "
+        "SELECT run_id, step, ordinal, kind, name, sum(dur_ns)::BIGINT AS dur_ns, "
+        "sum(calls)::BIGINT AS calls FROM op_totals WHERE run_id = $run GROUP BY ALL",
+        params,
+    )
+    con.execute("DELETE FROM op_totals WHERE run_id = $run", params)
+    con.execute("INSERT INTO op_totals BY NAME SELECT * FROM _tl_op_totals")
+    con.execute("DROP TABLE _tl_op_totals")
 
 
 def derive_ranks(

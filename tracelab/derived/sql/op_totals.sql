@@ -1,8 +1,9 @@
 -- Time per step in each operator (host) and each device op, summed over ranks: what the report's
 -- per-op times (op_time, tracelab.report.metrics) divide by the ranks of each step, derived where
 -- the lost-time parts read a batch's events anyway, so that a report does not aggregate every
--- rank's events at read time (10,000 ranks: 3.4 s a run). One row per batch of ranks, step,
--- step ordinal, kind and name: sum the rows of a (step, name) for the run's total.
+-- rank's events at read time (10,000 ranks: 3.4 s a run). One row per step, step ordinal, kind
+-- and name: each batch of ranks inserts its own, which op_totals_merge.sql then merges, so that
+-- the rows do not depend on how the ranks were batched (Ray's tasks, local threads).
 CREATE TABLE IF NOT EXISTS op_totals (
     -- The run.
     run_id INTEGER NOT NULL,
@@ -15,7 +16,7 @@ CREATE TABLE IF NOT EXISTS op_totals (
     kind VARCHAR NOT NULL,
     -- The event name (trace text: escape before rendering).
     name VARCHAR NOT NULL,
-    -- Summed duration of its events in that step, over the batch's ranks.
+    -- Summed duration of its events in that step, over the ranks.
     dur_ns BIGINT NOT NULL,
     -- How many events.
     calls BIGINT NOT NULL
