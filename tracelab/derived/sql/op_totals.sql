@@ -2,7 +2,7 @@
 -- per-op times (op_time, tracelab.report.metrics) divide by the ranks of each step, derived where
 -- the lost-time parts read a batch's events anyway, so that a report does not aggregate every
 -- rank's events at read time (10,000 ranks: 3.4 s a run). One row per step, step ordinal, kind
--- and name: each batch of ranks inserts its own, which op_totals_merge.sql then merges, so that
+-- and name: each batch of ranks inserts its own, which tracelab.derived.parts merges, so that
 -- the rows do not depend on how the ranks were batched (Ray's tasks, local threads).
 CREATE TABLE IF NOT EXISTS op_totals (
     -- The run.
