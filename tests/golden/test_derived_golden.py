@@ -181,3 +181,26 @@ def test_op_totals_give_the_report_the_events_own_op_times(
         assert con.execute("SELECT count(*) FROM op_totals").fetchall() == [(0,)]  # shadowed
         scanned = [_op_times(con, rid, warmup) for warmup in (0, 1)]
     assert derived == scanned and derived[0] and derived[0] != derived[1]
+
+
+def test_op_totals_hold_sums_past_int64(tmp_path: Path) -> None:
+    """Four ranks of one operator 2.8e18 ns long in one step (the ingest accepts durations up
+    to 2^62 ns): their sum passes 2^63, and a BIGINT op_totals failed the run's whole parts
+    component (found by a review)."""
+    from tracelab.testing.synth import RankTrace, write_ranks
+
+    d = 2_800_000_000_000_000_000
+    traces = []
+    for r in range(4):
+        t = RankTrace(r, 4, backend="gloo", device=None)
+        t.step(1, 0, d)
+        t.cpu_op("aten::big", 0, d - 1000)
+        traces.append(t)
+    db = tmp_path / "s.duckdb"
+    ingest(write_ranks(tmp_path / "traces", traces), db=db, run="big")
+    with open_store(db, read_only=True) as con:
+        assert con.execute("SELECT * FROM derived_errors").fetchall() == []
+        assert con.execute("SELECT count(*) FROM step_parts").fetchall() == [(4,)]
+        assert con.execute(
+            "SELECT dur_ns, calls FROM op_totals WHERE name = 'aten::big'"
+        ).fetchall() == [(4 * (d - 1000), 4)]

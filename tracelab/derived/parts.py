@@ -430,7 +430,7 @@ def _merge_op_totals(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
     params = {"run": run_id}
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _tl_op_totals AS "
-        "SELECT run_id, step, ordinal, kind, name, sum(dur_ns)::BIGINT AS dur_ns, "
+        "SELECT run_id, step, ordinal, kind, name, sum(dur_ns)::HUGEINT AS dur_ns, "
         "sum(calls)::BIGINT AS calls FROM op_totals WHERE run_id = $run GROUP BY ALL",
         params,
     )

@@ -16,8 +16,9 @@ CREATE TABLE IF NOT EXISTS op_totals (
     kind VARCHAR NOT NULL,
     -- The event name (trace text: escape before rendering).
     name VARCHAR NOT NULL,
-    -- Summed duration of its events in that step, over the ranks.
-    dur_ns BIGINT NOT NULL,
+    -- Summed duration of its events in that step, over the ranks (HUGEINT: a sum of durations
+    -- the ingest accepts, up to 2^62 ns each, can pass 2^63).
+    dur_ns HUGEINT NOT NULL,
     -- How many events.
     calls BIGINT NOT NULL
 );
