@@ -405,9 +405,9 @@ def derive(
     con: duckdb.DuckDBPyConnection, run_id: int, runner: part_batches.Runner | None = None
 ) -> None:
     """Fill time_parts (its files, tracelab.derived.part_files), step_parts,
-    comm_attribution, rank_extents and op_totals for the run (tracelab/derived/sql/
-    time_parts.sql, step_parts.sql, comm_attribution.sql, rank_extents.sql, op_totals.sql), a batch of ranks at a time (rank_batches), each batch derived where
-    `runner` runs it (default: in threads of this process, part_batches.local_runner)."""
+    comm_attribution, rank_extents and op_totals for the run (tracelab/derived/sql/: one file
+    each), a batch of ranks at a time (rank_batches), each batch derived where `runner` runs
+    it (default: in threads of this process, part_batches.local_runner)."""
     runner = runner or part_batches.local_runner()
     token = part_files.new_token()
     ranks = batches.rank_batches(
@@ -448,9 +448,10 @@ def derive_ranks(
 ) -> tuple[int, str, int, int] | None:
     """The parts of the ranks `ranks` (lo, hi): their segments written to a time_parts file in
     the store folder `root` (returned as its catalog entry, None without segments), their
-    step_parts, comm_attribution, rank_extents and op_totals rows inserted on `con` (part_batches.run's connection,
-    whose events are the batch's: which of its ranks have device activity is read there, not
-    from every rank's file by the driver, 0.5 s at 2,000 ranks)."""
+    step_parts, comm_attribution, rank_extents and op_totals rows inserted on `con`
+    (part_batches.run's connection, whose events are the batch's: which of its ranks have
+    device activity is read there, not from every rank's file by the driver, 0.5 s at 2,000
+    ranks)."""
     batch = {"run": run_id, "lo": ranks[0], "hi": ranks[1]}
     sqlfiles.run(con, "rank_extents", batch)
     sqlfiles.run(con, "op_totals", batch)

@@ -13,6 +13,8 @@ from typing import Any
 
 import duckdb
 
+from tracelab.store.files import rank_events_sql
+
 _NAME = re.compile(r"\$([A-Za-z_]\w*)")
 
 #: Where a view query reads the events (query() replaces it).
@@ -41,8 +43,6 @@ def events_source(con: duckdb.DuckDBPyConnection, params: Mapping[str, Any]) -> 
     run = params.get("run")
     if run is None or not ranks or len(ranks) > SCOPED_RANKS:
         return "events"
-    from tracelab.store.files import rank_events_sql
-
     return rank_events_sql(con, int(run), [int(r) for r in ranks])
 
 

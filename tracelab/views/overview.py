@@ -18,7 +18,7 @@ from tracelab.render.text import duration, int_runs, one_line
 from tracelab.results import Finding
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
-from tracelab.views.ranksummary import MATERIAL_SHARE, PICKED_RANKS, standouts, typical_rank
+from tracelab.views.ranksummary import MATERIAL_SHARE, PICKED_RANKS, drawn_ranks
 from tracelab.vocabulary import DIM_LABELS, PART_LABELS, PART_WORDS, STEP_PARTS, Dim
 
 #: Most ranks and steps in the heatmap (the rest is summarized in the title).
@@ -52,10 +52,6 @@ class StepMatrix:
     picked: bool = False
     #: The ranks given first (the Overview's chart above) are among them.
     with_first: bool = False
-
-    @property
-    def truncated(self) -> bool:
-        return len(self.ranks) < self.total_ranks or len(self.steps) < self.total_steps
 
 
 #: The heatmap's ranks: all of them when they fit; else the ranks given first (those the
@@ -231,11 +227,7 @@ def _standout_rows(
         if f.evidence.ranks and len(f.evidence.ranks) < SINGLES_OUT_SHARE * len(rows)
     ]
     material = MATERIAL_SHARE * statistics.median(step.values())
-    picked = standouts(metrics, singled, STANDOUT_RANKS, material)
-    typical = typical_rank({r: v for r, v in step.items() if r not in dict(picked)})
-    chosen = ([(typical, "typical")] if typical is not None else []) + [
-        (r, why) for r, why in picked if r in by_rank
-    ]
+    chosen = drawn_ranks(metrics, step, singled, STANDOUT_RANKS, material)
     return [by_rank[r] for r, _ in chosen], [why for _, why in chosen]
 
 

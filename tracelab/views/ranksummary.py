@@ -144,3 +144,21 @@ def standouts(
             break
         picked.setdefault(r, why)
     return list(picked.items())
+
+
+def drawn_ranks(
+    metrics: Mapping[str, Mapping[int, float]],
+    typical_of: Mapping[int, float],
+    singled_out: Sequence[tuple[str, Sequence[int]]] = (),
+    limit: int = MAX_OUTLIERS,
+    material: float = 0.0,
+) -> list[tuple[int, str]]:
+    """What a per-rank chart of more ranks than it can draw draws, with why: a typical rank
+    (typical_rank of `typical_of` among the ranks not picked), then the standouts() among the
+    ranks of `typical_of` (the ranks the chart has rows for)."""
+    picked = [
+        (r, why) for r, why in standouts(metrics, singled_out, limit, material) if r in typical_of
+    ]
+    taken = {r for r, _ in picked}
+    typical = typical_rank({r: v for r, v in typical_of.items() if r not in taken})
+    return ([(typical, "typical")] if typical is not None else []) + picked

@@ -15,7 +15,7 @@ import duckdb
 
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
-from tracelab.views.ranksummary import MATERIAL_SHARE, PICKED_RANKS, standouts, typical_rank
+from tracelab.views.ranksummary import MATERIAL_SHARE, PICKED_RANKS, drawn_ranks
 
 COLLECTIVES_PER_PAGE = 40
 MAX_SKEW_POINTS = 2000
@@ -68,18 +68,19 @@ def _label(c: dict[str, Any]) -> str:
 
 def _heat_ranks(
     arrivals: dict[str, dict[int, int]], first: dict[str, int], blamed: list[int]
-) -> list[int]:
-    """The heatmap's ranks, in rank order: all of them up to MAX_HEAT_RANKS; of more,
-    PICKED_RANKS: the blamed ranks and then the latest to arrive (their largest lateness on the page), so that
-    a late rank 7,000 of 10,000 is drawn (the first 256 ranks were)."""
+) -> tuple[list[int], int]:
+    """The heatmap's ranks, in rank order, and how many ranks arrived on the page: all of them
+    up to MAX_HEAT_RANKS; of more, PICKED_RANKS: the blamed ranks and then the latest to arrive
+    (their largest lateness on the page), so that a late rank 7,000 of 10,000 is drawn (the
+    first 256 ranks were)."""
     late: dict[int, int] = {}
     for key, arr in arrivals.items():
         for rank, t in arr.items():
             late[rank] = max(late.get(rank, 0), t - first[key])
     if len(late) <= MAX_HEAT_RANKS:
-        return sorted(late)
+        return sorted(late), len(late)
     order = sorted(late, key=lambda r: (r not in blamed, -late[r], r))
-    return sorted(order[:PICKED_RANKS])
+    return sorted(order[:PICKED_RANKS]), len(late)
 
 
 def _wait_rows(
@@ -98,9 +99,8 @@ def _wait_rows(
     waited = per_step("wait_ns_per_step")
     metrics = {"waited": waited, "made others wait": per_step("caused_wait_ns_per_step")}
     material = MATERIAL_SHARE * float(step_ns or 0)
-    picked = standouts(metrics, [("blamed", blamed)] if blamed else [], material=material)
-    typical = typical_rank({r: v for r, v in waited.items() if r not in dict(picked)})
-    chosen = ([(typical, "typical")] if typical is not None else []) + picked
+    singled = [("blamed", blamed)] if blamed else []
+    chosen = drawn_ranks(metrics, waited, singled, material=material)
     return [by_rank[r] for r, _ in chosen], [why for _, why in chosen]
 
 
@@ -149,7 +149,7 @@ def straggler_view(
         arrivals.setdefault(str(key), {})[int(rank)] = int(start)
     blamed = [int(r) for r in (result.metrics.get("stragglers") or [])]
     first = {key: min(arr.values()) for key, arr in arrivals.items()}
-    ranks = _heat_ranks(arrivals, first, blamed)
+    ranks, heat_total = _heat_ranks(arrivals, first, blamed)
     heat: list[list[int | None]] = []
     for rank in ranks:
         row: list[int | None] = []
@@ -179,7 +179,7 @@ def straggler_view(
         pages=pages,
         heat_labels=[_label(c) for c in page_colls],
         heat_ranks=ranks,
-        heat_total_ranks=len({r for a in arrivals.values() for r in a}),
+        heat_total_ranks=heat_total,
         heat_ns=heat,
         ranks=rank_rows,
         blamed=blamed,
