@@ -1,7 +1,10 @@
 """Operators & kernels: the top host operators (self and total time) and device kernels by time,
 per rank or over ranks, in the chosen steps (default: the steady steps), optionally by input
 shape, like the TensorBoard plugin's Operator and Kernel views. Bounded: the top TOP_ROWS of
-each. The rows come from tracelab.views.operators, the charts from tracelab.figures.operators."""
+each. The rows come from tracelab.views.operators, the charts from tracelab.figures.operators.
+
+Of a run of more ranks than tracelab.views.operators.MANY_RANKS, the page opens on the ranks
+the Overview draws (opening_ranks), and `ranks=all` asks for every rank."""
 
 from __future__ import annotations
 
@@ -15,8 +18,14 @@ from tracelab.app.components import graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import BadParam, compact_ints, href, int_list, text
 from tracelab.figures.operators import top_figure
-from tracelab.render.text import duration
-from tracelab.views.operators import OperatorsView, operators_view, run_steps
+from tracelab.render.text import duration, int_ranges
+from tracelab.views.operators import (
+    MANY_RANKS,
+    OperatorsView,
+    opening_ranks,
+    operators_view,
+    run_steps,
+)
 
 OP_COLUMNS = (
     ("name", "operator"),
@@ -41,6 +50,8 @@ KERNEL_COLUMNS = (
 )
 #: The URL parameter `group`: operators by name (default) or by name and input shapes.
 GROUPS = ("name", "shape")
+#: The URL parameter `ranks` that asks for every rank of a run of more than MANY_RANKS.
+ALL_RANKS = "all"
 
 
 def _pct(share: float | None) -> str:
@@ -72,9 +83,34 @@ def _picker(label: str, links: list[tuple[str, str, bool]]) -> html.Div:
     )
 
 
+def _rank_links(
+    run_ranks: list[int],
+    ranks: tuple[int, ...],
+    everyone: bool,
+    picks: list[tuple[int, str]],
+    to: Any,
+) -> list[tuple[str, str, bool]]:
+    """The rank picker: every rank, then each rank; of a run of more than MANY_RANKS ranks,
+    the Overview's ranks (`picks`, with why) as one choice, then each of them."""
+    if len(run_ranks) <= MANY_RANKS:
+        return [("all", to(ranks=()), not ranks)] + [
+            (str(r), to(ranks=(r,)), ranks == (r,)) for r in run_ranks
+        ]
+    opened = not ranks and not everyone
+    links = [(f"all {len(run_ranks):,}", to(ranks=ALL_RANKS), everyone or (opened and not picks))]
+    if picks:
+        links.append(("the Overview's", to(ranks=()), opened))
+    links += [(f"{r} ({why})", to(ranks=(r,)), ranks == (r,)) for r, why in picks]
+    if ranks and ranks not in [(r,) for r, _ in picks]:
+        links.append((compact_ints(ranks), to(ranks=ranks), True))
+    return links
+
+
 @safe_layout("/operators")
 def layout(**kwargs: Any) -> html.Div:
-    ranks, steps = int_list(kwargs, "ranks"), int_list(kwargs, "steps")
+    everyone = text(kwargs, "ranks") == ALL_RANKS
+    ranks = () if everyone else int_list(kwargs, "ranks")
+    steps = int_list(kwargs, "steps")
     group = text(kwargs, "group") or "name"
     if group not in GROUPS:
         raise BadParam(f"URL parameter 'group' is {group!r}; use one of: {', '.join(GROUPS)}.")
@@ -95,29 +131,49 @@ def layout(**kwargs: Any) -> html.Div:
                 f"URL parameter 'steps': run {run} has steps "
                 f"{compact_ints(known) or 'none'}; {compact_ints(gone)} not among them."
             )
+        # The Overview's ranks: waited for where the page opens on them, else shown in the
+        # picker once the analysis is there.
+        many = len(ctx.ranks) > MANY_RANKS
+        found = None
+        if many:
+            opens = not ranks and not everyone
+            found = db.analysis(cur, run_id) if opens else db.peek_analysis(cur, run_id)
+        picks = opening_ranks(found, len(ctx.ranks)) if found is not None else []
+        opening = [] if ranks or everyone else picks
+        chosen = ranks or tuple(sorted(r for r, _ in opening))
         v = db.memo(
             cur,
             run_id,
             "operators",
-            (ranks, steps, by_shape),
-            lambda: operators_view(cur, run_id, ranks, steps, by_shape=by_shape),
+            (chosen, steps, by_shape),
+            lambda: operators_view(cur, run_id, chosen, steps, by_shape=by_shape),
         )
-    which = (
-        f"rank{'s' if len(ranks) != 1 else ''} {compact_ints(ranks)}"
-        if ranks
-        else (f"all {v.ranks} ranks" if v.ranks != 1 else "the one rank")
-    )
+    if opening:
+        out = len(opening) - 1
+        lead = (
+            f"and the {out} that stand{'s' if out == 1 else ''} out"
+            if out
+            else "(no rank stands out)"
+        )
+        which = (
+            f"a typical rank {lead}, of {len(ctx.ranks):,} ranks, as on the Overview "
+            f"(rank{'s' if len(chosen) != 1 else ''} {int_ranges(chosen)}; "
+            f"'all {len(ctx.ranks):,}' reads every rank's events, slowly)"
+        )
+    elif ranks:
+        which = f"rank{'s' if len(ranks) != 1 else ''} {compact_ints(ranks)}"
+    else:
+        which = f"all {v.ranks:,} ranks" if v.ranks != 1 else "the one rank"
     st = f"steps {compact_ints(v.steps)}" + ("" if steps else " (the steady steps)")
     grp = "shape" if by_shape else None
 
     def to(**over: Any) -> str:
+        here = ALL_RANKS if everyone else ranks
         return href(
-            "/operators", **{"run": run, "ranks": ranks, "steps": steps, "group": grp, **over}
+            "/operators", **{"run": run, "ranks": here, "steps": steps, "group": grp, **over}
         )
 
-    rank_links = [("all", to(ranks=()), not ranks)] + [
-        (str(r), to(ranks=(r,)), ranks == (r,)) for r in ctx.ranks[:64]
-    ]
+    rank_links = _rank_links(ctx.ranks, ranks, everyone, picks, to)
     step_links = [("steady", to(steps=()), not steps)] + [
         (str(s), to(steps=(s,)), steps == (s,)) for s in known[:100]
     ]

@@ -182,3 +182,85 @@ def test_operators_layout_self_total_and_group(app_module: Any, real_run: str) -
     assert "input shapes" in heads
     bad = operators.layout(run="stragglers", group="bogus")
     assert "use one of: name, shape" in json.dumps(bad.to_plotly_json(), default=str)
+
+
+def test_many_ranks_open_on_the_overviews_ranks(
+    app_module: Any, app_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of a run of many ranks the page read every rank's events (17.5 s at 10,000 ranks) and
+    its picker listed the first 64 ranks. It opens on the ranks the Overview draws (a typical
+    rank, then the straggler with its finding), each a choice with why; 'all' still reads every
+    rank. The 40-rank run "many" (rank 33 slow) with the threshold lowered to 32."""
+    from tracelab.app import db
+    from tracelab.app.pages import operators
+    from tracelab.views import operators as operators_module
+    from tracelab.views.overview import time_split
+
+    def picker(tree: Any) -> dict[str, tuple[str, bool]]:
+        blob = tree.to_plotly_json()
+        out: dict[str, tuple[str, bool]] = {}
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                props = node.get("props", {})
+                if node.get("type") == "Link":
+                    out[str(props.get("children"))] = (
+                        props["href"],
+                        props.get("className") == "active",
+                    )
+                for v in props.values() if "props" in node else node.values():
+                    walk(v)
+            elif isinstance(node, (list, tuple)):
+                for x in node:
+                    walk(x)
+            elif hasattr(node, "to_plotly_json"):
+                walk(node.to_plotly_json())
+
+        walk(blob)
+        return out
+
+    # 40 ranks are not many: every rank, as before, each rank a choice.
+    before = operators.layout(run="many")
+    assert "all 40 ranks" in json.dumps(before.to_plotly_json(), default=str)
+    assert "39" in picker(before)
+
+    for module in (operators, operators_module):
+        monkeypatch.setattr(module, "MANY_RANKS", 32)
+    with db.cursor() as cur:
+        rid = db.resolve(cur, "many")[0]
+        split = time_split(db.analysis(cur, rid))
+        assert split is not None
+        drawn = list(zip(split.ranks, split.reasons, strict=True))
+        typical = split.ranks[0]
+        assert drawn[0] == (typical, "typical") and drawn[1][0] == 33
+        expect = operators_view(cur, rid, ranks=tuple(sorted(split.ranks)))
+        every = operators_view(cur, rid)
+    tree = operators.layout(run="many")
+    page = json.dumps(tree.to_plotly_json(), default=str)
+    assert "a typical rank and the 1 that stands out, of 40 ranks, as on the Overview" in page
+    assert f"ranks {min(typical, 33)}, {max(typical, 33)};" in page
+    links = picker(tree)
+    assert links["the Overview's"] == ("/operators?run=many", True)
+    assert links["all 40"] == ("/operators?run=many&ranks=all", False)
+    assert links[f"33 ({drawn[1][1]})"] == ("/operators?run=many&ranks=33", False)
+    assert f"{typical} (typical)" in links and "39" not in links
+    # The tables are the drawn ranks' (fewer launches than every rank's).
+    assert sum(r["n"] for r in expect.kernels) < sum(r["n"] for r in every.kernels)
+    calls: list[tuple[int, ...]] = []
+    real = operators.operators_view
+
+    def spy(cur: Any, run: int, ranks: tuple[int, ...], *a: Any, **kw: Any) -> Any:
+        calls.append(ranks)
+        return real(cur, run, ranks, *a, **kw)
+
+    monkeypatch.setattr(operators, "operators_view", spy)
+    operators.layout(run="many", steps="1")  # a selection not memoized yet
+    assert calls == [tuple(sorted(split.ranks))]
+    both = operators.layout(run="many", ranks="all")
+    assert "all 40 ranks" in json.dumps(both.to_plotly_json(), default=str)
+    assert picker(both)["all 40"][1] and not picker(both)["the Overview's"][1]
+    one = operators.layout(run="many", ranks="33")
+    ones = picker(one)
+    assert ones[f"33 ({drawn[1][1]})"][1] and not ones["the Overview's"][1]
+    other = picker(operators.layout(run="many", ranks="5"))
+    assert other["5"] == ("/operators?run=many&ranks=5", True)
