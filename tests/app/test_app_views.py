@@ -66,6 +66,28 @@ def test_raw_mode_nests_host_ops_in_sub_rows(nested_db: Path) -> None:
     assert any("stream 7" in label for label in lanes)
 
 
+def test_raw_events_tied_in_lane_start_and_duration_come_in_trace_order(tmp_path: Path) -> None:
+    """Events alike in lane, start and duration came back in whatever order DuckDB's sort left
+    them (1,400 such: 0, 443, 365, 268, ...), so their sub-rows and hover order could change
+    between zooms. The trace's order (idx) breaks the tie."""
+    t = RankTrace(0, 1)
+    t.step(1, 0, 10 * MS)
+    for i in range(1400):
+        t.cpu_op(f"op{i}", 100_000 + 1000 * (i // 500), 100_000 + 1000 * (i // 500) + 5000)
+    db = tmp_path / "t.duckdb"
+    ingest([str(p) for p in write_ranks(tmp_path / "ties", [t])], db=str(db), run="t", workers=1)
+    with open_store(db) as con:
+        data = tl.timeline(con, run_context(con, run_id(con, "t")), tl.TimelineRequest())
+    raw = data.raw
+    assert data.mode == "raw" and raw is not None and len(raw.idx) == 1401
+    ops = [
+        (s, i)
+        for s, i, n in zip(raw.start_ms, raw.idx, raw.name, strict=True)
+        if n != "ProfilerStep#1"
+    ]
+    assert ops == sorted(ops)
+
+
 def test_bars_carry_as_much_of_their_name_as_fits(nested_db: Path) -> None:
     """Zoomed in, every bar is named up to its width: whole where it fits, cut with "…" where
     part fits, and unnamed only when not even four characters fit (plotly measures each label

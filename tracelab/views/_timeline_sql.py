@@ -75,7 +75,7 @@ RAW = (
     f"SELECT {LANE_SELECT}, e.idx, e.name, e.category, e.ts_ns - o.off_ns AS s, e.dur_ns, "
     "e.step, substr(CAST(e.args AS VARCHAR), 1, $args_chars) AS args"
     + _VISIBLE
-    + " ORDER BY e.rank, e.on_device, pid, tid, lbl, s, e.dur_ns DESC LIMIT $limit"
+    + " ORDER BY e.rank, e.on_device, pid, tid, lbl, s, e.dur_ns DESC, e.idx LIMIT $limit"
 )
 
 #: The visible events for binning: lane index (joined from the lanes the caller lists in
