@@ -259,7 +259,8 @@ def _build(
             ids.append(_lookup(con, name or arg, role, store))
         if ids[0] == ids[1]:
             _log("tracelab report: warning: baseline and candidate are the same run")
-        runs = [extract(con, rid, settings) for rid in ids]
+        runs = [extract(con, ids[0], settings)]
+        runs.append(runs[0] if ids[1] == ids[0] else extract(con, ids[1], settings))
         final = _final_ids(con, pending)
         pending[:] = _names(con, pending, final)
     by_temp = {p.temp: p for p in pending}
