@@ -73,6 +73,21 @@ def statement(name: str) -> str:
     return body[m.start() :]
 
 
+_INSERT_BY_NAME = re.compile(r"INSERT INTO \w+ BY NAME\s")
+
+
+def query(name: str) -> str:
+    """The rows of a definition whose statement is `INSERT INTO <table> BY NAME <query>`, as
+    that query (its named parameters unbound): to read them where the table has none, without
+    inserting them (a read-only store; the report's fallback for a run whose parts could not
+    be derived)."""
+    body = statement(name)
+    m = _INSERT_BY_NAME.match(body)
+    if m is None:
+        raise KeyError(f"tracelab/derived/sql/{name}.sql has no INSERT INTO ... BY NAME statement")
+    return body[m.end() :].strip().removesuffix(";")
+
+
 def schema_sql() -> str:
     """The derived layer's DDL: every definition's, blank-line separated."""
     return "\n".join(ddl(name) for name in DEFINITIONS)

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import numpy as np
 
+from tracelab.derived import sqlfiles
+from tracelab.derived.batches import ALL_RANKS
 from tracelab.errors import InputError
 from tracelab.measures import COLLECTIVE_BANDWIDTH_SQL, DIM_COMM_SHARES_SQL
 from tracelab.report.compare import MetricValue, RunMetrics, RunSummary
@@ -83,26 +85,11 @@ _OP_TOTALS_SQL = f"""
 WITH kept AS ({_KEPT_STEPS_SQL}),
 per_step AS (SELECT step, count(*) AS ranks FROM kept GROUP BY step),
 o AS (
-    SELECT step, name, sum(dur_ns) AS dur_ns FROM op_totals
+    SELECT step, name, sum(dur_ns) AS dur_ns FROM {{totals}}
     WHERE run_id = $run AND kind = $kind AND ordinal >= $warmup GROUP BY step, name
 )
 SELECT o.name, o.step, o.dur_ns / p.ranks AS dur_ns FROM o JOIN per_step p USING (step)
 """
-#: The same from the events (op_totals.sql's definition).
-_OP_EVENTS_SQL = f"""
-WITH kept AS ({_KEPT_STEPS_SQL}),
-per_step AS (SELECT step, count(*) AS ranks FROM kept GROUP BY step)
-SELECT e.name, e.step, sum(e.dur_ns) / any_value(p.ranks) AS dur_ns
-FROM events e
-JOIN kept k ON e.rank = k.rank AND e.step = k.step
-JOIN per_step p ON p.step = e.step
-WHERE e.run_id = $run AND {{where}}
-GROUP BY e.name, e.step
-"""
-_OP_WHERE = {
-    "kernel": "e.on_device AND e.category IN ('compute', 'communication', 'memcpy', 'memset')",
-    "op": "lower(e.cat) IN ('cpu_op', 'operator')",
-}
 
 
 def _op_times(
@@ -122,16 +109,14 @@ def _op_times(
         {"run": run_id, "cats": list(DEVICE_OP_CATEGORIES)},
     )
     kind = "kernel" if on_gpu else "op"
-    params = {"run": run_id, "warmup": min_ordinal, "kind": kind}
-    # The derived totals (op_totals); the events where the run has none (its parts could not
-    # be derived): the same sums, read from every rank's events file.
-    rows = con.execute(_OP_TOTALS_SQL, params).fetchall()
-    if not rows and not _scalar(
-        con, "SELECT count(*) FROM op_totals WHERE run_id = $run", {"run": run_id}
-    ):
-        rows = con.execute(
-            _OP_EVENTS_SQL.format(where=_OP_WHERE[kind]), {"run": run_id, "warmup": min_ordinal}
-        ).fetchall()
+    params: dict[str, Any] = {"run": run_id, "warmup": min_ordinal, "kind": kind}
+    # The derived totals (op_totals); where the run has none (its parts could not be
+    # derived), op_totals.sql's own query over every rank's events: the same sums.
+    totals = "op_totals"
+    if not _scalar(con, "SELECT count(*) FROM op_totals WHERE run_id = $run", {"run": run_id}):
+        totals = f"({sqlfiles.query('op_totals')})"
+        params.update(lo=ALL_RANKS[0], hi=ALL_RANKS[1])
+    rows = con.execute(_OP_TOTALS_SQL.format(totals=totals), params).fetchall()
     steps = sorted({int(step) for _, step, _ in rows})
     col = {step: i for i, step in enumerate(steps)}
     by_name: dict[str, np.ndarray] = {}
