@@ -25,6 +25,9 @@ from tracelab.vocabulary import Category
 
 CATEGORIES = tuple(c.value for c in Category)
 
+#: The rank summary's metrics (tracelab.views.ranksummary.Outlier.metric) in words.
+OUTLIER_WORDS = {"step_ms": "median step", "comm_ms_per_step": "communication per step"}
+
 
 def parse_request(kwargs: dict[str, Any]) -> tuple[str | None, TimelineRequest]:
     """The run name and the request from URL-style parameters (BadParam when one is bad)."""
@@ -123,8 +126,8 @@ def render(
             if summary.typical_rank is not None and summary.typical_rank not in picks:
                 picks.append(summary.typical_rank)
             outliers = "; ".join(
-                f"rank {o.rank} ({o.metric.replace('_', ' ')} {o.value:.3g} vs median "
-                f"{o.median:.3g})"
+                f"rank {o.rank} ({OUTLIER_WORDS.get(o.metric, o.metric)} {o.value:.3g} ms, "
+                f"median {o.median:.3g} ms)"
                 for o in summary.outliers
             )
             link = href(

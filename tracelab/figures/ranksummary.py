@@ -34,9 +34,14 @@ def rank_summary_figure(s: RankSummary) -> Figure:
             },
         ],
         "layout": base_layout(
-            title=f"Rank summary: {len(s.ranks)} ranks, {len(s.outliers)} outliers (red)",
+            title=(
+                f"Rank summary: {len(s.ranks):,} ranks, {len(s.outliers)} "
+                f"outlier{'' if len(s.outliers) == 1 else 's'} (red)"
+            ),
             height=420,
-            xaxis={"title": {"text": "rank"}},
+            # The shared rank axis under the lower plot: anchored to the upper one (the
+            # default), its ticks and title sat between the two, over the lower one's points.
+            xaxis={"title": {"text": "rank"}, "anchor": "y2"},
             yaxis={"title": {"text": "median step (ms)"}, "domain": [0.55, 1]},
             yaxis2={"title": {"text": "comm per step (ms)"}, "domain": [0, 0.45], "anchor": "x"},
             legend={"orientation": "h", "y": -0.2},
