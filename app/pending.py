@@ -28,6 +28,8 @@ MODULES = {
     "/stragglers": "tracelab.app.pages.stragglers",
     "/memory": "tracelab.app.pages.memory",
     "/compare": "tracelab.app.pages.compare",
+    # Of a run of many ranks: it opens on the ranks the Overview draws.
+    "/operators": "tracelab.app.pages.operators",
 }
 POLL_MS = 600
 

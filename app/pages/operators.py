@@ -13,7 +13,7 @@ from typing import Any
 import dash
 from dash import dcc, html
 
-from tracelab.app import db, ids
+from tracelab.app import db, ids, pending
 from tracelab.app.components import graph, page, table
 from tracelab.app.guard import safe_layout
 from tracelab.app.state import BadParam, compact_ints, href, int_list, text
@@ -89,28 +89,51 @@ def _rank_links(
     everyone: bool,
     picks: list[tuple[int, str]],
     to: Any,
+    analyzed: bool = True,
 ) -> list[tuple[str, str, bool]]:
     """The rank picker: every rank, then each rank; of a run of more than MANY_RANKS ranks,
-    the Overview's ranks (`picks`, with why) as one choice, then each of them."""
+    the Overview's ranks (`picks`, with why; not yet known unless `analyzed`) as one choice,
+    then each of them."""
     if len(run_ranks) <= MANY_RANKS:
         return [("all", to(ranks=()), not ranks)] + [
             (str(r), to(ranks=(r,)), ranks == (r,)) for r in run_ranks
         ]
     opened = not ranks and not everyone
     links = [(f"all {len(run_ranks):,}", to(ranks=ALL_RANKS), everyone or (opened and not picks))]
-    if picks:
-        links.append(("the Overview's", to(ranks=()), opened))
+    if picks or not analyzed:  # a run without a step budget has no Overview's ranks
+        links.append(("the Overview's", to(ranks=()), opened and bool(picks)))
     links += [(f"{r} ({why})", to(ranks=(r,)), ranks == (r,)) for r, why in picks]
     if ranks and ranks not in [(r,) for r, _ in picks]:
         links.append((compact_ints(ranks), to(ranks=ranks), True))
     return links
 
 
+def _wait_for_the_overviews_ranks(kwargs: dict[str, Any], *, opens: bool) -> Any | None:
+    """The page that polls while the run is analyzed, where the page opens (`opens`: no
+    ranks asked for) on a run of more than MANY_RANKS ranks, whose Overview's ranks need the
+    analysis (at 10,000 ranks, seconds); else None."""
+    if not opens:
+        return None
+    with db.cursor() as cur:
+        run_id, _ = db.resolve(cur, text(kwargs, "run"))
+        many = len(db.context(cur, run_id).ranks) > MANY_RANKS
+    return pending.wait_for("/operators", kwargs, [text(kwargs, "run")]) if many else None
+
+
 @safe_layout("/operators")
 def layout(**kwargs: Any) -> html.Div:
-    everyone = text(kwargs, "ranks") == ALL_RANKS
+    asked = (text(kwargs, "ranks") or "").strip().lower()
+    everyone = asked == ALL_RANKS
+    if ALL_RANKS in asked and not everyone:
+        raise BadParam(
+            "URL parameter 'ranks': 'all' stands alone (every rank); else list whole numbers "
+            "like 0,2,5-7."
+        )
     ranks = () if everyone else int_list(kwargs, "ranks")
     steps = int_list(kwargs, "steps")
+    wait = _wait_for_the_overviews_ranks(kwargs, opens=not ranks and not everyone)
+    if wait is not None:
+        return wait
     group = text(kwargs, "group") or "name"
     if group not in GROUPS:
         raise BadParam(f"URL parameter 'group' is {group!r}; use one of: {', '.join(GROUPS)}.")
@@ -131,13 +154,12 @@ def layout(**kwargs: Any) -> html.Div:
                 f"URL parameter 'steps': run {run} has steps "
                 f"{compact_ints(known) or 'none'}; {compact_ints(gone)} not among them."
             )
-        # The Overview's ranks: waited for where the page opens on them, else shown in the
-        # picker once the analysis is there.
+        # The Overview's ranks (waited for above where the page opens on them); in the picker
+        # once the run is analyzed, which a page of chosen ranks starts in the background.
         many = len(ctx.ranks) > MANY_RANKS
-        found = None
-        if many:
-            opens = not ranks and not everyone
-            found = db.analysis(cur, run_id) if opens else db.peek_analysis(cur, run_id)
+        found = db.peek_analysis(cur, run_id) if many else None
+        if many and found is None:
+            pending.analyze_in_background(run_id)
         picks = opening_ranks(found, len(ctx.ranks)) if found is not None else []
         opening = [] if ranks or everyone else picks
         chosen = ranks or tuple(sorted(r for r, _ in opening))
@@ -173,7 +195,7 @@ def layout(**kwargs: Any) -> html.Div:
             "/operators", **{"run": run, "ranks": here, "steps": steps, "group": grp, **over}
         )
 
-    rank_links = _rank_links(ctx.ranks, ranks, everyone, picks, to)
+    rank_links = _rank_links(ctx.ranks, ranks, everyone, picks, to, analyzed=found is not None)
     step_links = [("steady", to(steps=()), not steps)] + [
         (str(s), to(steps=(s,)), steps == (s,)) for s in known[:100]
     ]

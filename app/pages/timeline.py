@@ -19,6 +19,7 @@ from tracelab.app.state import BadParam, href, int_list, number, str_list, text
 from tracelab.figures import empty_figure
 from tracelab.figures.ranksummary import rank_summary_figure
 from tracelab.figures.timeline import timeline_figure, timeline_status
+from tracelab.render.text import duration
 from tracelab.views.ranksummary import MANY_RANKS, rank_summary
 from tracelab.views.timeline import TimelineRequest, event_detail, lanes, timeline
 from tracelab.vocabulary import Category
@@ -126,8 +127,8 @@ def render(
             if summary.typical_rank is not None and summary.typical_rank not in picks:
                 picks.append(summary.typical_rank)
             outliers = "; ".join(
-                f"rank {o.rank} ({OUTLIER_WORDS.get(o.metric, o.metric)} {o.value:.3g} ms, "
-                f"median {o.median:.3g} ms)"
+                f"rank {o.rank} ({OUTLIER_WORDS.get(o.metric, o.metric)} "
+                f"{duration(o.value * 1e6)}, median {duration(o.median * 1e6)})"
                 for o in summary.outliers
             )
             link = href(

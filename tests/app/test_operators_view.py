@@ -226,6 +226,20 @@ def test_many_ranks_open_on_the_overviews_ranks(
 
     for module in (operators, operators_module):
         monkeypatch.setattr(module, "MANY_RANKS", 32)
+    # Not analyzed yet: the page polls while the run is analyzed (it ran the analysis in the
+    # request); a page of chosen ranks draws at once, its picker leading back to the
+    # Overview's ranks, and starts the analysis for later visits.
+    db.ANALYSES.clear()
+    waiting = json.dumps(operators.layout(run="many").to_plotly_json(), default=str)
+    assert "Analyzing many" in waiting
+    chosen = picker(operators.layout(run="many", ranks="7"))
+    assert chosen["the Overview's"] == ("/operators?run=many", False) and chosen["7"][1]
+    for bad in ("all,3", "3,all"):
+        page = json.dumps(operators.layout(run="many", ranks=bad).to_plotly_json(), default=str)
+        assert "'all' stands alone" in page
+    assert "all 40 ranks" in json.dumps(
+        operators.layout(run="many", ranks=" ALL ").to_plotly_json(), default=str
+    )
     with db.cursor() as cur:
         rid = db.resolve(cur, "many")[0]
         split = time_split(db.analysis(cur, rid))
