@@ -61,7 +61,7 @@ TREE_CATEGORIES = ("cpu_op", "communication", "runtime", "sync")
 #: sum of durations at its end and at its start. Zero-length events have no children.
 OPS_SQL = f"""
 WITH {_SEL},
-h AS (
+h AS MATERIALIZED (
     SELECT e.rank, e.pid, e.tid, e.idx, e.name, e.category, e.dur_ns,
            e.ts_ns, e.ts_ns + e.dur_ns AS end_ns,
            CASE WHEN $by_shape
@@ -113,23 +113,34 @@ WHERE h.category = 'cpu_op'
 GROUP BY h.name, h.shape ORDER BY self_ns DESC, total_ns DESC, h.name, h.shape LIMIT $limit
 """
 
+#: The selection's ranks' events a kernel row needs, read once: the kernels of the selected
+#: steps, and the operators and runtime launches of any step (a kernel's launch may precede
+#: its step). Three scans of the events, one per relation, took 10.3 s at 10,000 ranks (each
+#: binds the store's whole file list), one 4.1 s.
 KERNELS_SQL = f"""
 WITH {_SEL},
+ev AS MATERIALIZED (
+    SELECT e.rank, e.pid, e.tid, e.ts_ns, e.dur_ns, e.name, e.category, e.on_device, e.step,
+           e.correlation, e.external_id
+    FROM {EVENTS} e
+    WHERE e.run_id = $run AND list_contains((SELECT list(DISTINCT rank) FROM sel), e.rank)
+      AND ((e.on_device AND list_contains($dev_cats, e.category)) OR e.category = 'cpu_op'
+           OR (e.category = 'runtime' AND e.correlation IS NOT NULL))
+),
 k AS (
     SELECT e.rank, e.name, e.category, e.dur_ns, e.correlation, e.external_id
-    FROM {EVENTS} e JOIN sel USING (rank, step)
-    WHERE e.run_id = $run AND e.on_device AND list_contains($dev_cats, e.category)
+    FROM ev e JOIN sel USING (rank, step)
+    WHERE e.on_device AND list_contains($dev_cats, e.category)
 ),
 ops AS (
-    SELECT rank, pid, tid, ts_ns, ts_ns + dur_ns AS end_ns, name, external_id FROM {EVENTS}
-    WHERE run_id = $run AND category = 'cpu_op' AND list_contains((SELECT list(DISTINCT rank) FROM sel), rank)
+    SELECT rank, pid, tid, ts_ns, ts_ns + dur_ns AS end_ns, name, external_id FROM ev
+    WHERE category = 'cpu_op'
 ),
 by_ext AS (SELECT rank, external_id, any_value(name) AS op FROM ops
            WHERE external_id IS NOT NULL GROUP BY ALL),
 launch AS (
-    SELECT rank, pid, tid, ts_ns, correlation FROM {EVENTS}
-    WHERE run_id = $run AND category = 'runtime' AND correlation IS NOT NULL
-      AND list_contains((SELECT list(DISTINCT rank) FROM sel), rank)
+    SELECT rank, pid, tid, ts_ns, correlation FROM ev
+    WHERE category = 'runtime' AND correlation IS NOT NULL
 ),
 launched AS (
     SELECT l.rank, l.correlation, CASE WHEN o.end_ns >= l.ts_ns THEN o.name END AS op
