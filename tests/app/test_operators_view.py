@@ -278,3 +278,74 @@ def test_many_ranks_open_on_the_overviews_ranks(
     assert ones[f"33 ({drawn[1][1]})"][1] and not ones["the Overview's"][1]
     other = picker(operators.layout(run="many", ranks="5"))
     assert other["5"] == ("/operators?run=many&ranks=5", True)
+
+
+def test_self_times_equal_a_stack_walk_on_random_trees() -> None:
+    """self_times (sorts and prefix sums) against a stack walk over each thread's events in
+    start order, on random nested trees over a few threads: children with their parent's exact
+    span, zero-length events, a NULL tid, threads interleaved in time and in the table."""
+    import random
+
+    import pyarrow as pa
+
+    from tracelab.views.operators import self_times
+
+    rng = random.Random(7)
+    rows: list[tuple[int, int | None, int, int, int]] = []  # rank, tid, idx, ts, dur
+
+    def tree(rank: int, tid: int | None, lo: int, hi: int, depth: int) -> None:
+        t = lo
+        while t < hi and len(rows) < 4000:
+            a = min(hi, t + rng.randrange(0, 5))
+            b = min(hi, a + rng.randrange(0, 40))
+            if t == lo and rng.random() < 0.2:
+                a, b = lo, hi  # the only child, with its parent's exact span
+            rows.append((rank, tid, len(rows), a, b - a))
+            if depth < 5 and b - a > 2:
+                tree(rank, tid, a, b, depth + 1)
+            t = b + rng.randrange(0, 3)
+
+    for rank, tid in ((0, 1), (0, 2), (1, 1), (1, None)):
+        tree(rank, tid, 0, 2000, 0)
+    rng.shuffle(rows)
+    table = pa.table(
+        {
+            "rank": pa.array([r[0] for r in rows], pa.int32()),
+            "pid": pa.array([1] * len(rows), pa.int64()),
+            "tid": pa.array([r[1] for r in rows], pa.int64()),
+            "idx": pa.array([r[2] for r in rows], pa.int64()),
+            "ts_ns": pa.array([r[3] for r in rows], pa.int64()),
+            "dur_ns": pa.array([r[4] for r in rows], pa.int64()),
+        }
+    )
+    got = dict(zip((r[2] for r in rows), self_times(table).tolist(), strict=True))
+    own: dict[int, int] = {}
+    by_thread: dict[tuple[int, int | None], list[tuple[int, int, int]]] = {}
+    for rank, tid, idx, ts, dur in rows:
+        by_thread.setdefault((rank, tid), []).append((ts, -(ts + dur), idx))
+    for events in by_thread.values():
+        stack: list[tuple[int, int]] = []  # (idx, end)
+        for ts, neg_end, idx in sorted(events):
+            end = -neg_end
+            while stack and stack[-1][1] <= ts:
+                stack.pop()
+            own[idx] = end - ts
+            if stack and end > ts:
+                own[stack[-1][0]] -= end - ts
+            if end > ts:
+                stack.append((idx, end))
+    want = {idx: max(v, 0) for idx, v in own.items()}
+    assert len(rows) > 1000 and got == want
+    assert sum(1 for r in rows if r[4] == 0) > 10 and any(r[1] is None for r in rows)
+
+
+def test_arrow_reads_after_an_unread_result_on_the_connection(app_store: Path) -> None:
+    """Rows as Arrow come through con.sql(), which DuckDB refuses while an earlier execute()'s
+    rows are unread (a fetchone() of a one-row query, as run_context's on the app's cursor)."""
+    from tracelab.views._sql import arrow
+
+    with open_store(app_store, read_only=True) as con:
+        rid, _ = resolve_run(con, "stragglers")
+        assert con.execute("SELECT * FROM range(10)").fetchone() == (0,)
+        got = arrow(con, "SELECT count(*) AS n FROM events WHERE run_id = $run", {"run": rid})
+    assert got.column("n").to_pylist()[0] > 0

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from tracelab.store.files import rank_events_sql
 
@@ -49,6 +50,15 @@ def events_source(con: duckdb.DuckDBPyConnection, params: Mapping[str, Any]) -> 
 def scoped(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]) -> str:
     """`sql` with EVENTS replaced (events_source)."""
     return sql.replace(EVENTS, events_source(con, params)) if EVENTS in sql else sql
+
+
+def arrow(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]) -> pa.Table:
+    """query()'s rows as an Arrow table (con.sql(): an execute() result's Arrow output is a
+    copy of its rows)."""
+    # con.sql() refuses to run while an earlier execute()'s rows are unread (a fetchone() of a
+    # one-row query, as run_context's): run that result to its end first.
+    con.complete()
+    return con.sql(scoped(con, sql, params), params=bind(sql, params)).to_arrow_table()
 
 
 def query(
