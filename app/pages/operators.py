@@ -50,8 +50,9 @@ KERNEL_COLUMNS = (
 )
 #: The URL parameter `group`: operators by name (default) or by name and input shapes.
 GROUPS = ("name", "shape")
-#: The URL parameter `ranks` that asks for every rank of a run of more than MANY_RANKS.
-ALL_RANKS = "all"
+#: The URL parameter `ranks` that asks for every rank of a run of more than MANY_RANKS (not
+#: tracelab.derived.batches.ALL_RANKS, a rank range).
+EVERY_RANK = "all"
 
 
 def _pct(share: float | None) -> str:
@@ -99,7 +100,7 @@ def _rank_links(
             (str(r), to(ranks=(r,)), ranks == (r,)) for r in run_ranks
         ]
     opened = not ranks and not everyone
-    links = [(f"all {len(run_ranks):,}", to(ranks=ALL_RANKS), everyone or (opened and not picks))]
+    links = [(f"all {len(run_ranks):,}", to(ranks=EVERY_RANK), everyone or (opened and not picks))]
     if picks or not analyzed:  # a run without a step budget has no Overview's ranks
         links.append(("the Overview's", to(ranks=()), opened and bool(picks)))
     links += [(f"{r} ({why})", to(ranks=(r,)), ranks == (r,)) for r, why in picks]
@@ -123,8 +124,8 @@ def _wait_for_the_overviews_ranks(kwargs: dict[str, Any], *, opens: bool) -> Any
 @safe_layout("/operators")
 def layout(**kwargs: Any) -> html.Div:
     asked = (text(kwargs, "ranks") or "").strip().lower()
-    everyone = asked == ALL_RANKS
-    if ALL_RANKS in asked and not everyone:
+    everyone = asked == EVERY_RANK
+    if EVERY_RANK in asked and not everyone:
         raise BadParam(
             "URL parameter 'ranks': 'all' stands alone (every rank); else list whole numbers "
             "like 0,2,5-7."
@@ -190,7 +191,7 @@ def layout(**kwargs: Any) -> html.Div:
     grp = "shape" if by_shape else None
 
     def to(**over: Any) -> str:
-        here = ALL_RANKS if everyone else ranks
+        here = EVERY_RANK if everyone else ranks
         return href(
             "/operators", **{"run": run, "ranks": here, "steps": steps, "group": grp, **over}
         )

@@ -20,14 +20,11 @@ from tracelab.figures import empty_figure
 from tracelab.figures.ranksummary import rank_summary_figure
 from tracelab.figures.timeline import timeline_figure, timeline_status
 from tracelab.render.text import duration
-from tracelab.views.ranksummary import MANY_RANKS, rank_summary
+from tracelab.views.ranksummary import MANY_RANKS, METRIC_WORDS, rank_summary
 from tracelab.views.timeline import TimelineRequest, event_detail, lanes, timeline
 from tracelab.vocabulary import Category
 
 CATEGORIES = tuple(c.value for c in Category)
-
-#: The rank summary's metrics (tracelab.views.ranksummary.Outlier.metric) in words.
-OUTLIER_WORDS = {"step_ms": "median step", "comm_ms_per_step": "communication per step"}
 
 
 def parse_request(kwargs: dict[str, Any]) -> tuple[str | None, TimelineRequest]:
@@ -127,7 +124,7 @@ def render(
             if summary.typical_rank is not None and summary.typical_rank not in picks:
                 picks.append(summary.typical_rank)
             outliers = "; ".join(
-                f"rank {o.rank} ({OUTLIER_WORDS.get(o.metric, o.metric)} "
+                f"rank {o.rank} ({METRIC_WORDS.get(o.metric, o.metric)} "
                 f"{duration(o.value * 1e6)}, median {duration(o.median * 1e6)})"
                 for o in summary.outliers
             )

@@ -39,6 +39,10 @@ ORDER BY k.rank
 """
 
 
+#: Outlier.metric in words.
+METRIC_WORDS = {"step_ms": "median step", "comm_ms_per_step": "communication per step"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outlier:
     rank: int
