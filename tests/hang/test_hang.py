@@ -338,3 +338,75 @@ def test_a_rank_missing_from_an_op_whose_sizes_may_differ_is_the_hang(
         assert res.code == 1 and "different tensor sizes" in res.out, res.out
     else:
         assert res.code == 0 and "agree" in res.out, res.out
+
+
+#: 4-rank cases (tests/hang/scripts/hang_job4.py): case -> (exit code, kind, entered, absent
+#: with a dump, ranks without one, process group, op)
+EXPECTED_4 = {
+    "subgroups": (0, None, None, None, None, None, None),
+    "skip_killed": (1, "not_entered", [0, 2], [3], [1], "0", "gloo:all_reduce"),
+    "size_killed": (1, "size_mismatch", [0, 2, 3], [], [1], "0", "gloo:all_reduce"),
+    "a2a_dtype": (1, "dtype_mismatch", [0, 1, 2, 3], [], [], "0", "gloo:all_to_all"),
+}
+
+
+@pytest.mark.parametrize("form", ["json", "pkl"])
+@pytest.mark.parametrize("case", sorted(EXPECTED_4))
+def test_verdict_on_real_4_rank_dumps(tmp_path: Path, case: str, form: str) -> None:
+    """Each form alone (the pickle form names a group by a tuple, the JSON form by a list):
+    - two groups of different ranks with the same local index (pg_id) agree: they were read as
+      one group whose ranks passed different sizes (a desync on a healthy job);
+    - a rank killed by the others' timeout (no dump) no longer hides the rank that never entered,
+      nor the rank that passed another size;
+    - an all-to-all whose ranks pass different dtypes is a desync (its sizes may differ, its
+      element type may not)."""
+    code, kind, entered, absent, no_dump, pg, op = EXPECTED_4[case]
+    for path in (FIX / f"4ranks_{case}").glob(f"*.{form}"):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    res = cli("hang", str(tmp_path), "--world-size", "4", "--format", "json")
+    assert res.code == code, res.out + res.err
+    v = json.loads(res.out)["verdict"]
+    if kind is None:
+        assert v is None
+        return
+    assert (v["kind"], v["process_group"], v["op"]) == (kind, pg, op)
+    assert sorted(map(int, v["entered"])) == entered
+    assert sorted(int(r) for r, e in v["absent"].items() if e is not None) == absent
+    assert sorted(int(r) for r, e in v["absent"].items() if e is None) == no_dump
+    text = cli("hang", str(tmp_path), "--world-size", "4").out.splitlines()[0]
+    if no_dump:
+        assert text.endswith("; rank(s) 1 left no dump"), text
+    if absent:
+        assert text.startswith("HANG: rank(s) 3 never entered gloo:all_reduce #"), text
+
+
+def test_an_ok_verdict_says_which_sizes_it_did_not_compare() -> None:
+    res = cli("hang", str(FIX / "4ranks_subgroups"))
+    assert res.code == 0
+    assert "Not compared, as they differ by rank in a well-formed job: the first dimension of " \
+        "all_to_all tensors (its splits)." in res.out  # fmt: skip
+    assert "Not compared" not in cli("hang", str(FIX / "none")).out
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("is_p2p", "yes", "is_p2p is 'yes'"),
+        ("collective_seq_id", -5, "sequence number is -5"),
+        ("collective_seq_id", 10**30, "outside 0..2^63-1"),
+        ("collective_seq_id", True, "no sequence number"),
+    ],
+)
+def test_a_flag_or_sequence_number_of_the_wrong_kind_is_refused(
+    tmp_path: Path, field: str, value, said: str
+) -> None:
+    """They were read (`"yes"` as a p2p op, -5 as a number before every other) and moved the
+    verdict onto rank 0; docs/hang.md says a value of the wrong kind is refused."""
+
+    def edit(rank: int, doc: dict) -> None:
+        if rank == 1:
+            doc["entries"][0][field] = value
+
+    res = cli("hang", str(_edited(tmp_path, "skip", edit)))
+    assert res.code == 3 and "rank_1.json" in res.err and said in res.err, res.err
+    assert "Traceback" not in res.err

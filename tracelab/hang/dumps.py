@@ -124,13 +124,32 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: The largest sequence number read (PyTorch's are uint64 in C++, and no job enqueues 2^63 ops).
+_MAX_SEQ = 2**63 - 1
+
+
 def _entry(e: dict[str, Any], path: Path) -> Entry:
+    # (name, description): a list in the JSON form, a tuple in the pickle form. Not `pg_id`
+    # where the name is there: that is the group's index on its own rank, and two groups of
+    # different ranks (a 2-D mesh's rows) have the same one.
     pg = e.get("process_group")
-    pg_name = str(pg[0]) if isinstance(pg, list) and pg else str(e.get("pg_id", "?"))
-    p2p = bool(e.get("is_p2p", False))
+    pg_name = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(e.get("pg_id", "?"))
+    p2p = e.get("is_p2p", False)
+    if not isinstance(p2p, bool):
+        raise InputError(
+            f"an entry's is_p2p is {p2p!r}, not true or false ({e.get('profiling_name')}). "
+            "Pass the files the recorder wrote.",
+            str(path),
+        )
     seq = e.get("p2p_seq_id" if p2p else "collective_seq_id")
-    if not isinstance(seq, int):
+    if not isinstance(seq, int) or isinstance(seq, bool):
         raise InputError(f"an entry has no sequence number ({e.get('profiling_name')}).", str(path))
+    if not 0 <= seq <= _MAX_SEQ:
+        raise InputError(
+            f"an entry's sequence number is {seq}, outside 0..2^63-1 "
+            f"({e.get('profiling_name')}). Pass the files the recorder wrote.",
+            str(path),
+        )
     frames = tuple(
         Frame(name=str(f.get("name", "?")), file=str(f.get("filename", "?")), line=f.get("line"))
         for f in e.get("frames") or []

@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracelab.hang.dumps import KNOWN_VERSIONS, Entry
+from tracelab.hang.verdict import PER_RANK_SHAPES as PER_RANK
 from tracelab.hang.verdict import Divergence, HangReport, user_frames
 from tracelab.render.text import terminal
+from tracelab.vocabulary import collective_op
 
 #: Each rank's last ops shown after the verdict.
 LAST_ENTRIES = 3
@@ -59,9 +61,13 @@ def headline(verdict: Mapping[str, Any], *, label: bool = True) -> str:
     """The verdict's first line, from its JSON form (Divergence.as_dict, a hang_verdicts row):
     `HANG: rank(s) 1 never entered gloo:all_reduce #5` (without `HANG: ` when not `label`)."""
     kind, text = _HEADLINE[verdict["kind"]]
-    said = text.format(
-        absent=_ranks(int(r) for r in verdict["absent"]), op=verdict["op"], seq=verdict["seq"]
-    )
+    absent = verdict["absent"]
+    no_dump = [int(r) for r, e in absent.items() if e is None]
+    if verdict["kind"] != "missing_rank":  # those that dumped are the verdict's; say the rest
+        absent = {r: e for r, e in absent.items() if e is not None}
+    said = text.format(absent=_ranks(int(r) for r in absent), op=verdict["op"], seq=verdict["seq"])
+    if no_dump and verdict["kind"] != "missing_rank":
+        said += f"; rank(s) {_ranks(no_dump)} left no dump"
     return f"{kind}: {said}" if label else said
 
 
@@ -85,8 +91,21 @@ def text(report: HangReport) -> str:
     if not report.hung:
         out.append(
             f"OK: the {len(report.ranks)} ranks' dumps agree (ranks {_ranks(report.ranks)}): "
-            "every rank entered the same ops with the same sizes."
+            "every rank entered the same ops with the same sizes and dtypes."
         )
+        ops = {op for d in report.dumps for e in d.entries if (op := collective_op(e.op))}
+        unsaid = [
+            *(
+                ["the first dimension of all_to_all tensors (its splits)"]
+                if "all_to_all" in ops
+                else []
+            ),
+            *(f"the sizes of {op}" for op in sorted(ops & PER_RANK - {"all_to_all"})),
+        ]
+        if unsaid:
+            out.append(
+                f"  Not compared, as they differ by rank in a well-formed job: {'; '.join(unsaid)}."
+            )
     else:
         out += _divergence(report.divergences[0])
         for dv in report.divergences[1:]:

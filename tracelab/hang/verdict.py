@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,7 @@ def _check_members(dumps: list[RankDump]) -> None:
 #: Ops whose tensors differ by rank in a well-formed job: a rooted op's root records the
 #: gathered (scattered, reduced) tensor and the other ranks none; an all-to-all's splits are
 #: each rank's own. Their sizes and dtypes are not compared.
-_PER_RANK_SHAPES = frozenset({"gather", "scatter", "reduce", "all_to_all"})
+PER_RANK_SHAPES = frozenset({"gather", "scatter", "reduce", "all_to_all"})
 #: Ops every rank of a well-formed job calls with the same tensors: ranks that entered one and
 #: disagree on it are the verdict even while other ranks never entered (dumps of two jobs
 #: mixed); elsewhere the ranks that never entered come first.
@@ -153,13 +153,26 @@ _SAME_SHAPES = frozenset({"all_reduce", "broadcast"})
 def _same(a: Entry, b: Entry) -> str | None:
     if a.op != b.op:
         return "op_mismatch"
-    if collective_op(a.op) in _PER_RANK_SHAPES:
+    op = collective_op(a.op)
+    if op in PER_RANK_SHAPES:
+        # The sizes may differ by rank, the element type may not: where both ranks record
+        # tensors (a rooted op's other ranks may record none), their dtypes must agree. An
+        # all-to-all's tensors differ only in their first dimension (its splits).
+        if a.input_dtypes and b.input_dtypes and set(a.input_dtypes) != set(b.input_dtypes):
+            return "dtype_mismatch"
+        if op == "all_to_all" and _rows(a.input_sizes) != _rows(b.input_sizes):
+            return "size_mismatch"
         return None
     if a.input_sizes != b.input_sizes or a.output_sizes != b.output_sizes:
         return "size_mismatch"
     if a.input_dtypes != b.input_dtypes:
         return "dtype_mismatch"
     return None
+
+
+def _rows(sizes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """Each tensor's shape without its first dimension (an all-to-all's row shape)."""
+    return tuple(s[1:] for s in sizes)
 
 
 def _walk(dumps: list[RankDump], pg: str, p2p: bool, world_size: int | None) -> Divergence | None:
@@ -171,7 +184,15 @@ def _walk(dumps: list[RankDump], pg: str, p2p: bool, world_size: int | None) -> 
     dumped = {d.rank for d in dumps}
     last = {r: m[max(m)] for r, m in by_rank.items()}
     missing = [r for r in members if r not in dumped]
-    if missing and not p2p:
+    if p2p:  # p2p numbers count each pair's ops apart; compare only what both sides hold
+        return None
+    # The ranks that did dump first: one that never entered an op the others did, or that
+    # entered it with other sizes, is the cause whether or not another rank left no dump (a
+    # rank killed by the others' timeout hid the rank that never arrived).
+    found = _first_disagreement(pg, members, by_rank, last, dumped)
+    if found is not None:
+        return replace(found, absent={**found.absent, **{r: None for r in missing}})
+    if missing:
         newest = max(last.values(), key=lambda e: e.seq)
         return Divergence(
             kind="missing_rank",
@@ -184,8 +205,18 @@ def _walk(dumps: list[RankDump], pg: str, p2p: bool, world_size: int | None) -> 
             absent={r: None for r in missing},
             created_ns=newest.created_ns,
         )
-    if p2p:  # p2p numbers count each pair's ops apart; compare only what both sides hold
-        return None
+    return None
+
+
+def _first_disagreement(
+    pg: str,
+    members: tuple[int, ...],
+    by_rank: dict[int, dict[int, Entry]],
+    last: dict[int, Entry],
+    dumped: set[int],
+) -> Divergence | None:
+    """The first sequence number at which the ranks that dumped disagree (see _walk)."""
+    p2p = False
     start = max(min(m) for m in by_rank.values())
     end = max(max(m) for m in by_rank.values())
     for seq in range(start, end + 1):
