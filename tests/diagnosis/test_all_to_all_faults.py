@@ -149,6 +149,23 @@ def test_even_splits_and_a_slow_rank_is_a_straggler(diagnose: Any) -> None:
     assert slow and slow[0]["evidence"]["ranks"] == [3], d.summary(5)
 
 
+def test_without_sizes_the_cause_is_not_guessed(diagnose: Any) -> None:
+    """a2a_moe_uneven profiled without record_shapes: the trace holds no all-to-all sizes. The
+    finding said "the splits are even (... (size unknown), 0.00x its peers' mean)" and
+    "rebalancing the splits would not help", and its skew medians were 0 (a skew is 1 or
+    more). Now: no all-to-all cause, a note that says why and what to profile with, the late
+    rank still named, and the straggler finding on top with the fault's rank."""
+    d = diagnose("a2a_moe_noshapes")
+    top = _top(d)
+    assert top["evidence"]["ranks"] == [2], d.summary()
+    assert not {"ALL_TO_ALL_IMBALANCE", "ALL_TO_ALL_SLOW_RANK"} & set(d.codes()), d.summary(5)
+    a2a = d.doc["analyzers"]["alltoall"]
+    m = a2a["metrics"]
+    assert (m["cause"], m["rank"], m["bytes_ratio"]) == (None, 2, None), m
+    assert m["sent_skew_median"] is None and m["recv_skew_median"] is None, m
+    assert any("record_shapes=True" in n and "rank 2 is late" in n for n in a2a["notes"])
+
+
 def test_even_splits_slow_rank_costs_its_extra_work(diagnose: Any) -> None:
     d = diagnose("a2a_moe_slow")
     top = _top(d)

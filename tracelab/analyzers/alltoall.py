@@ -145,16 +145,17 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     metrics: dict[str, Any] = {
         "calls": sum(x["calls"] for x in ranks) // max(len(ranks), 1),
         "ranks": len(ranks),
-        "sent_skew_median": _median(
-            [x["sent_skew_median"] for x in ranks if x["sent_skew_median"]]
-        ),
-        "recv_skew_median": _median(
-            [x["recv_skew_median"] for x in ranks if x["recv_skew_median"]]
-        ),
+        # None where no call's bytes are known (a trace without record_shapes), not 0: a
+        # skew is max / mean, 1 or more.
+        **{
+            k: _median(known) if (known := [x[k] for x in ranks if x[k]]) else None
+            for k in ("sent_skew_median", "recv_skew_median")
+        },
         "cause": None,
         "rank": None,
     }
     findings: list[Finding] = []
+    unknown: tuple[str, ...] = ()
     # The rank last at steady all-to-alls with the largest what-if saving: the replay sees
     # the waiting even where the parts model files it elsewhere (peers blocked inside an
     # autograd op count as compute on gloo).
@@ -170,11 +171,21 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     ):
         heavy = _heavier(culprit)
         excess = _excess_compute(culprit, ranks)
-        data = heavy is not None and heavy.ratio >= p["min_bytes_ratio"]
-        uneven = data and excess >= p["min_compute_share"] * saving
-        metrics.update(cause="unbalanced_data" if uneven else "slow_participant")
         metrics.update(rank=culprit["rank"], bytes_ratio=heavy.ratio if heavy else None)
-        findings.append(_finding(culprit, ranks, heavy, excess, data, uneven, step_ns))
+        if heavy is None:
+            # No sizes to compare (a trace without record_shapes): uneven data and a slow
+            # participant look the same here; the stragglers' finding names the rank.
+            unknown = (
+                f"rank {culprit['rank']} is late at the all-to-alls (the others would save "
+                f"{ms(saving)} a step at its speed), but the trace holds no all-to-all sizes, so "
+                "uneven splits cannot be told from a slow rank: profile with "
+                "record_shapes=True, or with tracelab.profile (it records the split sizes).",
+            )
+        else:
+            data = heavy.ratio >= p["min_bytes_ratio"]
+            uneven = data and excess >= p["min_compute_share"] * saving
+            metrics.update(cause="unbalanced_data" if uneven else "slow_participant")
+            findings.append(_finding(culprit, ranks, heavy, excess, data, uneven, step_ns))
     return Result(
         analyzer=NAME,
         run=ctx.name,
@@ -186,6 +197,7 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
             "bytes per rank from all_to_all_ranks (split sizes, else Input Dims, else the "
             "collector's record); the late rank's bytes against its peers' tell uneven data "
             "from a slow participant.",
+            *unknown,
         ),
     )
 
@@ -256,7 +268,7 @@ def _excess_compute(c: Mapping[str, Any], ranks: list[dict[str, Any]]) -> float:
 def _finding(
     c: dict[str, Any],
     ranks: list[dict[str, Any]],
-    heavy: Heavier | None,
+    heavy: Heavier,
     excess: float,
     data: bool,
     uneven: bool,
@@ -266,7 +278,7 @@ def _finding(
     extra compute explains the waiting (ALL_TO_ALL_IMBALANCE)."""
     rk = c["rank"]
     peers = [x for x in ranks if x["rank"] != rk]
-    ratio = heavy.ratio if heavy else None
+    ratio = heavy.ratio
     emb = {x["rank"]: x.get("embedding_ns") for x in ranks}
     numbers: dict[str, float | int | str | None] = {
         "saving_ns_per_step": c["saving_ns_per_step"],
@@ -274,7 +286,7 @@ def _finding(
         "caused_wait_ns_per_step": c.get("caused_ns"),
         "sent_bytes_per_step": c["sent_bytes_per_step"],
         "recv_bytes_per_step": c["recv_bytes_per_step"],
-        "peers_mean_bytes_per_step": heavy.peers_mean_bytes_per_step if heavy else None,
+        "peers_mean_bytes_per_step": heavy.peers_mean_bytes_per_step,
         "bytes_ratio": ratio,
         "bytes_from": c["bytes_from"],
         "times_last": c["times_last"],
@@ -292,7 +304,7 @@ def _finding(
         affected_ranks=tuple(x["rank"] for x in peers),
         numbers=numbers,
     )
-    if uneven and heavy is not None:
+    if uneven:
         n = max(len(ranks), 1)
         claim = Claim(
             parts=(("wait", round(c.get("caused_ns") or 0.0)), ("compute", round(excess / n))),
@@ -318,7 +330,7 @@ def _finding(
             analyzer=NAME,
             view=VIEW,
         )
-    if data and heavy is not None:
+    if data:
         splits = (
             f"its splits are uneven (it {heavy.verb} {heavy.ratio:.1f}x its peers' mean), but it "
             f"computes only {ms(excess)} more per step than they do, so the extra data is not "
@@ -329,7 +341,9 @@ def _finding(
             "participant"
         )
     else:
-        splits = f"the splits are even (rank {rk} moves {moved} per step, {ratio or 0:.2f}x its peers' mean)"
+        splits = (
+            f"the splits are even (rank {rk} moves {moved} per step, {ratio:.2f}x its peers' mean)"
+        )
         title = (
             f"Rank {rk} is late at the all-to-alls with even splits: a slow participant, not "
             "unbalanced data"

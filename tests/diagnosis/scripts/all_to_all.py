@@ -180,7 +180,10 @@ def run_scenario(out: Path, sc: dict[str, Any], prof_sched: dict[str, int]) -> N
     step, splits = make(sc, rank, world)
     times: list[Work] = []
     dist.barrier()
-    for _ in profiled_steps(out / sc["name"], prof_sched, record_shapes=True):
+    # record_shapes: the all-to-alls' sizes (Input Dims); a scenario without them is
+    # profiled as torch.profiler's default leaves a trace.
+    shapes = sc.get("record_shapes", True)
+    for _ in profiled_steps(out / sc["name"], prof_sched, record_shapes=shapes):
         step(times)
     rec = times[prof_sched["warmup"] :]
     mine = {
