@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.foundation.hostile import cli
 from tracelab.derived.group_inference import Inference, Op, stride_layouts
 from tracelab.derived.groups import _pattern_dim, mesh_groups, parse_mesh
 from tracelab.ingest import ingest
@@ -242,3 +243,21 @@ def test_a_group_named_dp_that_shards_is_fsdp(tmp_path: Path) -> None:
         "SELECT group_key, dim FROM process_groups WHERE group_key <> '0' ORDER BY 1",
     )
     assert dims == [("ddp0", "dp"), ("ddp2", "dp"), ("fsdp0", "dp_shard"), ("fsdp1", "dp_shard")]
+
+
+@pytest.mark.parametrize("mesh", ["dp=3,tp=2", "dp=99999999999999999999,tp=2", "tp=2"])
+def test_a_mesh_that_does_not_cover_the_job_is_refused_at_ingest(tmp_path: Path, mesh: str) -> None:
+    """It was stored (exit 0), and `tracelab analyze` printed findings matched across the
+    wrong groups before failing. Now: a usage error (exit 2) naming the job's size, and no
+    store written."""
+    traces = [RankTrace(rank=r, world_size=4) for r in range(4)]
+    for t in traces:
+        t.step(1, 0, 20 * MS)
+    paths = write_ranks(tmp_path / "cap", traces)
+    db = tmp_path / "s.duckdb"
+    res = cli("ingest", "--db", str(db), "--mesh", mesh, *map(str, paths))
+    assert res.code == 2, res.err
+    assert "of a job of 4" in res.err and "multiply to 4" in res.err, res.err
+    assert "Traceback" not in res.err
+    assert not db.exists()
+    assert cli("ingest", "--db", str(db), "--mesh", "dp=2,tp=2", *map(str, paths)).code == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +36,13 @@ from tracelab.ingest.discover import (
 from tracelab.ingest.pool import Engine, convert_all
 from tracelab.ingest.ranks import ConvertedRank, resolve_ranks
 from tracelab.ingest.records import check_capture_records
-from tracelab.ingest.write import IfExists, IngestReport, staging_parent, write_run
+from tracelab.ingest.write import (
+    IfExists,
+    IngestReport,
+    staging_parent,
+    world_size_of,
+    write_run,
+)
 from tracelab.store_folder import prepare_store_path
 
 if TYPE_CHECKING:
@@ -136,6 +143,8 @@ def ingest(
             if capture is not None:
                 capture, bad_records = _drop_bad_records(capture, set(by_rank), skip_bad)
                 skipped += bad_records
+            if mesh:
+                _check_mesh(mesh, (1 if note else world_size_of(capture, by_rank)), by_rank)
             hang, dumps = _hang_verdict(paths, found, capture, by_rank)
             skipped += hang.problems if hang is not None else ()
             digest = inputs_digest(capture, set(by_rank), dumps)
@@ -165,6 +174,23 @@ def ingest(
             return report
     finally:
         lifecycle.remove_staging(staging)
+
+
+def _check_mesh(
+    mesh: Mapping[str, Any], world: int | None, by_rank: Mapping[int, ConvertedRank]
+) -> None:
+    """`--mesh` must cover the job's ranks, as the traces say them: one that does not was
+    stored, and the run's analysis failed later (after printing findings matched across the
+    mesh's wrong groups)."""
+    size = math.prod(int(s) for s in mesh.get("shape") or [])
+    ranks = max(world or 0, max(by_rank) + 1)
+    if size != ranks:
+        given = ",".join(f"{n}={s}" for n, s in zip(mesh["names"], mesh["shape"], strict=False))
+        raise UsageError(
+            f"--mesh {given} covers {size:,} ranks, but the traces are of a job of {ranks}: give "
+            "the job's whole mesh, outermost dimension first (init_device_mesh's order), whose "
+            f"sizes multiply to {ranks}."
+        )
 
 
 def _batch_runner(

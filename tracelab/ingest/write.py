@@ -8,7 +8,7 @@ import datetime as dt
 import json
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -105,7 +105,7 @@ def write_run(
     from tracelab.store import delete_run, open_store
     from tracelab.store.files import place_run, register_files
 
-    world = world or _world_size(capture, by_rank)
+    world = world or world_size_of(capture, by_rank)
     report = IngestReport(
         run=name,
         run_id=None,
@@ -191,7 +191,8 @@ def _stage_events(
     return staged, files
 
 
-def _world_size(capture: Capture | None, by_rank: dict[int, ConvertedRank]) -> int | None:
+def world_size_of(capture: Capture | None, by_rank: Mapping[int, ConvertedRank]) -> int | None:
+    """The job's world size: the capture's manifest's, else the largest its traces name."""
     if capture is not None and isinstance(capture.manifest.get("world_size"), int):
         return int(capture.manifest["world_size"])
     sizes = {i.world_size for cr in by_rank.values() for i in cr.infos if i.world_size}
