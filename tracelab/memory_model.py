@@ -284,6 +284,14 @@ class ModelConfig:
             raise ValueError(
                 f"{self.schedule} places two stages on each rank in a V: v must be 2, not {self.v}"
             )
+        stages = self.pp * self.v
+        if self.layers_per_stage is not None:
+            _stage_list(self.layers_per_stage, stages, self.layers)
+        elif self.layers < stages:
+            raise ValueError(
+                f"{self.layers} layers cannot fill the pipeline's {stages} stages (pp x v): each "
+                "stage needs at least one layer"
+            )
 
 
 def setting_problem(key: str, value: object) -> str | None:
@@ -310,6 +318,9 @@ def setting_problem(key: str, value: object) -> str | None:
         known = {*schedules.SCHEDULES, *_PUBLISHED, *_REPLAYED_AS}
         if value not in known:
             return f"schedule must be one of {sorted(known)}, not {value!r}"
+    if key == "layers_per_stage" and value is not None and any(n < 1 for n in value):  # type: ignore[attr-defined]
+        # a stage of no layers was dropped from the estimate, and its rank shown holding nothing
+        return f"layers_per_stage must give each stage at least one layer, not {list(value)}"  # type: ignore[call-overload]
     if key == "dtype" and value not in DTYPES:
         return f"dtype must be one of {sorted(DTYPES)}, not {value!r}"
     return None

@@ -7,9 +7,11 @@ paper's Table 3 configurations (sequence 2048, vocabulary 51200, micro-batch 1, 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -200,6 +202,10 @@ SHAPE = ["--layers", "4", "--hidden", "1024", "--seq", "2048", "--microbatch", "
         ("bin.json", b"\xff\xfe", "cannot read the config"),
         ("zero.json", '{"zero": 7}', "zero must be 0, 1, 2 or 3"),
         ("sched.yaml", "schedule: foo\n", "schedule must be one of"),
+        # a stage of no (or fewer than no) layers: its rank was shown holding nothing, or
+        # -0.012 GiB
+        ("neg.yaml", "pp: 2\nlayers_per_stage: [5, -1]\n", "at least one layer, not [5, -1]"),
+        ("none.yaml", "pp: 2\nlayers_per_stage: [4, 0]\n", "at least one layer, not [4, 0]"),
     ],
 )
 def test_a_config_file_that_cannot_be_used_names_it(tmp_path, name, text, words) -> None:
@@ -237,6 +243,9 @@ def test_flags_complete_a_partial_config_file(tmp_path) -> None:
             "v must be 2",
         ),
         (["--pp", "4", "--microbatches", "1000000"], "microbatches must be at most 65,536"),
+        # fewer layers than stages: the empty stages' ranks were listed holding nothing
+        (["--layers", "2", "--pp", "4", "--microbatches", "8"], "cannot fill the pipeline's 4"),
+        (["--layers", "4", "--pp", "4", "--v", "2", "--microbatches", "8"], "8 stages"),
     ],
 )
 def test_values_that_cannot_run_are_usage_errors(extra, words) -> None:
@@ -263,3 +272,23 @@ def test_analyze_refuses_a_prediction_it_cannot_read(tmp_path) -> None:
     partial.write_text("layers: 4\n")
     res = cli("analyze", "--db", str(db), "--only", "memory", "--prediction", str(partial))
     assert res.code == 3 and "missing setting" in res.err, res.err
+
+
+def test_a_run_without_a_pipeline_says_why_it_has_no_estimate(tmp_path) -> None:
+    """An FSDP2 capture (sample_traces/fsdp2, 4 ranks, no pipeline) got an empty estimate table
+    and no word why, and `--prediction` was dropped without one."""
+    from tests.foundation.hostile import cli
+
+    repo = Path(__file__).resolve().parents[2]
+    db = tmp_path / "s.duckdb"
+    assert cli("ingest", str(repo / "sample_traces" / "fsdp2"), "--db", str(db)).code == 0
+    pred = tmp_path / "pred.yaml"
+    pred.write_text("layers: 4\nhidden: 256\nseq: 64\nmicrobatch: 1\nheads: 4\n")
+    res = cli("analyze", "--db", str(db), "--only", "memory", "--format", "json",
+              "--prediction", str(pred))  # fmt: skip
+    assert res.code == 0, res.err
+    mem = json.loads(res.out)["analyzers"]["memory"]
+    assert mem["tables"]["estimate"] == []
+    (note,) = [n for n in mem["notes"] if n.startswith("no memory estimate")]
+    assert "this run has no pipeline" in note
+    assert f"--prediction {pred} is not compared" in note

@@ -78,6 +78,11 @@ def _window0(metadata: Mapping[str, Any]) -> tuple[int, int] | None:
     return None
 
 
+def model_state_bytes(metadata: Mapping[str, Any]) -> dict[int, float | None]:
+    """Per rank, the model-state bytes the collector counted (None where it counted none)."""
+    return {r: _states(e) for r, e in _manifest_ranks(metadata).items()}
+
+
 def _states(entry: Mapping[str, Any]) -> float | None:
     ms = entry.get("model_states")
     if not isinstance(ms, dict):
@@ -98,7 +103,7 @@ def estimate(
     collector's device allocator peaks per rank (empty on CPU)."""
     missing: list[str] = []
     entries = _manifest_ranks(metadata)
-    states = {r: _states(e) for r, e in entries.items()}
+    states = model_state_bytes(metadata)
     if not entries or all(v is None for v in states.values()):
         missing.append(
             "model-state bytes: capture with tracelab.profile(..., optimizer=opt) and the "

@@ -213,6 +213,8 @@ def analyze(con: duckdb.DuckDBPyConnection, ctx: RunContext, params: Mapping[str
     if missing:
         lead = "memory estimate without" if est_tbl else "no memory estimate: missing"
         notes.append(f"{lead} " + "; ".join(missing) + ".")
+    if not is_pipe:
+        notes.append(_no_pipeline_note(ctx, p))
     return Result(
         analyzer=NAME,
         run=ctx.name,
@@ -302,6 +304,31 @@ def _findings(
             )
         )
     return out
+
+
+def _no_pipeline_note(ctx: RunContext, p: Mapping[str, Any]) -> str:
+    """Why a run without a pipeline has no estimate, with what the collector counted: the
+    estimate's activations are one microbatch's bytes per stage times the schedule's
+    microbatches in flight, measured over the pipeline's forward actions."""
+    states = [v for v in _memory_estimate.model_state_bytes(ctx.metadata).values() if v is not None]
+    counted = (
+        f" The collector counted model states (parameters, gradients, optimizer states) of "
+        f"{size_str(int(min(states)))}"
+        + (f" to {size_str(int(max(states)))}" if max(states) != min(states) else "")
+        + " per rank."
+        if states
+        else ""
+    )
+    said = (
+        f" --prediction {p['prediction']} is not compared: its ranks are pipeline ranks."
+        if p.get("prediction")
+        else ""
+    )
+    return (
+        "no memory estimate: it is made per pipeline stage (one microbatch's activation bytes, "
+        "measured over the pipeline's forward actions, times the schedule's microbatches in "
+        f"flight), and this run has no pipeline.{counted}{said}"
+    )
 
 
 def _estimate(
