@@ -70,3 +70,17 @@ def test_each_impact_is_the_sum_of_its_parts(diagnose: Any, name: str) -> None:
             assert parts == {}, f
             continue
         assert sum(parts.values()) == f["impact_ns_per_step"], f
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_no_rank_waits_for_itself(diagnose: Any, name: str) -> None:
+    """A wait is for a collective's last rank: the last rank's own wait_ns and linked waits are
+    its transfer. They were filed as waiting for itself (7 ms a step of a late rank's
+    all-to-alls on gloo, found on a capture outside this package), inflating the wait it
+    "caused"."""
+    d = diagnose(name)
+    got = d.sql(
+        "SELECT rank, step, op, exposed_ns FROM comm_attribution "
+        "WHERE run_id = $run AND part = 'wait' AND culprit_rank = rank"
+    )
+    assert not got, got[:5]

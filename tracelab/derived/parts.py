@@ -171,15 +171,22 @@ WHERE e.run_id = $run AND e.rank BETWEEN $lo AND $hi AND NOT e.on_device AND e.c
   AND e.rank IN (FROM dev)
 UNION ALL
 -- Matched group collectives (from events or the collector's records): wait, then transfer.
-SELECT rank, start_ns, start_ns + wait_ns, {W}, op, pg_name, bytes, last_rank, dim
+-- The last rank to arrive waits for no one: the rest of its own duration (behind its earlier
+-- collectives of the group, or past the others' first end) is its transfer; it was filed as
+-- waiting for itself, 7 ms a step of a late rank's all-to-alls on gloo.
+SELECT rank, start_ns, start_ns + wait_ns, CASE WHEN last_rank = rank THEN {T} ELSE {W} END,
+       op, pg_name, bytes, CASE WHEN last_rank = rank THEN NULL ELSE last_rank END, dim
 FROM matched_collectives WHERE run_id = $run AND wait_ns > 0
 UNION ALL
 SELECT rank, start_ns + wait_ns, end_ns, {T}, op, pg_name, bytes, NULL, dim
 FROM matched_collectives WHERE run_id = $run
 UNION ALL
 -- Waits for async collectives: waiting, for the collective's last rank, except where that
--- collective's own transfer covers them (transfer comes first).
-SELECT rank, a, b, {W}, m.op, m.pg_name, m.bytes, m.last_rank, m.dim FROM linked
+-- collective's own transfer covers them (transfer comes first); the last rank's, transfer
+-- (as above).
+SELECT rank, a, b, CASE WHEN m.last_rank = rank THEN {T} ELSE {W} END, m.op, m.pg_name,
+       m.bytes, CASE WHEN m.last_rank = rank THEN NULL ELSE m.last_rank END, m.dim
+FROM linked
 UNION ALL
 SELECT rank, start_ns, start_ns + wait_ns, {P}, op, NULL, bytes, peer, 'pp'
 FROM p2p_ops WHERE run_id = $run AND wait_ns > 0

@@ -22,7 +22,9 @@ SCHEMA_VERSION = 6
 #: Version of what tracelab.derived computes into the derived tables. Bumped whenever a
 #: definition changes, so that a store derived by an older tracelab is re-derived
 #: (`tracelab rederive`) rather than shown with numbers that no longer mean the same.
-DERIVED_VERSION = 7
+#: 8: the last rank of a matched collective waits for no one (its wait_ns and linked waits are
+#: its transfer in the parts, not a wait for itself).
+DERIVED_VERSION = 8
 
 
 def first_row(cur: duckdb.DuckDBPyConnection) -> tuple | None:
