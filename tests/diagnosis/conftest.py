@@ -225,17 +225,6 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "sleep_rank": 2,
         "sleep_ms": 120,
     },
-    # a2a_moe_uneven profiled without record_shapes (torch.profiler's default): the trace has
-    # no all-to-all sizes, and the splits were called even ("0.00x its peers' mean").
-    "a2a_moe_noshapes": {
-        "kind": "moe",
-        "width": 128,
-        "tokens": 512,
-        "expert_repeat": 32,
-        "hot_rank": 2,
-        "hot_factor": 9,
-        "record_shapes": False,
-    },
     "a2a_moe_slow": {
         "kind": "moe",
         "width": 128,
@@ -245,6 +234,10 @@ A2A_SCENARIOS: dict[str, dict[str, Any]] = {
         "slow_factor": 12,
     },
 }
+
+# a2a_moe_uneven profiled without record_shapes (torch.profiler's default): the trace has no
+# all-to-all sizes, and the splits were called even ("0.00x its peers' mean").
+A2A_SCENARIOS["a2a_moe_noshapes"] = {**A2A_SCENARIOS["a2a_moe_uneven"], "record_shapes": False}
 
 CAPTURES = [
     *DDP_SCENARIOS,
