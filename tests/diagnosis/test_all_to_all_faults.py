@@ -226,6 +226,37 @@ def test_uneven_all_to_all_bandwidth_is_one_definition(diagnose: Any) -> None:
         assert bw[c["match_key"]]["busbw_gbps"] == pytest.approx(c["busbw_gbps"], rel=1e-12)
 
 
+def test_exposed_all_to_all_is_sized_as_its_calls(diagnose: Any) -> None:
+    """The exposed communication of an uneven all-to-all is filed under the call's size (the
+    size its bandwidth is measured at), not each rank's share: one call was listed under each
+    rank's own share (40 KiB on three ranks and 120 KiB on the hot one, in a review's capture)
+    and found no bus bandwidth."""
+    d = diagnose("a2a_moe_uneven")
+    calls = {
+        r["call_bytes"]
+        for r in d.sql("SELECT DISTINCT call_bytes FROM all_to_all_ranks WHERE run_id = $run")
+    }
+    sized = {
+        r["bytes"]
+        for r in d.sql(
+            "SELECT DISTINCT bytes FROM comm_attribution WHERE run_id = $run "
+            "AND op = 'all_to_all' AND bytes IS NOT NULL"
+        )
+    }
+    assert sized and sized <= calls, (sized, calls)
+    exposed = [
+        x
+        for x in d.doc["analyzers"]["breakdown"]["tables"]["exposed_by_collective"]
+        if x["op"] == "all_to_all" and x["bytes"] is not None
+    ]
+    assert exposed and {x["bytes"] for x in exposed} <= calls
+    comm = [f for f in d.findings if f["code"] == "EXPOSED_COMM"]
+    for f in comm:
+        for k, text in f["evidence"]["numbers"].items():
+            if k.startswith("collective_") and text.startswith("all_to_all"):
+                assert "bus bandwidth" in text or "(size unknown)" in text, text
+
+
 def test_a_slow_rank_that_also_receives_more_is_not_unbalanced_data(diagnose: Any) -> None:
     d = diagnose("a2a_moe_sleepy")
     top = _top(d)

@@ -33,6 +33,7 @@ INPUTS = {
     "collectives": "run_id, rank, event_idx, source, start_ns, op, pg_name",
     "collective_groups": "*",
     "matched_collectives": "*",
+    "all_to_all_ranks": "run_id, rank, match_key, call_bytes",
     "p2p_ops": "*",
     "pipeline_ranks": "*",
     "step_spans": "*",

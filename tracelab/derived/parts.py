@@ -131,11 +131,21 @@ waits AS (
     SELECT c.rank, c.idx, c.a, c.b FROM comm c
     WHERE c.name ILIKE '%wait_tensor%' OR c.name ILIKE 'c10d::wait%'
 ),
+-- The matched collectives, an all-to-all's size the call's (all_to_all_ranks.call_bytes, the
+-- size its bandwidth is measured at), not each rank's own share: one uneven call was listed
+-- as 40 KiB on three ranks and 120 KiB on the fourth, and found no bandwidth.
+matched AS (
+    SELECT m.* REPLACE (coalesce(a.call_bytes, m.bytes) AS bytes)
+    FROM matched_collectives m
+    LEFT JOIN all_to_all_ranks a ON m.op = 'all_to_all' AND a.run_id = m.run_id
+         AND a.match_key = m.match_key AND a.rank = m.rank
+    WHERE m.run_id = $run
+),
 mc AS (
     SELECT rank, start_ns, end_ns,
            {{'op': op, 'pg_name': pg_name, 'bytes': bytes, 'last_rank': last_rank,
              'dim': dim}} AS m
-    FROM matched_collectives WHERE run_id = $run
+    FROM matched
 ),
 in_flight AS (
     SELECT w.rank, w.idx, arg_min(mc.m, abs(mc.end_ns - w.b)) AS m
@@ -176,10 +186,10 @@ UNION ALL
 -- waiting for itself, 7 ms a step of a late rank's all-to-alls on gloo.
 SELECT rank, start_ns, start_ns + wait_ns, CASE WHEN last_rank = rank THEN {T} ELSE {W} END,
        op, pg_name, bytes, CASE WHEN last_rank = rank THEN NULL ELSE last_rank END, dim
-FROM matched_collectives WHERE run_id = $run AND wait_ns > 0
+FROM matched WHERE wait_ns > 0
 UNION ALL
 SELECT rank, start_ns + wait_ns, end_ns, {T}, op, pg_name, bytes, NULL, dim
-FROM matched_collectives WHERE run_id = $run
+FROM matched
 UNION ALL
 -- Waits for async collectives: waiting, for the collective's last rank, except where that
 -- collective's own transfer covers them (transfer comes first); the last rank's, transfer

@@ -19,7 +19,8 @@ CREATE TABLE IF NOT EXISTS comm_attribution (
     -- Its parallel dimension (process_groups.dim of its group; 'pp' for send/recv; 'unknown'
     -- when no group is known): per (rank, step, part) the rows of every dim add up as above.
     dim VARCHAR NOT NULL,
-    -- Its message size (matched_collectives.bytes), when known.
+    -- Its message size (matched_collectives.bytes; an all-to-all's, the call's size,
+    -- all_to_all_ranks.call_bytes, as its bandwidth is measured), when known.
     bytes BIGINT,
     -- For 'wait': the rank that arrived last (whom this rank waited for); for 'pipeline': the
     -- peer of the send/recv, when known; NULL otherwise.
