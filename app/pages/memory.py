@@ -67,7 +67,10 @@ def layout(**kwargs: Any) -> html.Div:
         f"Memory of {run}",
         html.P(v.headline(), className="headline", id=ids.MEM_HEADLINE),
         html.P(f"Source: {v.source_text}." if v.available else "", className="hint"),
-        findings_list(targets(mine, ctx), run, id=ids.MEM_SUMMARY, all_ranks=ctx.ranks),
+        # (without memory data nothing was measured: no "no findings" to say)
+        findings_list(targets(mine, ctx), run, id=ids.MEM_SUMMARY, all_ranks=ctx.ranks)
+        if v.available
+        else html.Div(id=ids.MEM_SUMMARY),
         html.P(v.note, className="hint") if v.note else html.Div(),
         graph(ids.MEM_PEAKS, peaks_figure(v)),
         graph(ids.MEM_STAGES, stages_figure(v)) if v.stages else html.Div(),

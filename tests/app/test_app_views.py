@@ -599,3 +599,20 @@ def test_dim_split_names_each_group_with_its_ranks(tmp_path: Path) -> None:
         "1": "group 1 (mesh_tp; ranks 0, 1)",
         PROBE: f"group {PROBE} (mesh_tp; ranks 2, 3)",
     }
+
+
+def test_memory_notes_are_said_once(app_store: Path) -> None:
+    """A run without a pipeline (sample fsdp2) printed "no memory estimate: ..." twice on the
+    Memory page (with the other notes, and where the estimate would be drawn); a run with no
+    memory data (overlap_gloo) had only "device capacity unknown" for a headline, and "no
+    findings" under it."""
+    from tracelab.views.memory import memory_view
+
+    with open_store(app_store) as con:
+        fsdp = memory_view(analyze_run(con, run_id(con, "sample-fsdp2")))
+        bare = memory_view(analyze_run(con, run_id(con, "overlap_gloo")))
+    assert (
+        fsdp.estimate_note.startswith("no memory estimate") and "no pipeline" in fsdp.estimate_note
+    )
+    assert "no memory estimate" not in fsdp.note
+    assert not bare.available and bare.headline() == "No memory measured in this run."

@@ -14,14 +14,16 @@ FIX = Path(__file__).parent / "fixtures"
 HOSTILE = "<script>window.hacked=1</script><img src=x onerror=alert(1)>"
 
 
-def capture(folder: Path, case: str | None, name: str = "cap", steps: int = 3) -> Path:
-    """A 2-rank gloo capture (manifest world_size 2) of `steps` steps, with `case`'s dumps in
-    flight-recorder/. Its collector records all-reduce #k of group '0' in step k + 1 (the
-    fixtures' verdicts are at #5: in step 6 when there are that many steps)."""
+def capture(
+    folder: Path, case: str | None, name: str = "cap", steps: int = 3, ranks: int = 2
+) -> Path:
+    """A gloo capture of `ranks` ranks (manifest world_size the same) of `steps` steps, with
+    `case`'s dumps in flight-recorder/. Its collector records all-reduce #k of group '0' in step
+    k + 1 (the 2-rank fixtures' verdicts are at #5: in step 6 when there are that many steps)."""
     root = build_run(
         folder,
         "stragglers",
-        arrivals_ms=(0, 1),
+        arrivals_ms=tuple(range(ranks)),
         backend="gloo",
         capture=True,
         steps=steps,

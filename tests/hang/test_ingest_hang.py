@@ -106,6 +106,27 @@ def test_analyze_puts_the_hang_first_with_its_evidence(tmp_path: Path) -> None:
     assert stored(db, "size")
 
 
+def test_a_rank_without_a_dump_is_not_said_to_have_never_entered(tmp_path: Path) -> None:
+    """4-rank dumps where rank 1 died on the others' timeout (tests/hang/scripts/hang_job4.py):
+    the finding listed it among the ranks that never entered ("Rank(s) 1, 3 never issued ..."),
+    and in the size desync, where every rank that dumped entered, as one that never entered."""
+    db = tmp_path / "s.duckdb"
+    for case, run in (("4ranks_skip_killed", "skip"), ("4ranks_size_killed", "size")):
+        ingest([str(capture(tmp_path / run, case, run, ranks=4))], db=str(db), workers=1)
+    skip = _findings(db, "skip")[0]
+    n = skip["evidence"]["numbers"]
+    assert skip["code"] == "HANG" and skip["evidence"]["ranks"] == [3], skip
+    assert (n["never_entered"], n["left_no_dump"]) == ("3", "1")
+    assert "rank_1_last_op" not in n and n["rank_3_last_op"].startswith("#7 gloo:all_to_all")
+    assert "Rank(s) 3 never issued gloo:all_reduce #8" in skip["suggestion"]
+    assert "Rank(s) 1 left no dump" in skip["suggestion"]
+    size = _findings(db, "size")[0]
+    n = size["evidence"]["numbers"]
+    assert size["code"] == "COLLECTIVE_DESYNC" and size["evidence"]["ranks"] == [0, 2, 3]
+    assert "never_entered" not in n and n["left_no_dump"] == "1"
+    assert "Rank(s) 1 left no dump" in size["suggestion"]
+
+
 def test_an_unreadable_dump_never_fails_the_traces(tmp_path: Path) -> None:
     root = capture(tmp_path, "skip")
     (root / "flight-recorder" / "rank_1.pkl").write_bytes(b"\x80\x04garbage")

@@ -111,7 +111,12 @@ def rank_rows(verdict: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _finding(v: Mapping[str, Any], step: int | None) -> Finding:
-    entered, absent = _ranks(v["entered"]), _ranks(v["absent"])
+    entered = _ranks(v["entered"])
+    # Absent ranks with a last op never entered; those without one left no dump (all of them,
+    # in a missing_rank verdict). A rank killed by the others' timeout sits beside the rank that
+    # never entered (tracelab.hang.verdict) and was listed as never entering too.
+    no_dump = _ranks(r for r, e in v["absent"].items() if e is None)
+    behind = _ranks(r for r, e in v["absent"].items() if e is not None)
     entries = sorted(v["entered"].items(), key=lambda kv: int(kv[0]))
     sizes = "; ".join(f"rank {r}: {shape_text(e)}" for r, e in entries)
     hung = v["kind"] in _HANG_KINDS
@@ -120,30 +125,37 @@ def _finding(v: Mapping[str, Any], step: int | None) -> Finding:
         "seq": v["seq"],
         "process_group": f"{v['process_group']} (ranks {_listed(_ranks(v['members']))})",
     }
-    if absent:
-        gone = v["kind"] == "missing_rank"
-        numbers["left_no_dump" if gone else "never_entered"] = _listed(absent)
+    if behind:
+        numbers["never_entered"] = _listed(behind)
         for r in rank_rows(v):
-            if r["role"] == "absent" and not gone:
+            if r["role"] == "absent" and r["rank"] in behind:
                 numbers[f"rank_{r['rank']}_last_op"] = r["op"]
+    if no_dump:
+        numbers["left_no_dump"] = _listed(no_dump)
     numbers["entered"] = "; ".join(f"rank {r}: {entry_text(e)}" for r, e in entries)
     where = next((r for r in rank_rows(v) if r["where"]), None)
     if where is not None:
         numbers["stack"] = f"rank {where['rank']} in {where['where']}"
+    culprits = no_dump if v["kind"] == "missing_rank" else behind
     fix = _FIX[v["kind"]].format(
-        absent=_listed(absent),
+        absent=_listed(culprits),
         entered=_listed(entered),
         op=v["op"],
         seq=v["seq"],
         pg=v["process_group"],
         sizes=sizes,
     )
+    if no_dump and v["kind"] != "missing_rank":
+        fix += (
+            f" Rank(s) {_listed(no_dump)} left no dump (died, or were killed by the others' "
+            "timeout): their logs say which."
+        )
     return Finding(
         code=Code.HANG if hung else Code.COLLECTIVE_DESYNC,
         severity=Severity.CRITICAL,
         title=headline(v, label=False),
         evidence=Evidence(
-            ranks=tuple(absent) if hung else tuple(entered),
+            ranks=tuple(culprits) if hung else tuple(entered),
             affected_ranks=tuple(entered) if hung else (),
             steps=() if step is None else (step,),
             numbers=numbers,

@@ -169,15 +169,14 @@ class MemoryView:
     def headline(self) -> str:
         """The peak, its source, the headroom and the imbalance in one or two sentences."""
         m = self.metrics
-        parts = []
-        if m.get("peak_bytes_max") is not None:
-            peak_rank = max(self.ranks, key=lambda r: r.get("peak_bytes") or 0, default=None)
-            where = f" on rank {peak_rank['rank']}" if peak_rank else ""
-            bound = " (a lower bound)" if m.get("peak_is_lower_bound") else ""
-            parts.append(
-                f"Highest peak {size(m['peak_bytes_max'])}{where}{bound}, "
-                f"measured as {self.peak_label}"
-            )
+        if m.get("peak_bytes_max") is None:
+            return "No memory measured in this run."
+        peak_rank = max(self.ranks, key=lambda r: r.get("peak_bytes") or 0, default=None)
+        where = f" on rank {peak_rank['rank']}" if peak_rank else ""
+        bound = " (a lower bound)" if m.get("peak_is_lower_bound") else ""
+        parts = [
+            f"Highest peak {size(m['peak_bytes_max'])}{where}{bound}, measured as {self.peak_label}"
+        ]
         cap = self.capacity_bytes
         if cap:
             used = [
@@ -220,12 +219,15 @@ def memory_view(analysis: Analysis) -> MemoryView:
     estimate = sorted(
         (dict(r) for r in result.tables.get("estimate", [])), key=lambda r: min(r["stages"])
     )
+    # The estimate's note goes where the estimate would be drawn, not again with the others.
+    estimate_note = next((n for n in result.notes if n.startswith("no memory estimate")), "")
     return MemoryView(
         available=bool(ranks),
         metrics=dict(result.metrics),
         ranks=ranks,
         stages=stages,
         estimate=estimate,
-        estimate_note=next((n for n in result.notes if n.startswith("no memory estimate")), ""),
-        note=" ".join(result.notes) or ("" if ranks else "No memory samples in this run."),
+        estimate_note=estimate_note,
+        note=" ".join(n for n in result.notes if n != estimate_note)
+        or ("" if ranks else "No memory samples in this run."),
     )
