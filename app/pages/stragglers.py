@@ -15,6 +15,7 @@ from tracelab.figures.stragglers import arrival_heatmap, skew_figure, wait_figur
 from tracelab.render.text import duration, value
 from tracelab.views.findings import step_windows, targets
 from tracelab.views.stragglers import COLLECTIVES_PER_PAGE, straggler_view
+from tracelab.vocabulary import Code
 
 RANK_COLUMNS = (
     ("rank", "rank"),
@@ -98,21 +99,11 @@ def layout(**kwargs: Any) -> html.Div:
     rows = [
         _rank_row(x) for x in v.ranks[(rank_page - 1) * ROWS_PER_PAGE : rank_page * ROWS_PER_PAGE]
     ]
-    blamed = ", ".join(f"rank {r}" for r in v.blamed) if v.blamed else "none"
     return page(
         run,
         "/stragglers",
         f"Stragglers of {run}",
-        html.P(
-            f"Blamed: {blamed}."
-            + (
-                ""
-                if v.blamed
-                else " No rank is late often enough, and by enough, to cost the others time."
-            ),
-            className="headline",
-            id=ids.ST_HEADLINE,
-        ),
+        html.P(_headline(v.blamed, mine), className="headline", id=ids.ST_HEADLINE),
         findings_list(
             targets(mine, ctx, windows, typical), run, id=ids.ST_BLAME, all_ranks=ctx.ranks
         ),
@@ -146,3 +137,18 @@ dash.register_page(
     order=4,
     layout=layout,
 )
+
+
+def _headline(blamed: list[int], mine: list[Any]) -> str:
+    """Who is blamed; with no one, whether the ranks still wait for each other (SYNC_WAIT: a
+    different rank last each time), which "Blamed: none" above that finding's card denied."""
+    if blamed:
+        return f"Blamed: {', '.join(f'rank {r}' for r in blamed)}."
+    spread = next((f for f in mine if f.code == Code.SYNC_WAIT), None)
+    if spread is not None:
+        return (
+            "Blamed: no single rank. The ranks wait for each other "
+            f"{duration(spread.impact_ns_per_step)} per step, a different rank last each time "
+            "(jitter, uneven inputs): see the waiting below."
+        )
+    return "Blamed: none. No rank is late often enough, and by enough, to cost the others time."

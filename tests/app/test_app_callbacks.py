@@ -385,3 +385,20 @@ def _walk(node: Any) -> Any:
     for kid in kids if isinstance(kids, list | tuple) else [kids] if kids is not None else []:
         if hasattr(kid, "children") or hasattr(kid, "figure"):
             yield from _walk(kid)
+
+
+def test_stragglers_headline_says_when_the_waiting_is_spread(analyzed: Any) -> None:
+    """A run with SYNC_WAIT and no blamed rank (sample ddp) read "Blamed: none. No rank is late
+    ... to cost the others time." right above that finding's card, "Blamed: ranks 0, 1, 2, 3"
+    at 41.6% of the step."""
+    from tracelab.app import db
+    from tracelab.app.pages import stragglers
+    from tracelab.render.text import duration
+
+    with db.cursor() as cur:
+        found = db.analysis(cur, db.resolve(cur, "sample-ddp")[0])
+    sync = next(f for f in found.findings if f.code == "SYNC_WAIT")
+    tree = stragglers.layout(run="sample-ddp")
+    assert find_text(tree, "Blamed: no single rank. The ranks wait for each other")
+    assert find_text(tree, duration(sync.impact_ns_per_step))
+    assert not find_text(tree, "No rank is late often enough")
