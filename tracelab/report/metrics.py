@@ -207,18 +207,21 @@ def _step_metrics(
         values["exposed_comm_share"] = _sampled(
             "exposed_comm_share",
             "exposed_comm_share",
-            "Exposed communication (share of step)",
+            "Exposed communication incl. waiting (share of step, median)",
             exposed,
         )
     if overlap:
         values["comm_overlap"] = _sampled(
-            "comm_overlap", "comm_overlap", "Comm/compute overlap (share of comm)", overlap
+            "comm_overlap", "comm_overlap", "Comm/compute overlap (share of comm, median)", overlap
         )
     if wait and _scalar(
         con, "SELECT count(*) FROM matched_collectives WHERE run_id = $run", {"run": run_id}
     ):
         values["straggler_wait"] = _sampled(
-            "straggler_wait", "straggler_wait", "Straggler wait (share of step)", wait
+            "straggler_wait",
+            "straggler_wait",
+            "Waiting for other ranks (share of step, median)",
+            wait,
         )
     by_dim: dict[str, dict[int, float]] = defaultdict(dict)
     dim_params = {"run": run_id, "min_ordinal": min_ordinal}
@@ -231,7 +234,10 @@ def _step_metrics(
     for dim, dim_shares in sorted(by_dim.items()):
         key = f"dim_comm_share[{dim}]"
         values[key] = _sampled(
-            key, "dim_comm_share", f"Exposed communication, {dim} (share of step)", dim_shares
+            key,
+            "dim_comm_share",
+            f"Exposed communication incl. waiting, {dim} (share of step, median)",
+            dim_shares,
         )
     acc: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     host_timed: dict[str, bool] = {}
