@@ -105,6 +105,14 @@ def check_owner(db_path: str | os.PathLike[str], *, claim: bool) -> None:
         (root / MARKER).write_text(db.name + "\n")
 
 
+def enclosing_store_folder(path: str | os.PathLike[str]) -> Path | None:
+    """The store folder (one marked MARKER) that `path` lies in, or None. Its store's next
+    write sweeps away whatever it does not list there: a store or an export put inside was
+    accepted, and deleted by the next ingest."""
+    p = Path(os.path.abspath(path))
+    return next((d for d in p.parents if (d / MARKER).is_file()), None)
+
+
 def prepare_store_path(db_path: str | os.PathLike[str]) -> None:
     """Before an ingest converts anything: make sure `db_path` can be opened as a store once
     the conversions are done, rather than fail after them. The store's folder is created when
@@ -114,6 +122,12 @@ def prepare_store_path(db_path: str | os.PathLike[str]) -> None:
     if str(db_path) == ":memory:":
         return
     db = Path(db_path)
+    inside = enclosing_store_folder(db)
+    if inside is not None:
+        raise StoreError(
+            f"{db}: this is inside {inside}, another store's Parquet folder, which that store "
+            "sweeps of every file it does not list. Give --db a path outside it."
+        )
     if db.is_dir():
         raise StoreError(
             f"{db}: this is a folder, not a store file. Name a file in it: "

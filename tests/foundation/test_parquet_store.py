@@ -634,3 +634,33 @@ def test_two_conversions_of_one_trace_at_once_both_succeed(tmp_path: Path) -> No
     assert [p.returncode for p in procs] == [0, 0], errors
     assert load_converted(trace_file) is not None
     assert sorted(p.name for p in trace_file.parent.iterdir()) == ["rank-0.json", "rank-0.tracelab"]
+
+
+def test_migrate_never_writes_into_another_stores_folder(tmp_path: Path) -> None:
+    """An old store `x` beside a store `x.duckdb` (both map to x.parquet/): `tracelab migrate`
+    skipped the owner check every other writer makes, wrote x's events files over x.duckdb's
+    (9,364 events read as 4,690) and failed after. Now it is refused before it writes."""
+    ingest([run_set(tmp_path / "t", ranks=2)], db=tmp_path / "x.duckdb", run="a", progress=False)
+    before = check_catalog(tmp_path / "x.duckdb")
+    files = _files_on_disk(tmp_path / "x.duckdb")
+    (tmp_path / "x").write_bytes(gzip.decompress((FIXTURES / "v3_store.duckdb.gz").read_bytes()))
+    res = cli("migrate", "--db", str(tmp_path / "x"))
+    assert res.code == 3 and "holds the files of the store" in res.err, res.err
+    assert check_catalog(tmp_path / "x.duckdb") == before
+    assert _files_on_disk(tmp_path / "x.duckdb") == files
+
+
+def test_a_store_or_an_export_inside_a_store_folder_is_refused(tmp_path: Path) -> None:
+    """Both were accepted, and the outer store's next write swept them away (its folder holds
+    only what it lists)."""
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=2)], db=db, run="a", progress=False)
+    inner = parquet_root(db) / "inner.duckdb"
+    res = cli("ingest", str(run_set(tmp_path / "u", ranks=1)), "--db", str(inner))
+    assert res.code == 3 and "another store's Parquet folder" in res.err, res.err
+    assert not inner.exists()
+    out = parquet_root(db) / "exp"
+    res = cli("export", "--db", str(db), "--run", "a", "--out", str(out))
+    assert res.code == 2 and "Choose an --out outside it" in res.err, res.err
+    assert not out.exists()
+    assert check_catalog(db) == {"a": 8}

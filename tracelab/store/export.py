@@ -19,6 +19,7 @@ from tracelab import __version__
 from tracelab.derived import TABLES as DERIVED_TABLES
 from tracelab.errors import UsageError
 from tracelab.store import resolve_run
+from tracelab.store_folder import enclosing_store_folder
 
 #: The file that marks a folder as a tracelab export (JSON: run, tracelab version).
 MARKER = ".tracelab-export"
@@ -50,6 +51,12 @@ def export_run(
     """Write every table's rows of one run under `out`; returns rows written per table."""
     rid, name = resolve_run(con, run)
     root = Path(out)
+    inside = enclosing_store_folder(root)
+    if inside is not None:
+        raise UsageError(
+            f"{root}: this is inside {inside}, a store's Parquet folder, whose store removes "
+            "every file it does not list on its next write. Choose an --out outside it."
+        )
     _clear(root, overwrite, _store_files(con))
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ from tracelab.store.files import (
 from tracelab.store.open import DEFAULT_LOCK_TIMEOUT_S, connect_with_retry
 from tracelab.store.schema import SCHEMA_FILES, apply_comments
 from tracelab.store.versions import SCHEMA_VERSION, first_row
+from tracelab.store_folder import check_owner
 
 if TYPE_CHECKING:
     import duckdb
@@ -53,6 +54,9 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
     path = os.fspath(path)
     if not Path(path).is_file():
         raise StoreError(f"{path}: no store here. Give the store file with --db.")
+    # As every writer's opening does: the folder it writes may be another store's (x and
+    # x.duckdb share x.parquet/), whose events files a migration overwrote.
+    check_owner(path, claim=True)
     con = connect_with_retry(path, False, DEFAULT_LOCK_TIMEOUT_S)
     try:
         row = first_row(con.execute("SELECT value FROM tracelab_meta WHERE key = 'schema_version'"))
