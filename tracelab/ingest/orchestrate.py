@@ -119,6 +119,7 @@ def ingest(
     show = _progress_printer() if progress is None or progress else None
     db_path = Path(db)
     prepare_store_path(db_path)  # a path that cannot hold the store fails now, not converted
+    _check_existing_store(db_path)
     staging = lifecycle.make_staging(staging_parent(db_path))
     try:
         with ExitStack() as session:
@@ -174,6 +175,27 @@ def ingest(
             return report
     finally:
         lifecycle.remove_staging(staging)
+
+
+def _check_existing_store(db: Path) -> None:
+    """A store the write would refuse (another schema or derived version, not a tracelab
+    store) is refused before any trace is converted: it was refused after every conversion
+    (2.6 s of a 16-rank ingest, the whole ingest's conversions at scale). A store another
+    process holds now is left to the write's own open, which waits for it."""
+    if not db.is_file():
+        return  # (a new store: nothing to check, and DuckDB's import stays beside the workers)
+    import duckdb
+
+    from tracelab.store.versions import check_version
+
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error:
+        return
+    try:
+        check_version(con, str(db))
+    finally:
+        con.close()
 
 
 def _check_mesh(
