@@ -29,7 +29,8 @@ COLUMNS = (
     ("a", "A"),
     ("b", "B"),
     ("change", "change"),
-    ("p", "p (adjusted)"),
+    # The p of the regression test, Holm-adjusted: an improvement's own p is in its "why".
+    ("p", "p of a regression (Holm)"),
     ("threshold", "threshold"),
     ("verdict", "verdict"),
     ("reason", "why"),

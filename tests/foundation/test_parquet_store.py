@@ -664,3 +664,18 @@ def test_a_store_or_an_export_inside_a_store_folder_is_refused(tmp_path: Path) -
     assert res.code == 2 and "Choose an --out outside it" in res.err, res.err
     assert not out.exists()
     assert check_catalog(db) == {"a": 8}
+
+
+def test_a_write_interrupted_after_its_commit_keeps_its_own_error() -> None:
+    """A SIGTERM that landed as the COMMIT ended (the Ray engine) found no transaction to roll
+    back, and DuckDB's "cannot rollback - no transaction is active" replaced it (exit 70)."""
+    import duckdb
+
+    from tracelab.ingest.write import _rollback
+
+    con = duckdb.connect()
+    _rollback(con)  # no transaction: nothing to do, no error
+    con.execute("BEGIN TRANSACTION")
+    con.execute("CREATE TABLE t (x INTEGER)")
+    _rollback(con)
+    assert not con.execute("SELECT * FROM duckdb_tables() WHERE table_name = 't'").fetchall()

@@ -55,7 +55,9 @@ def step_distributions(c: StepComparison, a_name: str, b_name: str) -> Figure:
             barmode="overlay",
             xaxis={"title": {"text": "step time (ms)"}},
             yaxis={"title": {"text": "steps"}, "domain": [0, 0.68]},
-            yaxis2={"domain": [0.75, 1], "anchor": "x", "type": "category"},
+            # automargin: the run names are the box plots' labels ("ddp_slow_rank" was clipped to
+            # "slow_rank" by the 60 px margin)
+            yaxis2={"domain": [0.75, 1], "anchor": "x", "type": "category", "automargin": True},
             legend={"orientation": "h", "y": -0.2},
         ),
     }

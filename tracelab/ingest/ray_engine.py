@@ -24,7 +24,9 @@ it); with one, the ingest joins that cluster (`ray start --head` on one node, `r
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,6 +73,10 @@ def connected(address: str | None, workers: int | None) -> Iterator[Any]:
         # this node names a cluster (ray.init would join it, and refuse num_cpus).
         kwargs["address"] = "local"
         kwargs["num_cpus"] = workers or os.cpu_count() or 1
+    # ray.init installs its own SIGTERM and SIGINT handlers (a SIGTERM then aborted the process
+    # with a stack dump, leaving the staging folder and the WAL): the CLI's own are restored,
+    # so a terminated ingest unwinds (exit 143) as on the local engine.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         ray.init(**kwargs)
     except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -79,6 +85,11 @@ def connected(address: str | None, workers: int | None) -> Iterator[Any]:
             f"could not connect to {where}: {exc}. Start one with `ray start --head`, or leave "
             "out --address to start a local one."
         ) from exc
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
     try:
         yield ray
     finally:

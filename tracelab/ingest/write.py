@@ -157,13 +157,25 @@ def write_run(
                 con.execute("COMMIT")
                 break
             except ComponentFailed as exc:
-                con.execute("ROLLBACK")
+                _rollback(con)
                 skip[exc.component] = exc.reason
             except BaseException:
-                con.execute("ROLLBACK")
+                _rollback(con)
                 raise
     report.run_id = rid
     return report
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll the write back, where a transaction is still open: a signal that lands as the
+    COMMIT ends (SIGTERM on the Ray engine) found none, and DuckDB's "cannot rollback - no
+    transaction is active" replaced the signal as the error (exit 70, "a bug")."""
+    import duckdb  # (imported by the store's opening already)
+
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.TransactionException:
+        pass
 
 
 def _stage_events(

@@ -280,7 +280,10 @@ def _sampled_row(
     if beyond_bad and p_adj < s.alpha and ci_bad:
         verdict, reason = Verdict.REGRESSION, f"beyond {t.text} and significant (p={p_adj:.2g})"
     elif beyond_good and p_good < s.alpha and ci_good:
-        verdict, reason = Verdict.IMPROVED, f"improved beyond {t.text} (p={p_good:.2g})"
+        verdict, reason = (
+            Verdict.IMPROVED,
+            f"improved beyond {t.text} (p={p_good:.2g} for an improvement)",
+        )
     elif beyond_bad and p_adj < s.alpha:
         verdict, reason = (
             Verdict.PASS,
