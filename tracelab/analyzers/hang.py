@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from tracelab.analyzers._common import RunContext, merge_params
-from tracelab.hang.render import entry_text, headline, shape_text
+from tracelab.hang.render import absent_ranks, entry_text, headline, shape_text
 from tracelab.hang.stored import stored_verdicts
 from tracelab.results import Evidence, Finding, Result, Severity
 from tracelab.vocabulary import P2P_OPS, Code
@@ -112,11 +112,8 @@ def rank_rows(verdict: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _finding(v: Mapping[str, Any], step: int | None) -> Finding:
     entered = _ranks(v["entered"])
-    # Absent ranks with a last op never entered; those without one left no dump (all of them,
-    # in a missing_rank verdict). A rank killed by the others' timeout sits beside the rank that
-    # never entered (tracelab.hang.verdict) and was listed as never entering too.
-    no_dump = _ranks(r for r, e in v["absent"].items() if e is None)
-    behind = _ranks(r for r, e in v["absent"].items() if e is not None)
+    # (a rank without a dump was listed among those that never entered)
+    behind, no_dump = absent_ranks(v)
     entries = sorted(v["entered"].items(), key=lambda kv: int(kv[0]))
     sizes = "; ".join(f"rank {r}: {shape_text(e)}" for r, e in entries)
     hung = v["kind"] in _HANG_KINDS

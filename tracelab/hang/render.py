@@ -61,14 +61,25 @@ def headline(verdict: Mapping[str, Any], *, label: bool = True) -> str:
     """The verdict's first line, from its JSON form (Divergence.as_dict, a hang_verdicts row):
     `HANG: rank(s) 1 never entered gloo:all_reduce #5` (without `HANG: ` when not `label`)."""
     kind, text = _HEADLINE[verdict["kind"]]
-    absent = verdict["absent"]
-    no_dump = [int(r) for r, e in absent.items() if e is None]
-    if verdict["kind"] != "missing_rank":  # those that dumped are the verdict's; say the rest
-        absent = {r: e for r, e in absent.items() if e is not None}
-    said = text.format(absent=_ranks(int(r) for r in absent), op=verdict["op"], seq=verdict["seq"])
-    if no_dump and verdict["kind"] != "missing_rank":
+    behind, no_dump = absent_ranks(verdict)
+    gone = verdict["kind"] == "missing_rank"
+    said = text.format(
+        absent=_ranks(no_dump if gone else behind), op=verdict["op"], seq=verdict["seq"]
+    )
+    if no_dump and not gone:
         said += f"; rank(s) {_ranks(no_dump)} left no dump"
     return f"{kind}: {said}" if label else said
+
+
+def absent_ranks(verdict: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+    """The verdict's absent ranks, from its JSON form: (those that dumped, and never entered
+    its op: their last op is given; those that left no dump). A rank killed by the others'
+    timeout sits beside the rank that never entered (tracelab.hang.verdict)."""
+    absent = verdict["absent"].items()
+    return (
+        sorted(int(r) for r, e in absent if e is not None),
+        sorted(int(r) for r, e in absent if e is None),
+    )
 
 
 def _divergence(dv: Divergence) -> list[str]:
@@ -94,14 +105,9 @@ def text(report: HangReport) -> str:
             "every rank entered the same ops with the same sizes and dtypes."
         )
         ops = {op for d in report.dumps for e in d.entries if (op := collective_op(e.op))}
-        unsaid = [
-            *(
-                ["the first dimension of all_to_all tensors (its splits)"]
-                if "all_to_all" in ops
-                else []
-            ),
-            *(f"the sizes of {op}" for op in sorted(ops & PER_RANK - {"all_to_all"})),
-        ]
+        unsaid = [f"the sizes of {op}" for op in sorted(ops & PER_RANK - {"all_to_all"})]
+        if "all_to_all" in ops:
+            unsaid.insert(0, "the first dimension of all_to_all tensors (its splits)")
         if unsaid:
             out.append(
                 f"  Not compared, as they differ by rank in a well-formed job: {'; '.join(unsaid)}."

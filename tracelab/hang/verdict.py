@@ -6,7 +6,8 @@ number every rank's ring buffer still holds, the first number at which the ranks
 verdict:
 
 - `missing_rank`: a member of the group left no dump (it died, or was killed before it could
-  dump), so the others wait for it in their last op;
+  dump) and the ranks that did dump agree, so they wait for it in their last op (where they
+  disagree, that is the verdict, the rank without a dump listed beside it);
 - `not_entered`: some ranks enqueued the op and others never did (their last op is earlier):
   the others are stuck in it;
 - `op_mismatch`: the ranks enqueued different ops at the same number;
@@ -142,7 +143,8 @@ def _check_members(dumps: list[RankDump]) -> None:
 
 #: Ops whose tensors differ by rank in a well-formed job: a rooted op's root records the
 #: gathered (scattered, reduced) tensor and the other ranks none; an all-to-all's splits are
-#: each rank's own. Their sizes and dtypes are not compared.
+#: each rank's own. Only what must agree is compared (_same): dtypes, and an all-to-all's
+#: shape after the first dimension.
 PER_RANK_SHAPES = frozenset({"gather", "scatter", "reduce", "all_to_all"})
 #: Ops every rank of a well-formed job calls with the same tensors: ranks that entered one and
 #: disagree on it are the verdict even while other ranks never entered (dumps of two jobs
@@ -215,8 +217,8 @@ def _first_disagreement(
     last: dict[int, Entry],
     dumped: set[int],
 ) -> Divergence | None:
-    """The first sequence number at which the ranks that dumped disagree (see _walk)."""
-    p2p = False
+    """The first sequence number at which the ranks that dumped disagree on a collective (see
+    _walk)."""
     start = max(min(m) for m in by_rank.values())
     end = max(max(m) for m in by_rank.values())
     for seq in range(start, end + 1):
@@ -234,7 +236,7 @@ def _first_disagreement(
                 pg=pg,
                 members=members,
                 seq=seq,
-                p2p=p2p,
+                p2p=False,
                 op=ref.op,
                 entered=here,
                 absent=others,
@@ -249,7 +251,7 @@ def _first_disagreement(
                 pg=pg,
                 members=members,
                 seq=seq,
-                p2p=p2p,
+                p2p=False,
                 op=ref.op,
                 entered=here,
                 absent=others,
