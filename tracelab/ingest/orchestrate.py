@@ -144,8 +144,10 @@ def ingest(
             if capture is not None:
                 capture, bad_records = _drop_bad_records(capture, set(by_rank), skip_bad)
                 skipped += bad_records
+            # (one rank read alone, `note`: a world of one)
+            world = 1 if note else world_size_of(capture, by_rank)
             if mesh:
-                _check_mesh(mesh, (1 if note else world_size_of(capture, by_rank)), by_rank)
+                _check_mesh(mesh, world, by_rank)
             hang, dumps = _hang_verdict(paths, found, capture, by_rank)
             skipped += hang.problems if hang is not None else ()
             digest = inputs_digest(capture, set(by_rank), dumps)
@@ -163,7 +165,7 @@ def ingest(
                 skipped,
                 found,
                 if_exists,
-                world=1 if note else None,
+                world=world,
                 extra=None if hang is None else partial(hang_store.write, hang=hang),
                 extra_metadata=metadata or None,
                 runner=runner,

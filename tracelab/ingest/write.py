@@ -100,12 +100,12 @@ def write_run(
     runner: Runner | None = None,
 ) -> IngestReport:
     """Write the run in one transaction; `extra(con, run_id)` adds more of its rows in it
-    (the hang verdict, tracelab.hang.stored). `runner`: where the derived layer's per-rank
-    batches run (tracelab.derived.part_batches; default this process)."""
+    (the hang verdict, tracelab.hang.stored). `world`: the job's world size (world_size_of,
+    or 1 for one rank read alone). `runner`: where the derived layer's per-rank batches run
+    (tracelab.derived.part_batches; default this process)."""
     from tracelab.store import delete_run, open_store
     from tracelab.store.files import place_run, register_files
 
-    world = world or world_size_of(capture, by_rank)
     report = IngestReport(
         run=name,
         run_id=None,
