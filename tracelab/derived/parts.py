@@ -134,8 +134,11 @@ waits AS (
 -- The matched collectives, an all-to-all's size the call's (all_to_all_ranks.call_bytes, the
 -- size its bandwidth is measured at), not each rank's own share: one uneven call was listed
 -- as 40 KiB on three ranks and 120 KiB on the fourth, and found no bandwidth.
+-- `culprit`: whom the rank waits for, its last rank; none on the last rank itself, whose own
+-- wait is its transfer (below).
 matched AS (
-    SELECT m.* REPLACE (coalesce(a.call_bytes, m.bytes) AS bytes)
+    SELECT m.* REPLACE (coalesce(a.call_bytes, m.bytes) AS bytes),
+           nullif(m.last_rank, m.rank) AS culprit
     FROM matched_collectives m
     LEFT JOIN all_to_all_ranks a ON m.op = 'all_to_all' AND a.run_id = m.run_id
          AND a.match_key = m.match_key AND a.rank = m.rank
@@ -143,7 +146,7 @@ matched AS (
 ),
 mc AS (
     SELECT rank, start_ns, end_ns,
-           {{'op': op, 'pg_name': pg_name, 'bytes': bytes, 'last_rank': last_rank,
+           {{'op': op, 'pg_name': pg_name, 'bytes': bytes, 'culprit': culprit,
              'dim': dim}} AS m
     FROM matched
 ),
@@ -184,8 +187,8 @@ UNION ALL
 -- The last rank to arrive waits for no one: the rest of its own duration (behind its earlier
 -- collectives of the group, or past the others' first end) is its transfer; it was filed as
 -- waiting for itself, 7 ms a step of a late rank's all-to-alls on gloo.
-SELECT rank, start_ns, start_ns + wait_ns, CASE WHEN last_rank = rank THEN {T} ELSE {W} END,
-       op, pg_name, bytes, CASE WHEN last_rank = rank THEN NULL ELSE last_rank END, dim
+SELECT rank, start_ns, start_ns + wait_ns, CASE WHEN culprit IS NULL THEN {T} ELSE {W} END,
+       op, pg_name, bytes, culprit, dim
 FROM matched WHERE wait_ns > 0
 UNION ALL
 SELECT rank, start_ns + wait_ns, end_ns, {T}, op, pg_name, bytes, NULL, dim
@@ -194,8 +197,8 @@ UNION ALL
 -- Waits for async collectives: waiting, for the collective's last rank, except where that
 -- collective's own transfer covers them (transfer comes first); the last rank's, transfer
 -- (as above).
-SELECT rank, a, b, CASE WHEN m.last_rank = rank THEN {T} ELSE {W} END, m.op, m.pg_name,
-       m.bytes, CASE WHEN m.last_rank = rank THEN NULL ELSE m.last_rank END, m.dim
+SELECT rank, a, b, CASE WHEN m.culprit IS NULL THEN {T} ELSE {W} END, m.op, m.pg_name,
+       m.bytes, m.culprit, m.dim
 FROM linked
 UNION ALL
 SELECT rank, start_ns, start_ns + wait_ns, {P}, op, NULL, bytes, peer, 'pp'
