@@ -59,6 +59,10 @@ def instrument() -> None:
     for name in ("connect_with_retry", "ensure_schema", "sweep"):
         timed(store_open, name, f"store: {name}")
     timed(write, "_insert_run")
+    timed(write, "_build", "staged store: the run built and derived")
+    import tracelab.store.staged as staged
+
+    timed(staged, "move_run", "store: the run moved in")
     for name in [n for n in dir(load) if n.startswith("load_")]:
         timed(load, name)
     steps: list[tuple[str, Callable[..., None], tuple[str, ...]]] = []

@@ -403,8 +403,8 @@ def _stage(tmp_path: Path, db: Path) -> str:
     """Where the ingest is now, as seen from outside."""
     if any(p.name.startswith("run=") and p.name != "run=1" for p in parquet_root(db).glob("*")):
         return "placed"
-    if list(tmp_path.glob(".tracelab-ingest-*/run")):
-        return "staged"
+    if list(tmp_path.glob(".tracelab-ingest-*/run.parquet/run=*")):
+        return "staged"  # (built in the staged store: tracelab.store.staged)
     return "converting"
 
 
@@ -459,6 +459,45 @@ def test_readers_see_a_run_whole_or_not_at_all(two_ranks: Path, tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
     full = check_catalog(db)["big"]
     assert set(seen) <= {0, full} and seen.count(0) > 5, set(seen)
+
+
+def test_readers_are_not_blocked_while_the_run_is_derived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run is loaded and derived in a staged store (tracelab.store.staged), not inside the
+    store's write: a reader in another process opens the store at once meanwhile
+    (TRACELAB_LOCK_TIMEOUT_S=0), and sees the runs committed before, not the one being built.
+    The check runs where the derivation's per-rank batches start (the runner's map)."""
+    import os
+
+    from tracelab.derived import part_batches
+    from tracelab.ingest import orchestrate
+
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "good")], db=db, run="good", progress=False)
+    seen: list[tuple[int, str]] = []
+
+    def reading_map(fn, jobs):  # type: ignore[no-untyped-def]
+        query = "SELECT string_agg(name, ',' ORDER BY name) AS names FROM runs"
+        res = subprocess.run(
+            [sys.executable, "-m", "tracelab.cli", "sql", query, "--db", str(db)]
+            + ["--format", "csv"],
+            env={**os.environ, "TRACELAB_LOCK_TIMEOUT_S": "0"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        seen.append((res.returncode, res.stdout + res.stderr))
+        return map(fn, jobs)
+
+    monkeypatch.setattr(
+        orchestrate, "_batch_runner", lambda *_a: part_batches.Runner(map=reading_map)
+    )
+    ingest([run_set(tmp_path / "new", ranks=2)], db=db, run="new", progress=False)
+    assert seen, "the derivation ran no batch"
+    assert all(code == 0 for code, _ in seen), seen
+    assert all(text.split() == ["names", "good"] for _, text in seen), seen
+    assert check_catalog(db) == {"good": 8, "new": 8}
 
 
 def test_concurrent_ingests_both_land(tmp_path: Path) -> None:
@@ -671,7 +710,7 @@ def test_a_write_interrupted_after_its_commit_keeps_its_own_error() -> None:
     back, and DuckDB's "cannot rollback - no transaction is active" replaced it (exit 70)."""
     import duckdb
 
-    from tracelab.ingest.write import _rollback
+    from tracelab.store.open import rollback as _rollback
 
     con = duckdb.connect()
     _rollback(con)  # no transaction: nothing to do, no error

@@ -4,13 +4,14 @@ parts 0.59-0.60 s -> 0.48-0.53 s), in a local worker process, or as a Ray task o
 node of the cluster.
 
 The parts are the derived work that grows with events (tracelab.derived.parts). A batch's
-inputs are its ranks' events files, in the store folder (on a shared filesystem for Ray, as the
+inputs are its ranks' events files, in the folder of the store it is derived in (the ingest's
+staged store, tracelab.store.staged, beside the store: on a shared filesystem for Ray, as the
 traces are), and the rows of the small cross-rank tables its intervals read, of its ranks only
 (sized by ranks x steps x collectives, never by events), which travel with the job. A worker
 opens an in-memory DuckDB, names those inputs as the store names them, derives the batch
-(parts.derive_ranks), writes its time_parts file into the store folder, and sends back that
+(parts.derive_ranks), writes its time_parts file into that folder, and sends back that
 file's catalog entry with the batch's step_parts and comm_attribution rows. Only the driver
-touches the store: it inserts what comes back in the ingest's transaction (store()).
+touches the store it derives in: it inserts what comes back in its transaction (store()).
 """
 
 from __future__ import annotations

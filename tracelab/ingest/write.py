@@ -1,6 +1,6 @@
-"""The ingest's one write transaction: the run's rows, its converted events files moved into the
-store folder and listed, its small tables loaded, and the derived layer, committed together or
-not at all."""
+"""The ingest's write: the run's rows, its converted events files, its small tables and the
+derived layer, built together in a staged store, then moved into the store in one short
+transaction (tracelab.store.staged), whole or not at all."""
 
 from __future__ import annotations
 
@@ -99,12 +99,14 @@ def write_run(
     extra_metadata: dict[str, Any] | None = None,
     runner: Runner | None = None,
 ) -> IngestReport:
-    """Write the run in one transaction; `extra(con, run_id)` adds more of its rows in it
-    (the hang verdict, tracelab.hang.stored). `world`: the job's world size (world_size_of,
-    or 1 for one rank read alone). `runner`: where the derived layer's per-rank batches run
-    (tracelab.derived.part_batches; default this process)."""
-    from tracelab.store import delete_run, open_store
-    from tracelab.store.files import place_run, register_files
+    """Write the run: built in a staged store in `staging`, then moved into the store in one
+    short transaction (tracelab.store.staged), so that readers wait for the move only.
+    `extra(con, run_id)` adds more of its rows (the hang verdict, tracelab.hang.stored).
+    `world`: the job's world size (world_size_of, or 1 for one rank read alone). `runner`:
+    where the derived layer's per-rank batches run (tracelab.derived.part_batches; default
+    this process)."""
+    from tracelab.store import open_store
+    from tracelab.store.staged import move_run
 
     report = IngestReport(
         run=name,
@@ -115,39 +117,97 @@ def write_run(
         skipped=skipped,
         ignored=[str(p) for p in found.ignored],
     )
+    # The run's id, handed out by the store (its sequence never hands one out twice), unless
+    # the run is there already: a few milliseconds of the store's lock.
+    with open_store(db_path, read_only=False) as con:
+        old, unchanged = _existing(con, name, by_rank, skipped, extra_metadata, if_exists)
+        if unchanged:
+            report.run_id, report.unchanged = old, True
+            return report
+        rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+    staged = staging / "run.duckdb"
+    _build(
+        staged,
+        rid,
+        name,
+        paths,
+        capture,
+        by_rank,
+        skipped,
+        world,
+        extra,
+        extra_metadata,
+        runner,
+        report,
+    )
+    with open_store(db_path, read_only=False) as con:
+        # Another ingest may have written a run of this name meanwhile: decided again.
+        old, unchanged = _existing(con, name, by_rank, skipped, extra_metadata, if_exists)
+        if unchanged:
+            report.run_id, report.unchanged, report.derived_errors = old, True, {}
+            return report
+        move_run(con, staged, rid, replacing=old)
+    report.run_id = rid
+    return report
+
+
+def _existing(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    by_rank: dict[int, ConvertedRank],
+    skipped: list[dict[str, str]],
+    extra_metadata: dict[str, Any] | None,
+    if_exists: IfExists,
+) -> tuple[int | None, bool]:
+    """The stored run of this name (None if none) and whether it is this one unchanged (the
+    same traces' hashes, nothing skipped, the same SAME_RUN_KEYS); a different one is refused
+    unless `if_exists` is "replace"."""
+    row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchall()
+    if not row:
+        return None, False
+    old = int(row[0][0])
+    if _identical(con, old, by_rank) and not skipped and _same_metadata(con, old, extra_metadata):
+        return old, True
+    if if_exists == "refuse":
+        raise UsageError(
+            f"a run named {name!r} already exists with different content. "
+            "Use --replace to overwrite it, or --run NEW_NAME to keep both."
+        )
+    return old, False
+
+
+def _build(
+    staged: Path,
+    rid: int,
+    name: str,
+    paths: Sequence[str | os.PathLike[str]],
+    capture: Capture | None,
+    by_rank: dict[int, ConvertedRank],
+    skipped: list[dict[str, str]],
+    world: int | None,
+    extra: Callable[[duckdb.DuckDBPyConnection, int], None] | None,
+    extra_metadata: dict[str, Any] | None,
+    runner: Runner | None,
+    report: IngestReport,
+) -> None:
+    """The run, whole, in the staged store `staged` (no lock held on the store): its rows, its
+    events files staged in its folder and listed, its small tables loaded, and the derived
+    layer, committed together."""
     from tracelab.derived import ComponentFailed
     from tracelab.derived import errors as derived_errors
+    from tracelab.store.files import register_files
+    from tracelab.store.open import rollback
+    from tracelab.store.staged import staged_store
+    from tracelab.store_folder import make_root
 
-    # The run's events files are staged (outside the lock), then moved into the store folder
-    # with one rename and listed in the transaction that commits the run (tracelab.store.files).
-    staged, files = _stage_events(staging, by_rank)
-    # A derived component that fails inside DuckDB aborts the transaction: the whole write is
-    # tried again without it (its failure recorded in derived_errors), so the run still lands.
-    skip: dict[str, str] = {}
-    with open_store(db_path, read_only=False) as con:
-        row = con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchall()
-        old = int(row[0][0]) if row else None
-        if old is not None:
-            if (
-                _identical(con, old, by_rank)
-                and not skipped
-                and _same_metadata(con, old, extra_metadata)
-            ):
-                report.run_id, report.unchanged = old, True
-                return report
-            if if_exists == "refuse":
-                raise UsageError(
-                    f"a run named {name!r} already exists with different content. "
-                    "Use --replace to overwrite it, or --run NEW_NAME to keep both."
-                )
-        # Sequences are not transactional: an id is never handed out twice.
-        rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
-        place_run(con, staged, rid)
+    with staged_store(staged) as con:
+        files = _stage_events(make_root(con) / f"run={rid}", by_rank)
+        # A derived component that fails inside DuckDB aborts the transaction: the whole build
+        # is tried again without it (its failure recorded in derived_errors), so the run lands.
+        skip: dict[str, str] = {}
         while True:
             con.execute("BEGIN TRANSACTION")
             try:
-                if old is not None:
-                    delete_run(con, old)
                 _insert_run(con, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
                 register_files(con, rid, files)
                 _load(con, rid, by_rank, capture, skip, runner)
@@ -155,39 +215,21 @@ def write_run(
                     extra(con, rid)
                 report.derived_errors = derived_errors(con, rid)
                 con.execute("COMMIT")
-                break
+                return
             except ComponentFailed as exc:
-                _rollback(con)
+                rollback(con)
                 skip[exc.component] = exc.reason
             except BaseException:
-                _rollback(con)
+                rollback(con)
                 raise
-    report.run_id = rid
-    return report
 
 
-def _rollback(con: duckdb.DuckDBPyConnection) -> None:
-    """Roll the write back, where a transaction is still open: a signal that lands as the
-    COMMIT ends (SIGTERM on the Ray engine) found none, and DuckDB's "cannot rollback - no
-    transaction is active" replaced the signal as the error (exit 70, "a bug")."""
-    import duckdb  # (imported by the store's opening already)
-
-    try:
-        con.execute("ROLLBACK")
-    except duckdb.TransactionException:
-        pass
-
-
-def _stage_events(
-    staging: Path, by_rank: dict[int, ConvertedRank]
-) -> tuple[Path, list[tuple[int, int, int]]]:
-    """The run's events files laid out as the store folder holds them (staged_event_file),
-    linked from the converted folders (copied where a link cannot be made, e.g. a collector's
-    folder on another file system): the staged folder, and (rank, offset, rows) per file."""
+def _stage_events(staged: Path, by_rank: dict[int, ConvertedRank]) -> list[tuple[int, int, int]]:
+    """The run's events files laid out as the store folder holds them in the run's folder
+    `staged` (staged_event_file), linked from the converted folders (copied where a link cannot
+    be made, e.g. a collector's folder on another file system): (rank, offset, rows) per file."""
     from tracelab.store.files import staged_event_file
 
-    staged = staging / "run"
-    shutil.rmtree(staged, ignore_errors=True)
     files = []
     for rank, cr in sorted(by_rank.items()):
         offset = 0
@@ -200,7 +242,7 @@ def _stage_events(
                 shutil.copyfile(folder / "events.parquet", target)
             files.append((rank, offset, info.event_count))
             offset += info.event_count
-    return staged, files
+    return files
 
 
 def world_size_of(capture: Capture | None, by_rank: Mapping[int, ConvertedRank]) -> int | None:

@@ -110,6 +110,16 @@ def open_store(
         con.close()
 
 
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll a write back, where a transaction is still open: a signal that lands as the COMMIT
+    ends (SIGTERM on the Ray engine) found none, and DuckDB's "cannot rollback - no transaction
+    is active" replaced the signal as the error (exit 70, "a bug")."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.TransactionException:
+        pass
+
+
 def store_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """A cursor of a store connection (open_store's) that reads what the connection reads. A
     moved store's reader reads its files through temporary views over where they are now

@@ -44,9 +44,10 @@ RUN_TABLES = DERIVED_TABLES + (
     "ranks",
     "runs",
 )
-#: What delete_run deletes from: the tables of RUN_TABLES, and the catalog of the run's files
-#: in place of the events view over them.
-_DELETED = tuple(
+#: The tables that hold a run's rows: those of RUN_TABLES, and the catalog of the run's files
+#: in place of the views over them (what delete_run deletes from, what
+#: tracelab.store.staged.move_run copies; `runs` last, the order a deletion takes).
+ROW_TABLES = tuple(
     t for t in RUN_TABLES if t not in ("events", "ranks", "runs", *DERIVED_FILE_TABLES)
 ) + (
     "parquet_files",
@@ -55,14 +56,16 @@ _DELETED = tuple(
 )
 
 
-def delete_run(con: duckdb.DuckDBPyConnection, rid: int) -> None:
+def delete_run(con: duckdb.DuckDBPyConnection, rid: int, *, refresh_views: bool = True) -> None:
     """Delete every row of one run, and unlist its Parquet files (removed from the store folder
     when the writer closes the store: tracelab.store.files.sweep). Call inside a transaction to
-    make it atomic with more work."""
-    for table in _DELETED:
+    make it atomic with more work; `refresh_views=False` leaves the views over the files to that
+    work (which must replace them before it commits)."""
+    for table in ROW_TABLES:
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
-    refresh_events_view(con)
-    part_files.refresh_view(con)
+    if refresh_views:
+        refresh_events_view(con)
+        part_files.refresh_view(con)
 
 
 def list_runs(con: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
