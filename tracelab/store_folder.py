@@ -6,6 +6,7 @@ tracelab.derived.part_files), which sits below the store."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import duckdb
@@ -189,6 +190,45 @@ def make_root(con: duckdb.DuckDBPyConnection) -> Path:
 def sql_text(text: str) -> str:
     """`text` as an SQL string literal (a view's file list takes no bind parameters)."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def view_over_listed(
+    con: duckdb.DuckDBPyConnection, sql: str, root: Path | None, paths: list[str]
+) -> None:
+    """Create a view over the listed files `paths` (in `root`) with `sql`. DuckDB binds every
+    file as the view is created, so one file removed from outside tracelab failed every later
+    write (an ingest, a delete) as an internal error: now the StoreError of unreadable_files,
+    naming the run to delete."""
+    names = dict(con.execute("SELECT run_id, name FROM runs").fetchall()) if paths else {}
+    try:
+        con.execute(sql)
+    except duckdb.IOException as exc:
+        if root is None or str(root) not in str(exc):
+            raise
+        raise unreadable_files(root, paths, names, exc) from None
+
+
+def unreadable_files(
+    root: Path, paths: list[str], names: dict[int, str], exc: Exception
+) -> StoreError:
+    """The error for a store whose listed files (`paths` in `root`) cannot all be read: those
+    that are not there, with the runs they belong to (run_id -> name), and the way out."""
+    missing = [p for p in paths if not (root / p).is_file()]
+    if not missing:
+        return StoreError(
+            f"{root}: a file this store lists cannot be read ({exc}). The store folder was "
+            "changed outside tracelab: put it back as it was, or ingest the run again into a "
+            "new store."
+        )
+    ids = sorted({int(m.group(1)) for p in missing if (m := re.match(r"run=(\d+)/", p))})
+    runs = ", ".join(repr(names.get(i, f"id {i}")) for i in ids)
+    more = f" and {len(missing) - 1:,} more" if len(missing) > 1 else ""
+    return StoreError(
+        f"{root}: {len(missing):,} of the files this store lists "
+        f"{'is' if len(missing) == 1 else 'are'} not there ({missing[0]}{more}), of run "
+        f"{runs}: removed or moved outside tracelab. Put {'it' if len(missing) == 1 else 'them'} back, or delete the run "
+        "(`tracelab delete RUN` with this --db) and ingest it again."
+    )
 
 
 def listed(con: duckdb.DuckDBPyConnection, kind: str | None = None) -> list[str]:

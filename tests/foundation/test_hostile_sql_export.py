@@ -110,6 +110,6 @@ def test_a_store_file_removed_behind_its_back_is_a_store_error(tmp_path: Path) -
     for parts in (parquet_root(db) / "run=1" / "parts").iterdir():
         parts.unlink()
     res = cli("sql", "--db", str(db), "SELECT count(*) FROM time_parts")
-    assert res.code == 3 and "cannot be read" in res.err and "Traceback" not in res.err, res.err
+    assert res.code == 3 and "is not there" in res.err and "Traceback" not in res.err, res.err
     res = cli("sql", "--db", str(db), "SELECT * FROM no_such_table")
     assert res.code == 2 and "the query failed" in res.err  # a bad query stays a usage error

@@ -500,6 +500,34 @@ def test_readers_are_not_blocked_while_the_run_is_derived(
     assert check_catalog(db) == {"good": 8, "new": 8}
 
 
+@pytest.mark.parametrize("kind", ["events", "time_parts"])
+def test_a_file_removed_from_outside_names_its_run_and_the_way_out(
+    kind: str, tmp_path: Path
+) -> None:
+    """One listed file removed from outside tracelab failed every later ingest, and the
+    delete that would repair the store, as an internal error (exit 70): DuckDB binds every
+    listed file when a view over them is created. Now exit 3 naming the run, whose delete
+    repairs the store."""
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "a", ranks=2)], db=db, run="a", progress=False)
+    ingest([run_set(tmp_path / "b", ranks=1)], db=db, run="b", progress=False)
+    pattern = "run=1/rank=0/events-*.parquet" if kind == "events" else "run=1/parts/*.parquet"
+    victim = sorted(parquet_root(db).glob(pattern))[0]
+    victim.unlink()
+    for args in (
+        ["ingest", str(run_set(tmp_path / "c", ranks=1)), "--db", str(db), "--run", "c"],
+        ["sql", "SELECT count(*) FROM " + kind, "--db", str(db)],
+    ):
+        res = cli(*args)
+        assert res.code == 3, (args[0], res.err)
+        assert "1 of the files this store lists is not there" in res.err, res.err
+        assert victim.relative_to(parquet_root(db)).as_posix() in res.err
+        assert "of run 'a'" in res.err and "tracelab delete RUN" in res.err, res.err
+    assert cli("delete", "a", "--db", str(db)).code == 0
+    ingest([run_set(tmp_path / "c", ranks=1)], db=db, run="c", progress=False)
+    assert check_catalog(db) == {"b": 4, "c": 4}
+
+
 def test_concurrent_ingests_both_land(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     ingest([run_set(tmp_path / "first")], db=db, run="first", progress=False)

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from tracelab.commands._common import add_db_option
-from tracelab.errors import StoreError, UsageError
+from tracelab.errors import UsageError
 from tracelab.tables import print_table
 
 #: Statement types a query may be (duckdb.StatementType names).
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tracelab.store import open_store
     from tracelab.store.files import store_root
+    from tracelab.store_folder import listed, unreadable_files
 
     query = check_query(args.query)
     if args.limit < 0:
@@ -118,11 +119,8 @@ def run(args: argparse.Namespace) -> int:
         except duckdb.Error as exc:
             if isinstance(exc, duckdb.IOException) and root is not None and str(root) in str(exc):
                 # A file the catalog lists is gone or unreadable: the store, not the query.
-                raise StoreError(
-                    f"{root}: a file this store lists cannot be read ({exc}). The store folder "
-                    "was changed outside tracelab: put it back as it was, or ingest the run "
-                    "again into a new store."
-                ) from None
+                names = dict(con.execute("SELECT run_id, name FROM runs").fetchall())
+                raise unreadable_files(root, listed(con), names, exc) from None
             raise UsageError(f"the query failed: {exc}") from None
     truncated = bool(args.limit) and len(rows) > args.limit
     rows = rows[: args.limit] if args.limit else rows

@@ -26,7 +26,13 @@ import pyarrow.parquet as pq
 
 from tracelab.derived import sqlfiles
 from tracelab.derived.sqlcomments import apply_comments
-from tracelab.store_folder import PARQUET_FILES_COLUMNS, listed, sql_text, store_root
+from tracelab.store_folder import (
+    PARQUET_FILES_COLUMNS,
+    listed,
+    sql_text,
+    store_root,
+    view_over_listed,
+)
 
 #: parquet_files.kind of these files.
 KIND = "time_parts"
@@ -95,6 +101,6 @@ def refresh_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
         )
     if temp:
         sql = sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1)
-    con.execute(sql)
+    view_over_listed(con, sql, root, paths)
     if not temp:
         apply_comments(con, ddl, only=KIND)

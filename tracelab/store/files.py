@@ -35,7 +35,12 @@ from tracelab.store.versions import first_row
 from tracelab.store_folder import EVENT_FILE_COLUMNS as EVENT_FILE_COLUMNS  # re-exported
 from tracelab.store_folder import FOLDER_SUFFIX as FOLDER_SUFFIX  # re-exported
 from tracelab.store_folder import MARKER as MARKER
-from tracelab.store_folder import PARQUET_FILES_COLUMNS, events_select_sql, listed
+from tracelab.store_folder import (
+    PARQUET_FILES_COLUMNS,
+    events_select_sql,
+    listed,
+    view_over_listed,
+)
 from tracelab.store_folder import make_root as make_root
 from tracelab.store_folder import parquet_root as parquet_root
 from tracelab.store_folder import store_root as store_root
@@ -93,8 +98,8 @@ def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -
     from tracelab.store.schema import apply_view_comments
 
     root = store_root(con)
-    paths = listed(con, "events")
-    con.execute(events_view_sql(root or Path("."), paths if root else [], temp=temp))
+    paths = listed(con, "events") if root else []
+    view_over_listed(con, events_view_sql(root or Path("."), paths, temp=temp), root, paths)
     if temp:
         return
     apply_view_comments(con, "events")
