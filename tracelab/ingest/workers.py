@@ -9,8 +9,13 @@ and leak its `.tracelab-ingest-*` staging folder. Now:
   parent died before the request;
 - workers ignore SIGINT (Ctrl-C reaches the whole process group; the parent decides), and the
   parent kills them when it unwinds from any exception, SIGTERM included (tracelab.cli);
-- a staging folder is named after its owner's pid, and the next ingest next to the same store
-  removes every staging folder whose owner is gone.
+- a staging folder's owner holds an exclusive lock (`flock`) on the folder's OWNER_FILE for its
+  life, which the kernel releases when it dies, however it dies; the next ingest next to the
+  same store removes every staging folder whose lock it can take. (The owner's pid in the
+  folder's name decided it before: two ingests in different pid namespaces, containers that
+  share the store's folder, or on two hosts, took each other's live folder for an orphan and
+  removed it, failing the ingest. The pid decides still for a folder without OWNER_FILE, which
+  an older tracelab left.)
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -29,6 +35,13 @@ from pathlib import Path
 
 #: Staging folders are `STAGING_PREFIX<owner pid>-<random>`.
 STAGING_PREFIX = ".tracelab-ingest-"
+#: The file in a staging folder that its owner holds locked while it lives (`flock`).
+OWNER_FILE = ".owner"
+#: A folder without OWNER_FILE younger than this (seconds) may be one whose owner is about to
+#: lock it: left alone.
+UNLOCKED_GRACE_S = 60.0
+#: The locked OWNER_FILE of each staging folder this process made (closed by remove_staging).
+_OWNED: dict[Path, int] = {}
 #: How often a worker checks that its parent is alive, in seconds.
 PARENT_POLL_S = 0.5
 _PR_SET_PDEATHSIG = 1
@@ -80,16 +93,45 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _orphaned(path: Path) -> bool:
+    """Whether the staging folder `path`'s owner is gone: its OWNER_FILE's lock can be taken
+    (then it is held until the folder is removed), or, for a folder without one that is not new,
+    the pid in its name is no live process of this pid namespace."""
+    if path in _OWNED:
+        return False
+    try:
+        fd = os.open(path / OWNER_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        owner = path.name[len(STAGING_PREFIX) :].split("-", 1)[0]
+        try:
+            young = time.time() - path.stat().st_mtime < UNLOCKED_GRACE_S
+        except OSError:
+            return False
+        return (
+            not young and owner.isdigit() and int(owner) != os.getpid() and not _alive(int(owner))
+        )
+    except OSError:
+        return False
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (ImportError, OSError):
+        os.close(fd)
+        return False
+    _OWNED[path] = fd  # (released as the folder goes: remove_staging)
+    return True
+
+
 def remove_orphans(parent: str | None) -> list[Path]:
     """Remove the staging folders under `parent` (the system temp dir when None) whose owner
-    process is gone; returns what was removed."""
+    process is gone (_orphaned); returns what was removed."""
     folder = Path(parent) if parent is not None else Path(tempfile.gettempdir())
     removed = []
     with contextlib.suppress(OSError):
         for path in folder.glob(STAGING_PREFIX + "*"):
-            owner = path.name[len(STAGING_PREFIX) :].split("-", 1)[0]
-            if owner.isdigit() and int(owner) != os.getpid() and not _alive(int(owner)):
-                shutil.rmtree(path, ignore_errors=True)
+            if path.is_dir() and _orphaned(path):
+                remove_staging(path)
                 removed.append(path)
     return removed
 
@@ -109,11 +151,31 @@ def remove_staging(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
         raise
     finally:
+        fd = _OWNED.pop(path, None)
+        if fd is not None:  # the lock goes with the folder, never before it
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def make_staging(parent: str | None) -> Path:
-    """A fresh staging folder under `parent`, named after this process; orphans removed first."""
+    """A fresh staging folder under `parent`, named after this process and owned by it (its
+    OWNER_FILE locked until remove_staging); orphans removed first."""
     remove_orphans(parent)
-    return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=parent))
+    path = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=parent))
+    fd = os.open(path / OWNER_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
+    except ImportError:  # no flock on this system: the pid in the name decides (_orphaned)
+        os.close(fd)
+        (path / OWNER_FILE).unlink()
+        return path
+    except BaseException:
+        os.close(fd)
+        raise
+    _OWNED[path] = fd
+    return path
