@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,3 +69,26 @@ def still_works(db: Path) -> None:
     for args in (("runs",), ("analyze", "--run", "good"), ("sql", "SELECT count(*) FROM events")):
         res = cli(*args, "--db", str(db))
         assert res.code == 0, (args, res.err)
+
+
+@contextlib.contextmanager
+def unwritable(folder: Path) -> Iterator[None]:
+    """`folder` made unwritable while inside: its mode for a user, its immutable attribute
+    for root (whom modes do not stop); skipped where neither can be had."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        mode = folder.stat().st_mode
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(mode)
+        return
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a folder unwritable for root here (chattr +i)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)

@@ -318,3 +318,16 @@ def test_a_path_that_cannot_hold_the_store_is_refused_before_any_conversion(
     if kind == "not duckdb":
         assert db.read_text() == "my notes\n"
         assert not (tmp_path / "notes.parquet").exists()
+
+
+def test_convert_beside_an_unwritable_trace_names_it(tmp_path: Path) -> None:
+    """`tracelab convert` (as the collector and Ray's tasks do) writes beside the trace: a
+    folder it cannot write was an internal error, exit 70."""
+    from .hostile import unwritable
+
+    traces = run_set(tmp_path / "t", ranks=1)
+    with unwritable(traces):
+        res = cli("convert", str(traces / "rank-0.json"))
+    assert res.code == 3, res.err
+    assert "rank-0.json: cannot write the converted files beside this trace" in res.err, res.err
+    assert not [p for p in traces.iterdir() if p.name != "rank-0.json"]

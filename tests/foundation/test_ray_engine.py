@@ -22,7 +22,7 @@ from tracelab.ingest import ingest
 from tracelab.ingest.converted import converted_dir
 from tracelab.store import RUN_TABLES, open_store
 
-from .hostile import cli
+from .hostile import cli, unwritable
 from .kineto import run_set
 
 pytestmark = pytest.mark.ray
@@ -157,6 +157,20 @@ def test_a_bad_file_is_named_and_skipped_as_with_the_local_pool(
     assert "skipped" in res.stdout and "rank-1.json" in res.stdout
     with open_store(db) as con:
         assert con.execute("SELECT list(rank ORDER BY rank) FROM ranks").fetchall() == [([0, 2],)]
+
+
+def test_a_trace_folder_the_workers_cannot_write_is_named(tmp_path: Path, cluster: str) -> None:
+    """A Ray task converts beside its trace: a folder it cannot write was "internal error ...
+    a bug" (exit 70, Ray's traceback). Now an input error naming the trace, and the way out."""
+    traces = run_set(tmp_path / "traces", ranks=2)
+    db = tmp_path / "s.duckdb"
+    with unwritable(traces):
+        res = _tracelab("ingest", str(traces), "--db", str(db), "--engine", "ray",
+                        "--address", cluster)  # fmt: skip
+    assert res.returncode == 3, res.stderr
+    assert "cannot write the converted files beside this trace" in res.stderr, res.stderr
+    assert "rank-0.json" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not db.exists() or not _rows(db)["runs"]
 
 
 def test_a_converted_trace_is_registered_not_sent_again(tmp_path: Path, cluster: str) -> None:

@@ -24,6 +24,7 @@ plain columnar copy.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import mmap
 import os
@@ -264,7 +265,20 @@ def convert_beside(path: str | os.PathLike[str]) -> TraceInfo:
     tmp = final.with_name(f".{final.name}.tmp-{tag}")
     aside = final.with_name(f".{final.name}.old-{tag}")
     try:
-        info = convert_trace(path, tmp)
+        try:
+            info = convert_trace(path, tmp)
+        except OSError as exc:
+            if exc.errno not in _UNWRITABLE or not str(exc.filename or "").startswith(str(tmp)):
+                raise
+            # (on Ray a worker's PermissionError was "internal error ... a bug", exit 70)
+            raise InputError(
+                f"cannot write the converted files beside this trace ({exc.strerror}: "
+                f"{exc.filename}). Converting beside a trace (`tracelab convert`, the collector's "
+                "convert=True, --engine ray on every node) needs its folder writable: make it "
+                "so, or ingest without --engine ray, which converts into a folder beside the "
+                "store.",
+                str(path),
+            ) from None
         for _ in range(_REPLACE_TRIES):
             with contextlib.suppress(FileNotFoundError):  # another conversion moved it first
                 os.rename(final, aside)
@@ -281,6 +295,8 @@ def convert_beside(path: str | os.PathLike[str]) -> TraceInfo:
     return info
 
 
+#: The errors of a folder that cannot be written (convert_beside names the folder).
+_UNWRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
 #: How often convert_beside moves a folder another conversion just put in place aside.
 _REPLACE_TRIES = 20
 

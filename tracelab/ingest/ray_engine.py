@@ -4,16 +4,16 @@
 trace from a path every node sees (a shared filesystem) and writes the columnar form beside it
 (`<trace>.tracelab/`, the layout the collector's `convert=True` writes on each rank, see
 tracelab.ingest.converted.converted_dir), so only the small per-file summary (TraceInfo, a few
-hundred bytes) travels back to the driver; the driver then loads the Parquet files into the store
-in its one short transaction, as with the local pool. A file converted before from the same
+hundred bytes) travels back to the driver; the driver then loads the Parquet files and moves the
+run into the store in one short transaction, as with the local pool. A file converted before from the same
 bytes is registered, not parsed again.
 
 The derived layer's per-rank work (the lost-time parts, which grow with events) runs as Ray
 tasks too, one per batch of ranks (batch_runner, tracelab.derived.part_batches): a task reads
-its ranks' events files from the store folder (which must also be on the shared filesystem)
-and the small tables' rows of its ranks, which travel with it, writes its time_parts file into
-the store folder and sends back its step_parts and comm_attribution rows, which the driver
-inserts in the ingest's transaction.
+its ranks' events files from the folder of the ingest's staged store, beside the store (which
+must also be on the shared filesystem), and the small tables' rows of its ranks, which travel
+with it, writes its time_parts file into that folder and sends back its step_parts and
+comm_attribution rows, which the driver inserts in the staged store's transaction.
 
 Ray is an optional extra (`pip install "tracelab[ray]"`); the local process pool stays the
 default. Without `--address`, a local Ray instance is started for the ingest (and stopped after
