@@ -129,6 +129,13 @@ def prepare_store_path(db_path: str | os.PathLike[str]) -> None:
             f"{db}: this is inside {inside}, another store's Parquet folder, which that store "
             "sweeps of every file it does not list. Give --db a path outside it."
         )
+    if "?" in str(db.absolute().parent):
+        # DuckDB names the write-ahead log by inserting ".wal" before the path's first "?":
+        # every commit failed ("Cannot open file /x/q.wal?y/s.duckdb"), exit 70.
+        raise StoreError(
+            f"{db}: DuckDB cannot keep a store in a folder whose path holds '?' (it misnames "
+            "the store's write-ahead log). Give --db a path without '?' in its folders."
+        )
     if db.is_dir():
         raise StoreError(
             f"{db}: this is a folder, not a store file. Name a file in it: "
