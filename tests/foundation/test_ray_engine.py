@@ -215,6 +215,14 @@ def test_relative_trace_paths_reach_the_workers(tmp_path: Path, cluster: str) ->
     assert converted_dir(tmp_path / "traces" / "rank-0.json").is_dir()
     with open_store(db) as con:
         assert con.execute("SELECT count(DISTINCT rank) FROM events").fetchall() == [(2,)]
+        files = con.execute("SELECT list(files ORDER BY rank) FROM ranks").fetchall()[0][0]
+    # ... and the store names the traces as the user did, as the local pool's does (the
+    # tasks' absolute paths were stored).
+    local = tmp_path / "local.duckdb"
+    assert _tracelab("ingest", "traces", "--db", str(local), cwd=tmp_path).returncode == 0
+    with open_store(local) as con:
+        assert con.execute("SELECT list(files ORDER BY rank) FROM ranks").fetchall()[0][0] == files
+    assert files == ['["traces/rank-0.json"]', '["traces/rank-1.json"]']
 
 
 def test_without_address_the_ingest_starts_its_own_instance(tmp_path: Path, cluster: str) -> None:

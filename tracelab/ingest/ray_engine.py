@@ -29,6 +29,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,9 @@ def convert_on_ray(
             for ref in finished:
                 i = refs.pop(ref)
                 try:
-                    done[i] = (_registered(ray.get(ref), absolute[i]), converted_dir(absolute[i]))
+                    info = _registered(ray.get(ref), absolute[i])
+                    # (named as given, as the local pool names it: the task's path is absolute)
+                    done[i] = (replace(info, file=str(paths[i])), converted_dir(absolute[i]))
                 except Exception as exc:  # noqa: BLE001 (per-file failure policy)
                     errors[i] = _task_error(exc, paths[i])
                 n += 1
