@@ -528,6 +528,31 @@ def test_a_file_removed_from_outside_names_its_run_and_the_way_out(
     assert check_catalog(db) == {"b": 4, "c": 4}
 
 
+def test_the_writers_sweep_removes_every_unlisted_file_by_the_layout(tmp_path: Path) -> None:
+    """The sweep reads the folder by its layout (tracelab.store.files.sweep): whatever is
+    not listed goes, in a listed run's folder too, and every listed file stays."""
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "a", ranks=2)], db=db, run="a", progress=False)
+    root = parquet_root(db)
+    strays = [
+        "run=1/rank=7/events-0.parquet",  # a rank the run does not list
+        "run=1/parts/time_parts-0-old.parquet",  # a rederive's old parts
+        "run=1/notes.txt",
+        "run=99/rank=0/events-0.parquet",  # a killed ingest's placed run
+        ".run=5.partial/rank=0/events-0.parquet",  # a killed copy across file systems
+        "junk.txt",
+    ]
+    for rel in strays:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x")
+    ingest([run_set(tmp_path / "b", ranks=1)], db=db, run="b", progress=False)
+    with open_store(db) as con:
+        listed = {r[0] for r in con.execute("SELECT path FROM parquet_files").fetchall()}
+    assert _files_on_disk(db) == listed
+    assert not [rel for rel in strays if (root / rel).exists()]
+    assert check_catalog(db) == {"a": 8, "b": 4}
+
+
 def test_concurrent_ingests_both_land(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     ingest([run_set(tmp_path / "first")], db=db, run="first", progress=False)
