@@ -145,6 +145,14 @@ def _store_error(command: str, exc: BaseException) -> int | None:
     if not type(exc).__module__.startswith(("duckdb", "_duckdb")):
         return None
     text = str(exc).replace("\n", " ")
+    if "no space left" in text.lower():
+        print(
+            f"tracelab {command}: error: the disk is full ({type(exc).__name__}: {text[:300]}). "
+            "Free space and run it again: the store keeps what its last commit wrote (an "
+            "ingest needs room for its run twice until it ends: docs/store.md).",
+            file=sys.stderr,
+        )
+        return 3
     if not any(
         w in text.lower()
         for w in ("corrupt", "checksum", "no space", "i/o error", "serialization", "failed to read")

@@ -129,7 +129,7 @@ def prepare_store_path(db_path: str | os.PathLike[str]) -> None:
             f"{db}: this is inside {inside}, another store's Parquet folder, which that store "
             "sweeps of every file it does not list. Give --db a path outside it."
         )
-    if "?" in str(db.absolute().parent):
+    if "?" in str(db.absolute().parent) or "?" in str(db.resolve().parent):
         # DuckDB names the write-ahead log by inserting ".wal" before the path's first "?":
         # every commit failed ("Cannot open file /x/q.wal?y/s.duckdb"), exit 70.
         raise StoreError(
@@ -202,10 +202,11 @@ def sql_text(text: str) -> str:
 def view_over_listed(
     con: duckdb.DuckDBPyConnection, sql: str, root: Path | None, paths: list[str]
 ) -> None:
-    """Create a view over the listed files `paths` (in `root`) with `sql`. DuckDB binds every
-    file as the view is created, so one file removed from outside tracelab failed every later
-    write (an ingest, a delete) as an internal error: now the StoreError of unreadable_files,
-    naming the run to delete."""
+    """Create a view over the listed files `paths` (in `root`) with `sql`. DuckDB binds the
+    first file as the view is created, so with that file removed from outside tracelab every
+    later write (an ingest, a delete) failed as an internal error: now the StoreError of
+    unreadable_files, naming the run to delete. (The others are read when a query reads them:
+    tracelab.store.files.check_files_present.)"""
     names = dict(con.execute("SELECT run_id, name FROM runs").fetchall()) if paths else {}
     try:
         con.execute(sql)

@@ -500,32 +500,40 @@ def test_readers_are_not_blocked_while_the_run_is_derived(
     assert check_catalog(db) == {"good": 8, "new": 8}
 
 
-@pytest.mark.parametrize("kind", ["events", "time_parts"])
+@pytest.mark.parametrize("kind", ["events", "time_parts", "a later events file"])
 def test_a_file_removed_from_outside_names_its_run_and_the_way_out(
     kind: str, tmp_path: Path
 ) -> None:
-    """One listed file removed from outside tracelab failed every later ingest, and the
-    delete that would repair the store, as an internal error (exit 70): DuckDB binds every
-    listed file when a view over them is created. Now exit 3 naming the run, whose delete
-    repairs the store."""
+    """One listed file removed from outside tracelab: DuckDB binds the first file of a view as
+    it is created, so with that one gone every later ingest and the delete that would repair
+    the store failed as an internal error (exit 70); with another one gone a rederive recorded
+    it as a failed component of every other run. Now exit 3 naming the run (an ingest before it
+    converts anything), whose delete repairs the store."""
     db = tmp_path / "s.duckdb"
     ingest([run_set(tmp_path / "a", ranks=2)], db=db, run="a", progress=False)
     ingest([run_set(tmp_path / "b", ranks=1)], db=db, run="b", progress=False)
-    pattern = "run=1/rank=0/events-*.parquet" if kind == "events" else "run=1/parts/*.parquet"
+    pattern = {
+        "events": "run=1/rank=0/events-*.parquet",
+        "time_parts": "run=1/parts/*.parquet",
+        "a later events file": "run=1/rank=1/events-*.parquet",
+    }[kind]
     victim = sorted(parquet_root(db).glob(pattern))[0]
     victim.unlink()
-    for args in (
-        ["ingest", str(run_set(tmp_path / "c", ranks=1)), "--db", str(db), "--run", "c"],
-        ["sql", "SELECT count(*) FROM " + kind, "--db", str(db)],
-    ):
+    named = ["sql", f"SELECT count(*) FROM {'time_parts' if kind == 'time_parts' else 'events'}",
+             "--db", str(db)]  # fmt: skip
+    later = ["ingest", str(run_set(tmp_path / "c", ranks=1)), "--db", str(db), "--run", "c"]
+    for args in (named, ["rederive", "--db", str(db)], later):
         res = cli(*args)
         assert res.code == 3, (args[0], res.err)
         assert "1 of the files this store lists is not there" in res.err, res.err
         assert victim.relative_to(parquet_root(db)).as_posix() in res.err
         assert "of run 'a'" in res.err and "tracelab delete RUN" in res.err, res.err
     assert cli("delete", "a", "--db", str(db)).code == 0
+    assert cli("rederive", "--db", str(db)).code == 0
     ingest([run_set(tmp_path / "c", ranks=1)], db=db, run="c", progress=False)
     assert check_catalog(db) == {"b": 4, "c": 4}
+    with open_store(db) as con:
+        assert not con.execute("SELECT * FROM derived_errors").fetchall()
 
 
 def test_the_writers_sweep_removes_every_unlisted_file_by_the_layout(tmp_path: Path) -> None:

@@ -296,3 +296,43 @@ def test_a_capture_whose_records_changed_is_not_the_same_run(tmp_path: Path) -> 
     with open_store(db) as con, open_store(fresh) as other:
         assert con.execute(record_rows).fetchone() == other.execute(record_rows).fetchone()
         assert con.execute(record_rows).fetchone()[0] == 10
+
+
+@pytest.mark.parametrize("free_kib", [6000, 100])
+def test_a_disk_that_fills_is_said_to_be_full_and_the_store_kept(
+    free_kib: int, tmp_path: Path
+) -> None:
+    """A full disk was "internal error ... a bug" (exit 70) while converting, and "the store
+    cannot be read ... It may be damaged" (exit 3) at the commit. Now exit 3 saying the disk
+    is full, with the store as it was and usable once there is room (a real full file system:
+    a tmpfs, where mounting one is allowed)."""
+    import shutil
+    import subprocess
+
+    from .hostile import REPO, cli, snapshot
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:  # fmt: skip
+        pytest.skip("cannot mount a small file system here")
+    try:
+        db = mnt / "s.duckdb"
+        assert cli("ingest", str(REPO / "sample_traces" / "ddp"), "--db", str(db)).code == 0
+        before = snapshot(db)
+        filler = mnt / "filler"
+        with filler.open("wb") as fh:
+            fh.truncate(max(0, shutil.disk_usage(mnt).free - free_kib * 1024))
+        subprocess.run(["fallocate", "-l", str(filler.stat().st_size), str(filler)], check=True)
+        res = cli("ingest", str(REPO / "sample_traces" / "fsdp2"), "--db", str(db), "--run", "f")
+        assert res.code == 3, res.err
+        assert "the disk is full" in res.err or "no space left" in res.err, res.err
+        assert "bug" not in res.err and "damaged" not in res.err, res.err
+        assert snapshot(db) == before
+        assert not list(mnt.glob(".tracelab-ingest-*")), "the staging folder is removed"
+        filler.unlink()
+        res = cli("ingest", str(REPO / "sample_traces" / "fsdp2"), "--db", str(db), "--run", "f")
+        assert res.code == 0, res.err
+        assert sorted(snapshot(db)["runs"])[0] == sorted(before["runs"])[0]
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -23,9 +23,11 @@ def run(args: argparse.Namespace) -> int:
         resolve_run,
         stored_derived_version,
     )
+    from tracelab.store.files import check_files_present
 
     with open_store(args.db, read_only=False, stale_derived_ok=True, create=False) as con:
         named = [resolve_run(con, name) for name in args.run or []]
+        check_files_present(con)
         stale = stored_derived_version(con) != DERIVED_VERSION
         every = stale or not named
         if every:

@@ -190,10 +190,22 @@ def convert_trace(
     converted beside its trace, but an ingest's own staging folder needs none (at 10,000 ranks
     each rank's process groups made it 60 KB, 0.6 GB written and deleted again).
 
-    Raises TraceFormatError, naming the file and the fix, for every kind of bad input.
+    Raises TraceFormatError, naming the file and the fix, for every kind of bad input, and an
+    InputError for a disk that fills as it writes.
     """
-    path = Path(path)
-    out = Path(out_dir)
+    try:
+        return _convert(Path(path), Path(out_dir), info_file)
+    except OSError as exc:
+        if exc.errno not in _FULL:  # (pyarrow's write errors name no file: by errno)
+            raise
+        raise InputError(
+            f"no space left to write its converted files in {Path(out_dir).parent} "
+            f"({exc.strerror or exc}). Free space there and run it again.",
+            str(path),
+        ) from None
+
+
+def _convert(path: Path, out: Path, info_file: bool) -> TraceInfo:
     d, file_sha256 = _read(path)
     top = d.top
     xs = np.flatnonzero(d.ph == ord("X"))
@@ -296,7 +308,8 @@ def convert_beside(path: str | os.PathLike[str]) -> TraceInfo:
 
 
 #: The errors of a folder that cannot be written (convert_beside names the folder).
-_UNWRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
+_UNWRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: How often convert_beside moves a folder another conversion just put in place aside.
 _REPLACE_TRIES = 20
 

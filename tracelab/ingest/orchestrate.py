@@ -181,13 +181,14 @@ def ingest(
 
 def _check_existing_store(db: Path) -> None:
     """A store the write would refuse (another schema or derived version, not a tracelab
-    store) is refused before any trace is converted: it was refused after every conversion
+    store, a listed file gone from its folder) is refused before any trace is converted: it was refused after every conversion
     (2.6 s of a 16-rank ingest, the whole ingest's conversions at scale). A store another
     process holds now is left to the write's own open, which waits for it."""
     if not db.is_file():
         return  # (a new store: nothing to check, and DuckDB's import stays beside the workers)
     import duckdb
 
+    from tracelab.store.files import check_files_present
     from tracelab.store.versions import check_version
 
     try:
@@ -196,6 +197,7 @@ def _check_existing_store(db: Path) -> None:
         return
     try:
         check_version(con, str(db))
+        check_files_present(con)  # (a store missing a listed file fails the move, or later)
     finally:
         con.close()
 

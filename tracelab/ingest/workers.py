@@ -164,15 +164,19 @@ def make_staging(parent: str | None) -> Path:
     OWNER_FILE locked until remove_staging); orphans removed first."""
     remove_orphans(parent)
     path = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=parent))
-    fd = os.open(path / OWNER_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    # Locked before it takes its name: another ingest's sweep finds no OWNER_FILE (a new
+    # folder: left alone) or a locked one, never one it could lock in between.
+    unnamed = path / f"{OWNER_FILE}.new"
+    fd = os.open(unnamed, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         import fcntl
 
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
+        os.rename(unnamed, path / OWNER_FILE)
     except ImportError:  # no flock on this system: the pid in the name decides (_orphaned)
         os.close(fd)
-        (path / OWNER_FILE).unlink()
+        unnamed.unlink()
         return path
     except BaseException:
         os.close(fd)

@@ -39,6 +39,7 @@ from tracelab.store_folder import (
     PARQUET_FILES_COLUMNS,
     events_select_sql,
     listed,
+    unreadable_files,
     view_over_listed,
 )
 from tracelab.store_folder import make_root as make_root
@@ -106,6 +107,19 @@ def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -
     con.execute(
         "INSERT OR REPLACE INTO tracelab_meta VALUES ('parquet_root', ?)", [str(root or "")]
     )
+
+
+def check_files_present(con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse a store whose folder lacks a file the catalog lists (unreadable_files), before
+    work that reads every run: DuckDB binds only the first file of a view as it is created,
+    and reads the others when a query does, so a rederive recorded the missing file of one
+    run as a failed component of every other run it derived."""
+    root = store_root(con)
+    paths = listed(con) if root is not None else []
+    if root is None or all((root / p).is_file() for p in paths):
+        return
+    names = dict(con.execute("SELECT run_id, name FROM runs").fetchall())
+    raise unreadable_files(root, paths, names, FileNotFoundError("a listed file is gone"))
 
 
 def follow_moved_store(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> None:
