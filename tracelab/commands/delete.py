@@ -10,6 +10,7 @@ from tracelab.commands._common import add_db_option
 def run(args: argparse.Namespace) -> int:
     from tracelab.ingest.validate import run_name
     from tracelab.store import delete_run, open_store, run_id
+    from tracelab.store.open import rollback
 
     name = run_name(args.name, option="RUN")
     with open_store(args.db, read_only=False, create=False) as con:
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
             ]
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            rollback(con)
             raise
     print(f"deleted run {name!r} from {args.db}")
     if pinned:

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
 
 from tracelab.derived import part_batches, sqlfiles
 from tracelab.errors import failure_reason, raise_if_interrupted
+
+T = TypeVar("T")
 
 #: Derived tables per component, in the order derive() fills them.
 COMPONENT_TABLES: dict[str, tuple[str, ...]] = {
@@ -207,21 +210,28 @@ def errors(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, str]:
     )
 
 
-def derive_in_transaction(
-    con: duckdb.DuckDBPyConnection, run_id: int, runner: part_batches.Runner | None = None
-) -> DeriveReport:
-    """derive() in its own transaction, retried without each component that fails inside
-    DuckDB (which aborts the transaction) until the run's derived rows are consistent."""
+def in_transaction(con: duckdb.DuckDBPyConnection, work: Callable[[dict[str, str]], T]) -> T:
+    """`work(skip)` in one transaction of `con`, retried without each derived component that
+    fails inside DuckDB (which aborts the transaction: ComponentFailed, added to `skip`) until
+    it commits: an ingest's whole build of a run (tracelab.ingest.write), a rederive's run."""
     skip: dict[str, str] = {}
     while True:
         con.execute("BEGIN TRANSACTION")
         try:
-            report = derive(con, run_id, skip, runner)
+            result = work(skip)
             con.execute("COMMIT")
-            return report
+            return result
         except ComponentFailed as exc:
-            con.execute("ROLLBACK")
+            sqlfiles.rollback(con)
             skip[exc.component] = exc.reason
         except BaseException:
-            con.execute("ROLLBACK")
+            sqlfiles.rollback(con)
             raise
+
+
+def derive_in_transaction(
+    con: duckdb.DuckDBPyConnection, run_id: int, runner: part_batches.Runner | None = None
+) -> DeriveReport:
+    """derive() in its own transaction (in_transaction), until the run's derived rows are
+    consistent."""
+    return in_transaction(con, lambda skip: derive(con, run_id, skip, runner))

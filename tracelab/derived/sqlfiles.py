@@ -162,3 +162,13 @@ def insert_rows(
     arrays = [pa.array([row[i] for row in rows], type=field.type) for i, field in enumerate(schema)]
     with registered(con, {"_tl_rows": pa.Table.from_arrays(arrays, schema=schema)}):
         con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _tl_rows")
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll a write back, where a transaction is still open: a signal that lands as the COMMIT
+    ends (SIGTERM on the Ray engine) found none, and DuckDB's "cannot rollback - no transaction
+    is active" replaced the signal as the error (exit 70, "a bug")."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.TransactionException:
+        pass

@@ -193,48 +193,38 @@ def _build(
     """The run, whole, in the staged store `staged` (no lock held on the store): its rows, its
     events files staged in its folder and listed, its small tables loaded, and the derived
     layer, committed together."""
-    from tracelab.derived import ComponentFailed
     from tracelab.derived import errors as derived_errors
+    from tracelab.derived import in_transaction
     from tracelab.store.files import register_files
-    from tracelab.store.open import rollback
     from tracelab.store.staged import staged_store
     from tracelab.store_folder import make_root
 
+    def build(skip: dict[str, str]) -> None:
+        _insert_run(con, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
+        register_files(con, rid, files)
+        _load(con, rid, by_rank, capture, skip, runner)
+        if extra is not None:
+            extra(con, rid)
+        report.derived_errors = derived_errors(con, rid)
+
     with staged_store(staged) as con:
-        files = _stage_events(make_root(con) / f"run={rid}", by_rank)
+        files = _link_events(make_root(con) / f"run={rid}", by_rank)
         # A derived component that fails inside DuckDB aborts the transaction: the whole build
         # is tried again without it (its failure recorded in derived_errors), so the run lands.
-        skip: dict[str, str] = {}
-        while True:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                _insert_run(con, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
-                register_files(con, rid, files)
-                _load(con, rid, by_rank, capture, skip, runner)
-                if extra is not None:
-                    extra(con, rid)
-                report.derived_errors = derived_errors(con, rid)
-                con.execute("COMMIT")
-                return
-            except ComponentFailed as exc:
-                rollback(con)
-                skip[exc.component] = exc.reason
-            except BaseException:
-                rollback(con)
-                raise
+        in_transaction(con, build)
 
 
-def _stage_events(staged: Path, by_rank: dict[int, ConvertedRank]) -> list[tuple[int, int, int]]:
+def _link_events(run_folder: Path, by_rank: dict[int, ConvertedRank]) -> list[tuple[int, int, int]]:
     """The run's events files laid out as the store folder holds them in the run's folder
-    `staged` (staged_event_file), linked from the converted folders (copied where a link cannot
+    `run_folder` (run_event_file), linked from the converted folders (copied where a link cannot
     be made, e.g. a collector's folder on another file system): (rank, offset, rows) per file."""
-    from tracelab.store.files import staged_event_file
+    from tracelab.store.files import run_event_file
 
     files = []
     for rank, cr in sorted(by_rank.items()):
         offset = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
-            target = staged_event_file(staged, rank, offset)
+            target = run_event_file(run_folder, rank, offset)
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.link(folder / "events.parquet", target)

@@ -52,9 +52,10 @@ def event_file(run_id: int, rank: int, offset: int) -> str:
     return f"run={int(run_id)}/rank={int(rank)}/events-{int(offset)}.parquet"
 
 
-def staged_event_file(staged: Path, rank: int, offset: int) -> Path:
-    """Where an ingest stages one events file before its run folder is moved into place."""
-    return staged / f"rank={int(rank)}" / f"events-{int(offset)}.parquet"
+def run_event_file(run_folder: Path, rank: int, offset: int) -> Path:
+    """Where one events file lives in a run's folder (`run=ID/`: the store's, or a staged
+    store's before the run is moved in)."""
+    return run_folder / f"rank={int(rank)}" / f"events-{int(offset)}.parquet"
 
 
 def _empty_view_sql() -> str:
@@ -143,20 +144,22 @@ def follow_moved_store(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> No
     part_files.refresh_view(con, temp=read_only)
 
 
-def place_run(con: duckdb.DuckDBPyConnection, staged: Path, run_id: int) -> Path:
-    """Move a run's staged folder (staged_event_file) into the store folder as `run=ID`, with one
-    rename: a kill leaves it whole or not there. Call holding the write lock, before the
-    transaction that registers it (register_files)."""
+def place_run(con: duckdb.DuckDBPyConnection, run_folder: Path, run_id: int) -> Path:
+    """Move a run's folder (a staged store's `run=ID/`, tracelab.store.staged) into the store
+    folder as `run=ID`, with one rename: a kill leaves it whole or not there. Across file
+    systems (a store folder that is a link to another) it is copied beside, then renamed: every
+    file copied while the caller holds the write lock. Call holding the write lock, before the
+    transaction that lists its files."""
     root = make_root(con)
     target = root / f"run={int(run_id)}"
-    if target.exists():  # a killed ingest's, of an id the sequence has since handed out again
+    if target.exists():  # never listed (each id is handed out once): an unlisted leftover
         shutil.rmtree(target)
     try:
-        os.rename(staged, target)
+        os.rename(run_folder, target)
     except OSError:  # another file system: copy beside, then rename
         partial = root / f".run={int(run_id)}.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(staged, partial)
+        shutil.copytree(run_folder, partial)
         os.rename(partial, target)
     return target
 
@@ -164,8 +167,10 @@ def place_run(con: duckdb.DuckDBPyConnection, staged: Path, run_id: int) -> Path
 def register_files(
     con: duckdb.DuckDBPyConnection, run_id: int, files: list[tuple[int, int, int]]
 ) -> None:
-    """List a placed run's events files, (rank, offset, rows) each, and replace the view; in
-    the caller's transaction, so that they become visible when it commits."""
+    """List a run's events files, (rank, offset, rows) each, in the run's folder in this
+    store's folder, and replace the view; in the caller's transaction, so that they become
+    visible when it commits (an ingest lists them in its staged store, whose rows the move
+    copies: tracelab.store.staged)."""
     root = make_root(con)
     rows = []
     for rank, offset, count in files:

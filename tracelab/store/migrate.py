@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracelab.derived.sqlfiles import rollback
 from tracelab.errors import StoreError
 from tracelab.store.files import (
     EVENT_FILE_COLUMNS,
@@ -78,7 +79,7 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
                 _set_version(con)
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                rollback(con)
                 raise
             con.execute("CHECKPOINT")
             return Migrated(from_version=found, files=0, events=0)
@@ -117,7 +118,7 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
             _set_version(con)
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            rollback(con)
             raise
         con.execute("CHECKPOINT")
         return Migrated(from_version=found, files=len(files), events=sum(n for *_, n in files))

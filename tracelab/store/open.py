@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from tracelab.defaults import DEFAULT_DB, env_seconds
+from tracelab.derived.sqlfiles import rollback as rollback  # re-exported for the store's writers
 from tracelab.errors import StoreError, StoreLockedError
 from tracelab.store.files import follow_moved_store, sweep
 from tracelab.store.schema import ensure_schema
@@ -108,16 +109,6 @@ def open_store(
                     sweep(con)
     finally:
         con.close()
-
-
-def rollback(con: duckdb.DuckDBPyConnection) -> None:
-    """Roll a write back, where a transaction is still open: a signal that lands as the COMMIT
-    ends (SIGTERM on the Ray engine) found none, and DuckDB's "cannot rollback - no transaction
-    is active" replaced the signal as the error (exit 70, "a bug")."""
-    try:
-        con.execute("ROLLBACK")
-    except duckdb.TransactionException:
-        pass
 
 
 def store_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:

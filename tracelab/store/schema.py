@@ -12,6 +12,7 @@ from tracelab.derived import part_files
 from tracelab.derived import schema_sql as derived_schema_sql
 from tracelab.derived.sqlcomments import CREATE_RE as _CREATE
 from tracelab.derived.sqlcomments import apply_comments as apply_comments
+from tracelab.derived.sqlfiles import rollback
 from tracelab.errors import StoreError
 from tracelab.store.versions import (
     DERIVED_VERSION,
@@ -65,7 +66,7 @@ def rederive_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("DELETE FROM tracelab_meta WHERE key = 'derived_version'")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        rollback(con)
         raise
 
 
