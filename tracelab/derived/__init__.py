@@ -1,7 +1,8 @@
 """The derived layer: one definition for every number, computed once per run, stored, read by all.
 
 `derive(con, run_id)` fills the derived tables (process groups and their dimensions, step spans, clock offsets, matched collectives, p2p ops, all-to-all bytes, pipeline actions, the lost-time parts and the
-attribution of exposed communication) from the base tables, inside the ingest's transaction;
+attribution of exposed communication) from the base tables, inside the transaction in which
+the ingest builds the run (in its staged store: tracelab.ingest.write);
 `tracelab rederive` runs it again on stored runs. Every analyzer, the reports and the app read
 these tables (through `tracelab sql` too) and never recompute what they hold. docs/metrics.md
 defines each number; tracelab/derived/sql/ holds one file per table or view, its documented DDL

@@ -3,10 +3,11 @@ events (about one segment for every two events), kept out of the DuckDB file.
 
 A large insert inside a DuckDB transaction is held in memory until the commit (measured: 40
 bytes a row, past the memory limit), and an ingest derives a run inside the transaction that
-commits it; with time_parts in the file, a 1,000-rank run of 100k events a rank peaked at 4.8
-GB. So each batch of ranks (tracelab.derived.batches) writes its segments to its own file,
-`run=ID/parts/time_parts-RANK-TOKEN.parquet` (RANK: the batch's first rank; TOKEN: new for
-every derivation, so a rederive never overwrites a file a reader may be reading), whole under a
+builds it (in its staged store); with time_parts in the file, a 1,000-rank run of 100k events
+a rank peaked at 4.8 GB. So each batch of ranks (tracelab.derived.batches) writes its segments
+to its own file, `run=ID/parts/time_parts-RANK-TOKEN.parquet` in the folder of the store it
+derives in (RANK: the batch's first rank; TOKEN: new for every derivation, so a rederive never
+overwrites a file a reader may be reading), whole under a
 temporary name and then renamed. The files are listed in `parquet_files` (kind 'time_parts') in
 the caller's transaction, and the `time_parts` view over the listed files is replaced in it:
 a reader sees the run's old segments or its new ones, never a mix. The files a derivation

@@ -3,8 +3,8 @@ finds beside the traces, read and analyzed as `tracelab hang` does, and stored i
 hang_verdicts table (tracelab/store/schema/tables.sql; docs/hang.md, "Stored with the run").
 
 The ingest calls `find_dumps` and `prepare` before it opens the store (reading a dump is
-parsing, like converting a trace) and `write` inside its one write transaction, so the verdict
-lands with the run or not at all. The analyzers read it back with `stored_verdicts`.
+parsing, like converting a trace) and `write` inside the transaction that builds the run (in
+its staged store, moved into the store whole), so the verdict lands with the run or not at all. The analyzers read it back with `stored_verdicts`.
 
 Dumps are evidence beside the traces, never a reason to lose them: a dump that cannot be read
 is recorded in the run's `skipped` list, naming the file, with or without --skip-bad, and the
@@ -160,7 +160,7 @@ def _no_verdict(problems: list[dict[str, str]]) -> str:
 
 
 def write(con: duckdb.DuckDBPyConnection, run_id: int, hang: StoredHang) -> None:
-    """Insert the run's verdict rows (inside the ingest's transaction)."""
+    """Insert the run's verdict rows (inside the transaction that builds the run)."""
     if not hang.rows:
         return
     con.executemany(

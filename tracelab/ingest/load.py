@@ -1,5 +1,6 @@
-"""The SQL that loads converted ranks (Parquet) into the store, inside the ingest transaction
-(the events themselves stay Parquet files, listed by the store: tracelab.store.files).
+"""The SQL that loads converted ranks (Parquet) into a store, inside the transaction in which
+the ingest builds the run (in its staged store, tracelab.ingest.write; the events themselves
+stay Parquet files, listed by the store: tracelab.store.files).
 
 Everything per event was computed where each trace was converted (tracelab.ingest.convert: the
 category, ids and step of each event; its steps, memory instants, lanes and collectives, each a

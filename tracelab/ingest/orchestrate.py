@@ -1,9 +1,11 @@
 """Ingest: traces and captures in, one run in the store out, all or nothing.
 
 The pipeline runs in one direction: discover files -> convert each (in parallel processes, with
-memory bounded by one trace per worker, see tracelab.ingest.convert) -> resolve ranks -> one short write
-transaction. Parsing happens before the store is opened, so a bad file never leaves a
-half-written run, and the write lock is held only for the final load (readers keep working).
+memory bounded by one trace per worker, see tracelab.ingest.convert) -> resolve ranks -> build
+the run in a staged store and move it into the store in one short transaction
+(tracelab.ingest.write). Parsing happens before the store is opened, so a bad file never leaves
+a half-written run, and the write lock is held only to take the run's id and for the move
+(readers keep working).
 """
 
 from __future__ import annotations

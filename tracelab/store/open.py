@@ -2,8 +2,9 @@
 
 DuckDB admits one read-write process or many read-only processes per file, never both, and a
 second opener fails at once rather than waiting (DuckDB "Concurrency" documentation). tracelab therefore keeps
-every connection short: the ingest parses and converts traces *before* it opens the store, and
-holds the write lock only for the final transaction; readers (the CLI, the dashboard) open the
+every connection short: the ingest parses and converts traces, and builds its run in a staged
+store (tracelab.store.staged), without the store's lock, and holds the write lock only to take
+the run's id and for the move; readers (the CLI, the dashboard) open the
 store per request. Both sides retry on a lock conflict with a bounded back-off, so a dashboard
 keeps serving while an ingest runs next to it.
 """
