@@ -59,7 +59,7 @@ def instrument() -> None:
     for name in ("connect_with_retry", "ensure_schema", "sweep"):
         timed(store_open, name, f"store: {name}")
     timed(write, "_insert_run")
-    timed(write, "_build", "staged store: the run built and derived")
+    timed(derived, "in_transaction", "staged store: the run built and derived")
     import tracelab.store.staged as staged
 
     timed(staged, "move_run", "store: the run moved in")

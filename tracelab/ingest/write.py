@@ -105,8 +105,12 @@ def write_run(
     `world`: the job's world size (world_size_of, or 1 for one rank read alone). `runner`:
     where the derived layer's per-rank batches run (tracelab.derived.part_batches; default
     this process)."""
+    from tracelab.derived import errors as derived_errors
+    from tracelab.derived import in_transaction
     from tracelab.store import open_store
-    from tracelab.store.staged import move_run
+    from tracelab.store.files import register_files
+    from tracelab.store.staged import move_run, staged_store
+    from tracelab.store_folder import make_root
 
     report = IngestReport(
         run=name,
@@ -125,21 +129,23 @@ def write_run(
             report.run_id, report.unchanged = old, True
             return report
         rid = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+    # The run, whole, in a staged store (no lock held on the store): its rows, its events files
+    # linked into its folder and listed, its small tables loaded, and the derived layer,
+    # committed together. A derived component that fails inside DuckDB aborts the transaction:
+    # the whole build is tried again without it (recorded in derived_errors: in_transaction).
     staged = staging / "run.duckdb"
-    _build(
-        staged,
-        rid,
-        name,
-        paths,
-        capture,
-        by_rank,
-        skipped,
-        world,
-        extra,
-        extra_metadata,
-        runner,
-        report,
-    )
+    with staged_store(staged) as sc:
+        files = _link_events(make_root(sc) / f"run={rid}", by_rank)
+
+        def build(skip: dict[str, str]) -> None:
+            _insert_run(sc, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
+            register_files(sc, rid, files)
+            _load(sc, rid, by_rank, capture, skip, runner)
+            if extra is not None:
+                extra(sc, rid)
+            report.derived_errors = derived_errors(sc, rid)
+
+        in_transaction(sc, build)
     with open_store(db_path, read_only=False) as con:
         # Another ingest may have written a run of this name meanwhile: decided again.
         old, unchanged = _existing(con, name, by_rank, skipped, extra_metadata, if_exists)
@@ -174,44 +180,6 @@ def _existing(
             "Use --replace to overwrite it, or --run NEW_NAME to keep both."
         )
     return old, False
-
-
-def _build(
-    staged: Path,
-    rid: int,
-    name: str,
-    paths: Sequence[str | os.PathLike[str]],
-    capture: Capture | None,
-    by_rank: dict[int, ConvertedRank],
-    skipped: list[dict[str, str]],
-    world: int | None,
-    extra: Callable[[duckdb.DuckDBPyConnection, int], None] | None,
-    extra_metadata: dict[str, Any] | None,
-    runner: Runner | None,
-    report: IngestReport,
-) -> None:
-    """The run, whole, in the staged store `staged` (no lock held on the store): its rows, its
-    events files staged in its folder and listed, its small tables loaded, and the derived
-    layer, committed together."""
-    from tracelab.derived import errors as derived_errors
-    from tracelab.derived import in_transaction
-    from tracelab.store.files import register_files
-    from tracelab.store.staged import staged_store
-    from tracelab.store_folder import make_root
-
-    def build(skip: dict[str, str]) -> None:
-        _insert_run(con, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
-        register_files(con, rid, files)
-        _load(con, rid, by_rank, capture, skip, runner)
-        if extra is not None:
-            extra(con, rid)
-        report.derived_errors = derived_errors(con, rid)
-
-    with staged_store(staged) as con:
-        files = _link_events(make_root(con) / f"run={rid}", by_rank)
-        # A derived component that fails inside DuckDB aborts the transaction: the whole build
-        # is tried again without it (its failure recorded in derived_errors), so the run lands.
-        in_transaction(con, build)
 
 
 def _link_events(run_folder: Path, by_rank: dict[int, ConvertedRank]) -> list[tuple[int, int, int]]:
