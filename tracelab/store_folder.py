@@ -194,6 +194,14 @@ def make_root(con: duckdb.DuckDBPyConnection) -> Path:
     return root
 
 
+def sql_paths(root: Path, paths: list[str]) -> str:
+    """The files `paths` (inside `root`, '/'-separated) as a list of SQL string literals, for a
+    view's file list. Joined as text: as Paths, 0.19 s of the 0.28 s it took at 10,000 files,
+    under the write lock of every ingest's move."""
+    base = str(root).rstrip("/") + "/"
+    return ", ".join(sql_text(base + p) for p in paths)
+
+
 def sql_text(text: str) -> str:
     """`text` as an SQL string literal (a view's file list takes no bind parameters)."""
     return "'" + text.replace("'", "''") + "'"
@@ -252,7 +260,7 @@ def events_select_sql(root: Path, paths: list[str]) -> str:
     has them: the store's view (tracelab.store.files) and a derivation worker's view of its
     batch's files (tracelab.derived.part_batches). The paths are written into the text (a view
     takes no bind parameters)."""
-    files = ", ".join(sql_text(str(root / p)) for p in paths)
+    files = sql_paths(root, paths)
     cols = ", ".join(
         f"idx + {_FROM_NAME.format(3, 'BIGINT')} AS idx"
         if c == "idx"

@@ -30,7 +30,7 @@ from tracelab.derived.sqlcomments import apply_comments
 from tracelab.store_folder import (
     PARQUET_FILES_COLUMNS,
     listed,
-    sql_text,
+    sql_paths,
     store_root,
     view_over_listed,
 )
@@ -95,7 +95,7 @@ def refresh_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
     if root is None or not paths:
         sql = ddl[ddl.index("CREATE OR REPLACE VIEW") :]
     else:
-        files = ", ".join(sql_text(str(root / p)) for p in paths)
+        files = sql_paths(root, paths)
         sql = (
             "CREATE OR REPLACE VIEW time_parts AS SELECT run_id, rank, step, start_ns, end_ns, "
             f"part FROM read_parquet([{files}])"
