@@ -80,6 +80,23 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def _on_unraisable(unraisable: Any) -> None:
+    """sys.unraisablehook while a command runs. A SIGTERM whose Terminated was raised where
+    Python cannot raise (logging's at-fork hook as the ingest's pool forks, a `__del__`) was
+    swallowed, printed as "Exception ignored ... Traceback", and the command went on. The
+    signal is sent again from another thread a moment later (sent from here, its handler ran
+    at once, inside this hook, and was swallowed again), to be raised where the command's own
+    code runs; one that lands in such a place again comes back here."""
+    if isinstance(unraisable.exc_value, Terminated):
+        import threading
+
+        again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM))
+        again.daemon = True
+        again.start()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 class _TerminalText:
     """A text stream to a terminal that drops escape sequences and control characters."""
 
@@ -178,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = args.command
     previous = signal.getsignal(signal.SIGTERM)
+    previous_hook = sys.unraisablehook
     with contextlib.suppress(ValueError):  # not the main thread (tests calling main)
         signal.signal(signal.SIGTERM, _on_sigterm)
+        sys.unraisablehook = _on_unraisable
     try:
         with _safe_terminal():
             try:
@@ -212,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 code = _store_error(command, exc)
                 return code if code is not None else _internal_error(command, exc)
     finally:
+        sys.unraisablehook = previous_hook
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(signal.SIGTERM, previous)
 

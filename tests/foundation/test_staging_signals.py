@@ -62,3 +62,39 @@ def test_a_sigterm_during_the_removal_waits_for_it(tmp_path: Path) -> None:
     )
     assert out.stdout.strip() == "terminated after removal", out.stdout + out.stderr
     assert not folder.exists()
+
+
+_UNRAISABLE = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from tracelab import cli
+
+    signal.signal(signal.SIGTERM, cli._on_sigterm)
+    sys.unraisablehook = cli._on_unraisable
+
+    class Dropped:
+        def __del__(self):  # where Python cannot raise (as logging's at-fork hook)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100_000):  # the handler runs here, inside __del__
+                pass
+
+    try:
+        Dropped()
+        for _ in range(300):
+            time.sleep(0.01)
+        print("signal lost")
+    except cli.Terminated:
+        print("terminated")
+    """
+)
+
+
+def test_a_sigterm_raised_where_python_cannot_raise_still_terminates() -> None:
+    """A full run's kill test sent SIGTERM as the ingest's pool forked: the handler raised in
+    logging's at-fork hook, where the exception is swallowed and printed ("Exception ignored
+    ... Traceback"), and the ingest went on. The CLI's unraisable hook sends it again."""
+    out = subprocess.run(
+        [sys.executable, "-c", _UNRAISABLE], capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "terminated", out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
