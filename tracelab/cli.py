@@ -80,6 +80,21 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def _import_native_held() -> None:
+    """Import DuckDB with SIGTERM and SIGINT held, then deliver them: a SIGTERM during its
+    native initialisation was raised inside it, where nanobind prints "Critical nanobind error
+    ... Traceback" (a full run's kill test, SIGTERM at 10% of an ingest)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):  # no signal masks here
+        return
+    try:
+        import duckdb  # noqa: F401
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _on_unraisable(unraisable: Any) -> None:
     """sys.unraisablehook while a command runs. A SIGTERM whose Terminated was raised where
     Python cannot raise (logging's at-fork hook as the ingest's pool forks, a `__del__`) was
@@ -203,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         with _safe_terminal():
             try:
                 _check_names(args)
+                _import_native_held()
                 return int(args.func(args) or 0)
             except InternalError as exc:
                 return _internal_error(command, exc)
