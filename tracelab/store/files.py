@@ -188,7 +188,7 @@ def sweep(con: duckdb.DuckDBPyConnection) -> list[Path]:
     It reads the folder by its layout rather than walking every file: a run folder (`run=ID`)
     of no listed file goes whole; in a run that has files, only the rank folders and `parts/`
     files it does not list go, and its rank folders are not opened (their files are listed
-    together, in the transaction that lists the run). The walk took 7.2 s for a store of 10
+    together, in the transaction that lists the run). The walk took a median 9.45 s for a store of 10
     runs of 10,000 ranks, held under the write lock at each writer's open and close
     (benchmarks/sweep.py)."""
     root = store_root(con)
