@@ -84,15 +84,10 @@ def _import_native_held() -> None:
     """Import DuckDB with SIGTERM and SIGINT held, then deliver them: a SIGTERM during its
     native initialisation was raised inside it, where nanobind prints "Critical nanobind error
     ... Traceback" (a full run's kill test, SIGTERM at 10% of an ingest)."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, OSError, ValueError):  # no signal masks here
-        return
-    try:
+    from tracelab.ingest.workers import signals_held
+
+    with signals_held():
         import duckdb  # noqa: F401
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _on_unraisable(unraisable: Any) -> None:

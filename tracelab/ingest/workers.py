@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -136,27 +137,37 @@ def remove_orphans(parent: str | None) -> list[Path]:
     return removed
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held while inside, then delivered (where the system has signal
+    masks): their handlers raise, and a raise in the midst of some work leaves it halfway (the
+    staging folder's removal, DuckDB's native import: tracelab.cli)."""
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this system
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def remove_staging(path: Path) -> None:
     """Remove a staging folder whole, even when SIGINT or SIGTERM arrives meanwhile: their
     handlers raise, which would stop the removal halfway (a SIGTERM at the end of an ingest left
     its folder). They are held until the folder is gone, then delivered."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this system
-        previous = None
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-    except BaseException:  # a signal that came before the mask took effect
-        shutil.rmtree(path, ignore_errors=True)
-        raise
-    finally:
-        fd = _OWNED.pop(path, None)
-        if fd is not None:  # the lock goes with the folder, never before it
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if previous is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    with signals_held():
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        except BaseException:  # a signal that came before the mask took effect
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        finally:
+            fd = _OWNED.pop(path, None)
+            if fd is not None:  # the lock goes with the folder, never before it
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def make_staging(parent: str | None) -> Path:
