@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from tracelab import __version__
 from tracelab.errors import InternalError, TracelabError
 from tracelab.ingest.validate import run_name, strip_control
+from tracelab.interrupts import watching
 
 #: Subcommand modules, in the order `tracelab --help` lists them.
 COMMANDS = (
@@ -214,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 _check_names(args)
                 _import_native_held()
-                return int(args.func(args) or 0)
+                with watching():  # a signal interrupts DuckDB's queries in every thread
+                    return int(args.func(args) or 0)
             except InternalError as exc:
                 return _internal_error(command, exc)
             except TracelabError as exc:
@@ -241,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                     return 130
                 code = _store_error(command, exc)
                 return code if code is not None else _internal_error(command, exc)
+    except Terminated:  # the handler ran late, while another exception was being handled
+        print("terminated", file=sys.stderr)
+        return 143
     finally:
         sys.unraisablehook = previous_hook
         with contextlib.suppress(ValueError, TypeError):

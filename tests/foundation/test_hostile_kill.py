@@ -135,10 +135,14 @@ def test_killed_ingest_leaves_nothing_behind(
     assert on_disk - {MARKER} == listed
 
 
+#: SIGINT as a terminal gives it (a process started from a background job of a shell inherits
+#: it ignored, and Python then installs no handler: the signal would do nothing).
+AS_FROM_A_TERMINAL = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
 #: A command whose derived component `sys.argv[2]` signals its own process (`sys.argv[1]`)
 #: 0.3 s into a long DuckDB query: DuckDB turns the signal into its own error, which the
 #: component failure policy recorded as that component failing, and the run was committed.
-SIGNALLED_IN_A_QUERY = """
+SIGNALLED_IN_A_QUERY = AS_FROM_A_TERMINAL + """
 import os, signal, sys, threading
 import tracelab.derived as D
 
@@ -172,6 +176,45 @@ def test_a_signal_during_a_derived_query_stops_the_ingest(tmp_path: Path, sig, c
     with open_store(db) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM derived_errors").fetchall() == [(0,)]
+
+
+#: A command whose batches of lost-time parts (run in threads of its process, on 2 cores or
+#: more: tracelab.derived.part_batches) signal their process (`sys.argv[1]`) 0.3 s into a query
+#: that would run for minutes.
+SIGNALLED_IN_A_BATCH = AS_FROM_A_TERMINAL + """
+import os, signal, sys, threading
+import tracelab.derived.parts as P
+
+sig = getattr(signal, sys.argv[1])
+
+def slow(con, *args):
+    threading.Timer(0.3, os.kill, (os.getpid(), sig)).start()
+    con.execute("SELECT count(*) FROM range(100000000000) t(x) WHERE x % 7 = 3").fetchall()
+
+P.derive_ranks = slow
+from tracelab.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_stops_a_query_in_another_thread_at_once(tmp_path: Path, sig, code) -> None:
+    """Python takes a signal in the main thread only: a query in a batch's thread ran to its
+    end (3e9 rows took 18.6 s here: this one, over 10 minutes) while the command waited for
+    it, stopped (tracelab.interrupts).
+    """
+    db = tmp_path / "s.duckdb"
+    traces = run_set(tmp_path / "t", ranks=2)
+    res = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_IN_A_BATCH, sig, "ingest", str(traces), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=60,  # the query alone: minutes on any machine (range scans in one thread)
+    )
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr
+    with open_store(db) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
 
 
 def test_a_signal_during_a_rederive_leaves_it_to_finish(tmp_path: Path) -> None:

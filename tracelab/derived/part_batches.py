@@ -26,6 +26,7 @@ import duckdb
 import pyarrow as pa
 
 from tracelab.derived import batches, sqlfiles
+from tracelab.interrupts import interruptible
 from tracelab.store_folder import events_select_sql, make_root
 
 #: The small tables a batch's intervals and parts read, with the columns they need (of the
@@ -202,25 +203,26 @@ def run(job: BatchJob) -> BatchResult:
 
     con = duckdb.connect()
     try:
-        if job.threads:
-            con.execute(f"SET threads = {int(job.threads)}")
-        if job.memory_limit:
-            con.execute("SET memory_limit = ?", [job.memory_limit])
-        for name, table in job.tables.items():
-            con.register(name, table)
-        if job.event_files:
-            select = events_select_sql(Path(job.root), list(job.event_files))
-            if job.events_in_memory:
-                events = con.sql(f"SELECT {EVENT_COLUMNS} FROM ({select})").to_arrow_table()
-                con.register("events", events)
-            else:
-                con.execute(f"CREATE TEMP VIEW events AS {select}")
-        for name in OUTPUTS:
-            con.execute(sqlfiles.ddl(name))
-        sqlfiles.create_macros(con, collectives=False)
-        file = parts.derive_ranks(con, job.run_id, job.ranks, job.token, Path(job.root))
-        rows = {name: con.sql(f"FROM {name}").to_arrow_table() for name in OUTPUTS}
-        return BatchResult(file=file, rows=rows)
+        with interruptible(con):
+            if job.threads:
+                con.execute(f"SET threads = {int(job.threads)}")
+            if job.memory_limit:
+                con.execute("SET memory_limit = ?", [job.memory_limit])
+            for name, table in job.tables.items():
+                con.register(name, table)
+            if job.event_files:
+                select = events_select_sql(Path(job.root), list(job.event_files))
+                if job.events_in_memory:
+                    events = con.sql(f"SELECT {EVENT_COLUMNS} FROM ({select})").to_arrow_table()
+                    con.register("events", events)
+                else:
+                    con.execute(f"CREATE TEMP VIEW events AS {select}")
+            for name in OUTPUTS:
+                con.execute(sqlfiles.ddl(name))
+            sqlfiles.create_macros(con, collectives=False)
+            file = parts.derive_ranks(con, job.run_id, job.ranks, job.token, Path(job.root))
+            rows = {name: con.sql(f"FROM {name}").to_arrow_table() for name in OUTPUTS}
+            return BatchResult(file=file, rows=rows)
     finally:
         con.close()
 

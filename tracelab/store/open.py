@@ -23,6 +23,7 @@ import duckdb
 from tracelab.defaults import DEFAULT_DB, env_seconds
 from tracelab.derived.sqlfiles import rollback as rollback  # re-exported for the store's writers
 from tracelab.errors import StoreError, StoreLockedError
+from tracelab.interrupts import interruptible
 from tracelab.store.files import follow_moved_store, sweep
 from tracelab.store.schema import ensure_schema
 from tracelab.store.versions import (
@@ -91,23 +92,24 @@ def open_store(
     check_owner(path, claim=not read_only)  # before a writer creates a file beside another's
     con = connect_with_retry(path, read_only, timeout_s)
     try:
-        if read_only:
-            check_version(con, path, check_derived=not stale_derived_ok)
-        else:
-            con.execute("SET memory_limit = ?", [WRITER_MEMORY_LIMIT])
-            # DuckDB draws its own bar on long statements; ingest shows one for the whole job.
-            con.execute("SET enable_progress_bar = false")
-            ensure_schema(con, path, check_derived=not stale_derived_ok)
-        check_duckdb_storage(con, path)
-        follow_moved_store(con, read_only=read_only)
-        if not read_only:
-            sweep(con)  # what a killed writer left in the store folder
-        try:
-            yield con
-        finally:
-            if not read_only:  # a deleted or replaced run's files; never fails the caller
-                with contextlib.suppress(duckdb.Error, OSError):
-                    sweep(con)
+        with interruptible(con):
+            if read_only:
+                check_version(con, path, check_derived=not stale_derived_ok)
+            else:
+                con.execute("SET memory_limit = ?", [WRITER_MEMORY_LIMIT])
+                # DuckDB draws its own bar on long statements; ingest shows one for the whole job.
+                con.execute("SET enable_progress_bar = false")
+                ensure_schema(con, path, check_derived=not stale_derived_ok)
+            check_duckdb_storage(con, path)
+            follow_moved_store(con, read_only=read_only)
+            if not read_only:
+                sweep(con)  # what a killed writer left in the store folder
+            try:
+                yield con
+            finally:
+                if not read_only:  # a deleted or replaced run's files; never fails the caller
+                    with contextlib.suppress(duckdb.Error, OSError):
+                        sweep(con)
     finally:
         con.close()
 

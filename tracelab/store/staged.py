@@ -24,6 +24,7 @@ from pathlib import Path
 import duckdb
 
 from tracelab.derived import part_files
+from tracelab.interrupts import interruptible
 from tracelab.store.files import place_run, refresh_events_view
 from tracelab.store.open import WRITER_MEMORY_LIMIT, rollback
 from tracelab.store.runs import ROW_TABLES, delete_run
@@ -40,10 +41,11 @@ def staged_store(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     the store copies into DuckDB's catalog for its readers (0.1 s)."""
     con = duckdb.connect(str(path))
     try:
-        con.execute("SET memory_limit = ?", [WRITER_MEMORY_LIMIT])
-        con.execute("SET enable_progress_bar = false")
-        con.execute(schema_sql())
-        yield con
+        with interruptible(con):
+            con.execute("SET memory_limit = ?", [WRITER_MEMORY_LIMIT])
+            con.execute("SET enable_progress_bar = false")
+            con.execute(schema_sql())
+            yield con
     finally:
         con.close()
 
