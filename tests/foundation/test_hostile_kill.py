@@ -142,7 +142,9 @@ AS_FROM_A_TERMINAL = "import signal; signal.signal(signal.SIGINT, signal.default
 #: A command whose derived component `sys.argv[2]` signals its own process (`sys.argv[1]`)
 #: 0.3 s into a long DuckDB query: DuckDB turns the signal into its own error, which the
 #: component failure policy recorded as that component failing, and the run was committed.
-SIGNALLED_IN_A_QUERY = AS_FROM_A_TERMINAL + """
+SIGNALLED_IN_A_QUERY = (
+    AS_FROM_A_TERMINAL
+    + """
 import os, signal, sys, threading
 import tracelab.derived as D
 
@@ -156,6 +158,7 @@ D._STEPS = tuple((n, slow if n == component else fn, needs) for n, fn, needs in 
 from tracelab.cli import main
 sys.exit(main(sys.argv[3:]))
 """
+)
 
 
 def _signalled(sig: str, component: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -181,7 +184,9 @@ def test_a_signal_during_a_derived_query_stops_the_ingest(tmp_path: Path, sig, c
 #: A command whose batches of lost-time parts (run in threads of its process, on 2 cores or
 #: more: tracelab.derived.part_batches) signal their process (`sys.argv[1]`) 0.3 s into a query
 #: that would run for minutes.
-SIGNALLED_IN_A_BATCH = AS_FROM_A_TERMINAL + """
+SIGNALLED_IN_A_BATCH = (
+    AS_FROM_A_TERMINAL
+    + """
 import os, signal, sys, threading
 import tracelab.derived.parts as P
 
@@ -195,6 +200,7 @@ P.derive_ranks = slow
 from tracelab.cli import main
 sys.exit(main(sys.argv[2:]))
 """
+)
 
 
 @pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
