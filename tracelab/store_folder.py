@@ -46,6 +46,15 @@ EVENT_FILE_COLUMNS = (
 _FROM_NAME = r"CAST(regexp_extract(filename, '[/\\]run=(\d+)[/\\]rank=(\d+)[/\\]events-(\d+)\.parquet$', {}) AS {})"
 
 
+#: The name of a run's folder in the store folder, and in a staged store's: `run=ID`.
+RUN_FOLDER = re.compile(r"run=(\d+)")
+
+
+def run_folder(run_id: int) -> str:
+    """Run `run_id`'s folder in the store folder (RUN_FOLDER)."""
+    return f"run={int(run_id)}"
+
+
 def parquet_root(db_path: str | os.PathLike[str]) -> Path:
     """The store folder of the store file `db_path`: `x/STORE.duckdb` -> `x/STORE.parquet`."""
     path = Path(os.path.abspath(db_path))
@@ -236,7 +245,7 @@ def unreadable_files(
             "changed outside tracelab: put it back as it was, or ingest the run again into a "
             "new store."
         )
-    ids = sorted({int(m.group(1)) for p in missing if (m := re.match(r"run=(\d+)/", p))})
+    ids = sorted({int(m.group(1)) for p in missing if (m := RUN_FOLDER.match(p.split("/")[0]))})
     runs = ", ".join(repr(names.get(i, f"id {i}")) for i in ids)
     more = f" and {len(missing) - 1:,} more" if len(missing) > 1 else ""
     return StoreError(

@@ -30,6 +30,7 @@ from tracelab.derived.sqlcomments import apply_comments
 from tracelab.store_folder import (
     PARQUET_FILES_COLUMNS,
     listed,
+    run_folder,
     sql_paths,
     store_root,
     view_over_listed,
@@ -55,7 +56,7 @@ def write_batch(
     if not len(parts):
         return None
     first = int(parts.column("rank")[0].as_py())
-    rel = f"run={int(run_id)}/parts/{KIND}-{first}-{token}.parquet"
+    rel = f"{run_folder(run_id)}/parts/{KIND}-{first}-{token}.parquet"
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     table = parts.select(["rank", "step", "start_ns", "end_ns", "part"])

@@ -110,7 +110,7 @@ def write_run(
     from tracelab.store import open_store
     from tracelab.store.files import register_files
     from tracelab.store.staged import move_run, staged_store
-    from tracelab.store_folder import make_root
+    from tracelab.store_folder import make_root, run_folder
 
     report = IngestReport(
         run=name,
@@ -135,7 +135,7 @@ def write_run(
     # the whole build is tried again without it (recorded in derived_errors: in_transaction).
     staged = staging / "run.duckdb"
     with staged_store(staged) as sc:
-        files = _link_events(make_root(sc) / f"run={rid}", by_rank)
+        files = _link_events(make_root(sc) / run_folder(rid), by_rank)
 
         def build(skip: dict[str, str]) -> None:
             _insert_run(sc, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)

@@ -37,8 +37,10 @@ from tracelab.store_folder import FOLDER_SUFFIX as FOLDER_SUFFIX  # re-exported
 from tracelab.store_folder import MARKER as MARKER
 from tracelab.store_folder import (
     PARQUET_FILES_COLUMNS,
+    RUN_FOLDER,
     events_select_sql,
     listed,
+    run_folder,
     unreadable_files,
     view_over_listed,
 )
@@ -49,13 +51,13 @@ from tracelab.store_folder import store_root as store_root
 
 def event_file(run_id: int, rank: int, offset: int) -> str:
     """Where one events file lives inside the store folder ('/'-separated)."""
-    return f"run={int(run_id)}/rank={int(rank)}/events-{int(offset)}.parquet"
+    return f"{run_folder(run_id)}/rank={int(rank)}/events-{int(offset)}.parquet"
 
 
-def run_event_file(run_folder: Path, rank: int, offset: int) -> Path:
-    """Where one events file lives in a run's folder (`run=ID/`: the store's, or a staged
-    store's before the run is moved in)."""
-    return run_folder / f"rank={int(rank)}" / f"events-{int(offset)}.parquet"
+def run_event_file(folder: Path, rank: int, offset: int) -> Path:
+    """Where one events file lives in a run's folder `folder` (`run=ID/`: the store's, or a
+    staged store's before the run is moved in)."""
+    return folder / f"rank={int(rank)}" / f"events-{int(offset)}.parquet"
 
 
 def _empty_view_sql() -> str:
@@ -144,22 +146,22 @@ def follow_moved_store(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> No
     part_files.refresh_view(con, temp=read_only)
 
 
-def place_run(con: duckdb.DuckDBPyConnection, run_folder: Path, run_id: int) -> Path:
+def place_run(con: duckdb.DuckDBPyConnection, staged_folder: Path, run_id: int) -> Path:
     """Move a run's folder (a staged store's `run=ID/`, tracelab.store.staged) into the store
     folder as `run=ID`, with one rename: a kill leaves it whole or not there. Across file
     systems (a store folder that is a link to another) it is copied beside, then renamed: every
     file copied while the caller holds the write lock. Call holding the write lock, before the
     transaction that lists its files."""
     root = make_root(con)
-    target = root / f"run={int(run_id)}"
+    target = root / run_folder(run_id)
     if target.exists():  # never listed (each id is handed out once): an unlisted leftover
         shutil.rmtree(target)
     try:
-        os.rename(run_folder, target)
+        os.rename(staged_folder, target)
     except OSError:  # another file system: copy beside, then rename
-        partial = root / f".run={int(run_id)}.partial"
+        partial = root / f".{run_folder(run_id)}.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(run_folder, partial)
+        shutil.copytree(staged_folder, partial)
         os.rename(partial, target)
     return target
 
@@ -199,7 +201,7 @@ def sweep(con: duckdb.DuckDBPyConnection) -> list[Path]:
         by_run.setdefault(int(run_id), set()).add(str(path))
     removed: list[Path] = []
     for entry in _entries(root):
-        found = _RUN_FOLDER.fullmatch(entry.name)
+        found = RUN_FOLDER.fullmatch(entry.name)
         if entry.name == MARKER:
             continue
         if found and entry.is_dir(follow_symlinks=False) and int(found.group(1)) in by_run:
@@ -207,9 +209,6 @@ def sweep(con: duckdb.DuckDBPyConnection) -> list[Path]:
         else:
             removed += _remove(Path(entry.path))
     return removed
-
-
-_RUN_FOLDER = re.compile(r"run=(\d+)")
 
 
 def _entries(folder: Path) -> list[os.DirEntry[str]]:

@@ -29,7 +29,7 @@ from tracelab.store.files import place_run, refresh_events_view
 from tracelab.store.open import WRITER_MEMORY_LIMIT, rollback
 from tracelab.store.runs import ROW_TABLES, delete_run
 from tracelab.store.schema import schema_sql
-from tracelab.store_folder import parquet_root, sql_text
+from tracelab.store_folder import parquet_root, run_folder, sql_text
 
 #: The staged store's name in the store's connection while its run is moved.
 _SOURCE = "tl_staged"
@@ -57,7 +57,7 @@ def move_run(
     for writing, in place of run `replacing`: its folder into the store folder (place_run), then
     its rows, the listing of its files and the views over them in one transaction. What a failed
     move placed is unlisted, and the store's writer removes it (tracelab.store.files.sweep)."""
-    place_run(con, parquet_root(staged) / f"run={int(run_id)}", run_id)
+    place_run(con, parquet_root(staged) / run_folder(run_id), run_id)
     con.execute(f"ATTACH {sql_text(str(staged))} AS {_SOURCE} (READ_ONLY)")
     try:
         con.execute("BEGIN TRANSACTION")
