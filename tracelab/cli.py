@@ -20,10 +20,9 @@ import traceback
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from tracelab import __version__
-from tracelab.errors import InternalError, TracelabError
+from tracelab import __version__, interrupts
+from tracelab.errors import InternalError, TracelabError, is_interrupt
 from tracelab.ingest.validate import run_name, strip_control
-from tracelab.interrupts import watching
 
 #: Subcommand modules, in the order `tracelab --help` lists them.
 COMMANDS = (
@@ -75,10 +74,23 @@ class Terminated(BaseException):
 _terminated = False
 
 
+#: Set once SIGINT arrived (a command whose query DuckDB interrupted may fail with another
+#: error on the way out: a statement of the aborted transaction).
+_interrupted = False
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     global _terminated
     _terminated = True
+    interrupts.handled()
     raise Terminated()
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    global _interrupted
+    _interrupted = True
+    interrupts.handled()
+    raise KeyboardInterrupt
 
 
 def _import_native_held() -> None:
@@ -205,17 +217,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     command = args.command
+    global _terminated, _interrupted
+    _terminated = _interrupted = False  # (tests call main() again in one process)
     previous = signal.getsignal(signal.SIGTERM)
+    previous_int = signal.getsignal(signal.SIGINT)
     previous_hook = sys.unraisablehook
     with contextlib.suppress(ValueError):  # not the main thread (tests calling main)
         signal.signal(signal.SIGTERM, _on_sigterm)
+        if previous_int is signal.default_int_handler:  # (not where it was ignored: nohup)
+            signal.signal(signal.SIGINT, _on_sigint)
         sys.unraisablehook = _on_unraisable
     try:
         with _safe_terminal():
             try:
                 _check_names(args)
                 _import_native_held()
-                with watching():  # a signal interrupts DuckDB's queries in every thread
+                with interrupts.watching():  # a signal stops the queries of every thread
                     return int(args.func(args) or 0)
             except InternalError as exc:
                 return _internal_error(command, exc)
@@ -238,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                 if _terminated:
                     print("terminated", file=sys.stderr)
                     return 143
-                if type(exc).__name__ == "InterruptException":  # Ctrl-C inside DuckDB
+                if _interrupted or is_interrupt(exc):  # Ctrl-C inside DuckDB, or on the way out
                     print("interrupted", file=sys.stderr)
                     return 130
                 code = _store_error(command, exc)
@@ -250,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.unraisablehook = previous_hook
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(signal.SIGTERM, previous)
+            if signal.getsignal(signal.SIGINT) is _on_sigint:
+                signal.signal(signal.SIGINT, previous_int)
 
 
 if __name__ == "__main__":

@@ -65,15 +65,21 @@ class InternalError(TracelabError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` is a signal that DuckDB turned into its own error: a Ctrl-C or SIGTERM
+    during a query comes out as `InterruptException` (also from another thread's interrupt(),
+    tracelab.interrupts) or as a RuntimeError "Query interrupted"."""
+    return type(exc).__name__ == "InterruptException" or (
+        isinstance(exc, RuntimeError) and "Query interrupted" in str(exc)
+    )
+
+
 def raise_if_interrupted(exc: BaseException) -> None:
-    """Raise KeyboardInterrupt when `exc` is a signal that DuckDB turned into its own error: a
-    Ctrl-C or SIGTERM during a query comes out as `InterruptException` or as a RuntimeError
-    "Query interrupted", which a component's failure policy (isolate it, name it, go on) would
+    """Raise KeyboardInterrupt when `exc` is a signal that DuckDB turned into its own error
+    (is_interrupt), which a component's failure policy (isolate it, name it, go on) would
     otherwise record as that component failing, and commit the run without it. The CLI exits
     130, or 143 after SIGTERM (tracelab.cli)."""
-    if type(exc).__name__ == "InterruptException" or (
-        isinstance(exc, RuntimeError) and "Query interrupted" in str(exc)
-    ):
+    if is_interrupt(exc):
         raise KeyboardInterrupt from exc
 
 

@@ -1,27 +1,35 @@
-"""Ctrl-C and SIGTERM stop this process's DuckDB queries at once, whichever thread runs them.
+"""Ctrl-C and SIGTERM stop the DuckDB queries of a command's other threads too.
 
-Python runs a signal's handler in the main thread, and DuckDB lets it run (PyErr_CheckSignals)
-only between the tasks of a query that the main thread executes. One task can be most of a
-query, and on a loaded machine the main thread often runs it: on 2 busy cores, SIGINT 0.3 s
-into `SELECT count(*) FROM range(4000000000) t(x) WHERE x % 7 = 3` was acted on after 24-28 s in
-4 of 8 tries, and into a Parquet scan joined to a range after 4.3-4.8 s in 5 of 6; the CLI's
-signal tests took 46-72 s instead of 1.5 s beside other jobs. A query run in a thread (the
-lost-time parts' batches) was never interrupted: the signal waited for its end.
+Python runs a signal's handler in the main thread, whose exception then unwinds the command;
+a DuckDB query in another thread (the lost-time parts are derived in two: part_batches) never
+saw the signal, and the command waited for that query's end before it could exit (a query of
+10^11 rows: the test's subprocess timed out after 60 s). While `watching()`, Python's C-level
+handler also writes each signal's number to a pipe (signal.set_wakeup_fd) that a thread reads;
+once the main thread's handler has run (`handled()`), that thread interrupts every connection
+opened `interruptible()` in another thread, and again every 50 ms while any is open (a thread
+between two queries when the signal came has its next one interrupted; DuckDB forgets an
+interrupt that finds no query). DuckDB's interrupt() may be called from any thread; the query
+raises InterruptException in its own thread (tracelab.errors.is_interrupt), and the command
+waits for its threads to end (part_batches) before it removes its staging folder.
 
-While `watching()`, Python's C-level handler also writes each signal's number to a pipe
-(signal.set_wakeup_fd) that a thread reads: on SIGINT or SIGTERM it interrupts every
-connection opened `interruptible()` (DuckDB's interrupt() may be called from any thread), whose
-query raises InterruptException at once (tracelab.errors.raise_if_interrupted), and the
-handler then runs in the main thread as before. 12 tries of the same two queries under the
-same load: 0.30-0.32 s each.
+The main thread's own queries are left to Python and DuckDB: the handler runs where DuckDB
+checks for signals, between the tasks of a query that the main thread executes. A task can be
+most of a query: on 2 busy cores, SIGINT 0.3 s into `SELECT count(*) FROM range(4000000000)
+t(x) WHERE x % 7 = 3` was acted on after 24-28 s in 4 of 8 tries, into a Parquet scan joined to
+a range after 4.3-4.8 s in 5 of 6. Interrupting that query too stopped it in 0.30-0.32 s, but
+its InterruptException then reached the command's code before the handler had run, and the
+handler raised later, inside the cleanup on the way out: a review's ingest left its staging
+folder and a running batch thread behind in 4 of 8 SIGTERM tries. So the main thread waits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Protocol, TypeVar
 
@@ -32,18 +40,24 @@ class _Interruptible(Protocol):
 
 C = TypeVar("C", bound=_Interruptible)
 
-_lock = threading.Lock()
-_open: dict[int, _Interruptible] = {}
-#: The signals that interrupt the queries.
+#: The signals that stop a command.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: How often the queries of other threads are interrupted once a signal was handled.
+AGAIN_S = 0.05
+
+_lock = threading.Lock()
+#: id(connection) -> (connection, the thread that opened it).
+_open: dict[int, tuple[_Interruptible, int]] = {}
+_handled = threading.Event()
 
 
 @contextlib.contextmanager
 def interruptible(con: C) -> Iterator[C]:
-    """`con` (a DuckDB connection) interrupted by SIGINT and SIGTERM while inside, where a
-    command watches them (watching)."""
+    """`con` (a DuckDB connection, used by the thread that opens it) interrupted once a signal
+    stops the command, where the command watches them (watching) and `con` is not the main
+    thread's."""
     with _lock:
-        _open[id(con)] = con
+        _open[id(con)] = (con, threading.get_ident())
     try:
         yield con
     finally:
@@ -51,21 +65,48 @@ def interruptible(con: C) -> Iterator[C]:
             _open.pop(id(con), None)
 
 
-def interrupt_all() -> None:
-    """Interrupt the query of every interruptible connection (a connection with none running
-    is unaffected: DuckDB clears the mark when its next query starts)."""
+def handled() -> None:
+    """Called by the main thread's SIGINT and SIGTERM handlers (tracelab.cli): the command is
+    unwinding, and the other threads' queries can be stopped."""
+    _handled.set()
+
+
+def _interrupt_other_threads(main: int) -> None:
     with _lock:
-        cons = list(_open.values())
+        cons = [con for con, thread in _open.values() if thread != main]
     for con in cons:
         with contextlib.suppress(Exception):  # closed meanwhile
             con.interrupt()
 
 
-def _read(fd: int, signals: frozenset[int]) -> None:
+def _other_threads_open(main: int) -> bool:
+    with _lock:
+        return any(thread != main for _, thread in _open.values())
+
+
+def _ended(fd: int, timeout_s: float) -> bool:
+    """Whether the pipe's write end was closed (the command ended), waiting up to timeout_s."""
+    ready, _, _ = select.select([fd], [], [], timeout_s)
+    return bool(ready) and not os.read(fd, 512)
+
+
+def _read(fd: int, signals: frozenset[int], main: int) -> None:
     try:
-        while data := os.read(fd, 512):
-            if signals.intersection(data):
-                interrupt_all()
+        while not signals.intersection(data := os.read(fd, 512)):
+            if not data:
+                return
+        while not _handled.is_set():  # the main thread unwinds first
+            if _ended(fd, AGAIN_S):
+                return
+        ended = False
+        while True:  # also once the command ended, while another thread's query is open
+            _interrupt_other_threads(main)
+            if ended and not _other_threads_open(main):
+                return
+            if ended:
+                time.sleep(AGAIN_S)
+            else:
+                ended = _ended(fd, AGAIN_S)
     except OSError:
         pass
     finally:
@@ -74,9 +115,9 @@ def _read(fd: int, signals: frozenset[int]) -> None:
 
 @contextlib.contextmanager
 def watching() -> Iterator[None]:
-    """SIGINT and SIGTERM interrupt the interruptible connections while inside (a no-op outside
-    the main thread, where Python cannot take the signals). The signals need Python handlers
-    (SIGINT has one unless the process was started with it ignored)."""
+    """SIGINT and SIGTERM stop the interruptible connections of other threads while inside,
+    once the main thread's handler has run (a no-op outside the main thread, where Python
+    takes no signal)."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     try:
@@ -86,9 +127,10 @@ def watching() -> Iterator[None]:
         os.close(write_fd)
         yield
         return
+    _handled.clear()
     reader = threading.Thread(
         target=_read,
-        args=(read_fd, frozenset(int(s) for s in SIGNALS)),
+        args=(read_fd, frozenset(int(s) for s in SIGNALS), threading.get_ident()),
         name="tracelab-interrupts",
         daemon=True,
     )
@@ -97,4 +139,4 @@ def watching() -> Iterator[None]:
         yield
     finally:
         signal.set_wakeup_fd(previous)
-        os.close(write_fd)  # the reader reads the end of the pipe and closes its side
+        os.close(write_fd)  # the reader sees the end of the pipe and closes its side

@@ -152,7 +152,7 @@ sig, component = getattr(signal, sys.argv[1]), sys.argv[2]
 
 def slow(con, run_id):
     threading.Timer(0.3, os.kill, (os.getpid(), sig)).start()
-    con.execute("SELECT count(*) FROM range(10000000000) t(x) WHERE x % 7 = 3").fetchall()
+    con.execute("SELECT count(*) FROM range(3000000000) t(x) WHERE x % 7 = 3").fetchall()
 
 D._STEPS = tuple((n, slow if n == component else fn, needs) for n, fn, needs in D._STEPS)
 from tracelab.cli import main
@@ -221,6 +221,36 @@ def test_a_signal_stops_a_query_in_another_thread_at_once(tmp_path: Path, sig, c
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr
     with open_store(db) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
+
+
+#: A command that receives SIGINT `sys.argv[1]` seconds after it starts.
+SIGNALLED_AFTER = (
+    AS_FROM_A_TERMINAL
+    + """
+import os, signal, sys, threading
+threading.Timer(float(sys.argv[1]), os.kill, (os.getpid(), signal.SIGINT)).start()
+from tracelab.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+)
+
+
+def test_ctrl_c_during_a_query_of_tracelab_sql_exits_130(tmp_path: Path) -> None:
+    """DuckDB turns a Ctrl-C during a query of the main thread into RuntimeError "Query
+    interrupted": `tracelab sql` said "internal error ... a bug" (exit 70), in 6 of 6 tries.
+    (Beside other jobs DuckDB may take the signal only when the query ends, seconds later:
+    then it exited 130 before too.)"""
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=2)], db=db, run="a", progress=False)
+    query = "SELECT count(*) FROM range(3000000000) t(x) WHERE x % 7 = 3"
+    res = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_AFTER, "1.0", "sql", query, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip() == "interrupted"
 
 
 def test_a_signal_during_a_rederive_leaves_it_to_finish(tmp_path: Path) -> None:
