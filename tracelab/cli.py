@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:  # the handler ran late, while another exception was being handled
         print("terminated", file=sys.stderr)
         return 143
+    except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported
+        print("interrupted", file=sys.stderr)
+        return 130
     finally:
         sys.unraisablehook = previous_hook
         with contextlib.suppress(ValueError, TypeError):

@@ -223,6 +223,55 @@ def test_a_signal_stops_a_query_in_another_thread_at_once(tmp_path: Path, sig, c
         assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
 
 
+#: An ingest that gets SIGINT as the first batch's rows are stored, and another 0.3 s later,
+#: while it waits for its other batches (each 1.5 s of work outside DuckDB first).
+CTRL_C_TWICE = (
+    AS_FROM_A_TERMINAL
+    + """
+import os, signal, sys, threading, time
+import tracelab.derived.part_batches as B, tracelab.derived.parts as P
+
+derive_ranks, store = P.derive_ranks, B.store
+
+def slow(con, run_id, ranks, *args):
+    if ranks[0] != 0:
+        time.sleep(1.5)
+    return derive_ranks(con, run_id, ranks, *args)
+
+def first_store(con, result):
+    if not getattr(first_store, "done", False):
+        first_store.done = True
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+    return store(con, result)
+
+P.derive_ranks, B.store = slow, first_store
+from tracelab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+)
+
+
+def test_a_second_ctrl_c_while_the_batches_end_is_quiet(tmp_path: Path) -> None:
+    """The wait for a run's batches ran when the garbage collector closed its generator, where
+    the second Ctrl-C printed "Exception ignored ... Traceback" (a review's reproduction)."""
+    db = tmp_path / "s.duckdb"
+    traces = run_set(tmp_path / "t", ranks=4)
+    res = subprocess.run(
+        [sys.executable, "-c", CTRL_C_TWICE, "ingest", str(traces), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TRACELAB_DERIVE_BATCH_EVENTS": "1"},
+    )
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip() == "interrupted"
+    assert not list(tmp_path.glob(".tracelab-ingest-*"))
+    with open_store(db) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
+
+
 #: A command that receives SIGINT `sys.argv[1]` seconds after it starts.
 SIGNALLED_AFTER = (
     AS_FROM_A_TERMINAL

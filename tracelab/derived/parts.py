@@ -435,10 +435,18 @@ def derive(
     )
     jobs = part_batches.jobs(con, run_id, ranks, token, runner.threads())
     files = []
-    for result in runner.map(part_batches.run, jobs):
-        part_batches.store(con, result)
-        if result.file is not None:
-            files.append(result.file)
+    results = runner.map(part_batches.run, jobs)
+    try:
+        for result in results:
+            part_batches.store(con, result)
+            if result.file is not None:
+                files.append(result.file)
+    finally:
+        # A generator's (local threads: the wait for its batches) is closed here, not by the
+        # garbage collector, where a signal during that wait printed as "Exception ignored".
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
     part_files.register(con, run_id, files)
     _merge_op_totals(con, run_id)
 
