@@ -97,9 +97,7 @@ def _import_native_held() -> None:
     """Import DuckDB with SIGTERM and SIGINT held, then deliver them: a SIGTERM during its
     native initialisation was raised inside it, where nanobind prints "Critical nanobind error
     ... Traceback" (a full run's kill test, SIGTERM at 10% of an ingest)."""
-    from tracelab.ingest.workers import signals_held
-
-    with signals_held():
+    with interrupts.signals_held():
         import duckdb  # noqa: F401
 
 

@@ -20,6 +20,8 @@ a range after 4.3-4.8 s in 5 of 6. Interrupting that query too stopped it in 0.3
 its InterruptException then reached the command's code before the handler had run, and the
 handler raised later, inside the cleanup on the way out: a review's ingest left its staging
 folder and a running batch thread behind in 4 of 8 SIGTERM tries. So the main thread waits.
+
+signals_held() holds the two signals over work that a raise would leave halfway.
 """
 
 from __future__ import annotations
@@ -111,6 +113,22 @@ def _read(fd: int, signals: frozenset[int], main: int) -> None:
         pass
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held while inside, then delivered (where the system has signal
+    masks): their handlers raise, and a raise in the midst of some work leaves it halfway (the
+    staging folder's removal, DuckDB's native import: tracelab.cli)."""
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this system
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager

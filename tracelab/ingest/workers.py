@@ -30,9 +30,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from tracelab.interrupts import signals_held
 
 #: Staging folders are `STAGING_PREFIX<owner pid>-<random>`.
 STAGING_PREFIX = ".tracelab-ingest-"
@@ -135,22 +136,6 @@ def remove_orphans(parent: str | None) -> list[Path]:
                 remove_staging(path)
                 removed.append(path)
     return removed
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held while inside, then delivered (where the system has signal
-    masks): their handlers raise, and a raise in the midst of some work leaves it halfway (the
-    staging folder's removal, DuckDB's native import: tracelab.cli)."""
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this system
-        previous = None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def remove_staging(path: Path) -> None:
