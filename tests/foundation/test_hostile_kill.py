@@ -224,7 +224,9 @@ def test_a_signal_stops_a_query_in_another_thread_at_once(tmp_path: Path, sig, c
 
 
 #: An ingest that gets SIGINT as the first batch's rows are stored, and another 0.3 s later,
-#: while it waits for its other batches (each 1.5 s of work outside DuckDB first).
+#: while it waits for its other batches (each 5 s of work outside DuckDB first: the wait
+#: outlasts the second signal on a loaded machine too, whose timer, a daemon, never holds the
+#: process open to land after the command ended).
 CTRL_C_TWICE = (
     AS_FROM_A_TERMINAL
     + """
@@ -235,13 +237,15 @@ derive_ranks, store = P.derive_ranks, B.store
 
 def slow(con, run_id, ranks, *args):
     if ranks[0] != 0:
-        time.sleep(1.5)
+        time.sleep(5)
     return derive_ranks(con, run_id, ranks, *args)
 
 def first_store(con, result):
     if not getattr(first_store, "done", False):
         first_store.done = True
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        again = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        again.daemon = True
+        again.start()
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.1)
     return store(con, result)
