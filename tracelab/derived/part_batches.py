@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from tracelab.connections import connect
 from tracelab.derived import batches, sqlfiles
 from tracelab.interrupts import interruptible
 from tracelab.store_folder import events_select_sql, make_root
@@ -220,7 +221,7 @@ def run(job: BatchJob) -> BatchResult:
     """Derive one batch from its job alone (no store connection): the worker's side."""
     from tracelab.derived import parts
 
-    con = duckdb.connect()
+    con = connect()
     try:
         with interruptible(con):
             if job.threads:

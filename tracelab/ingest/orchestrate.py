@@ -190,11 +190,12 @@ def _check_existing_store(db: Path) -> None:
         return  # (a new store: nothing to check, and DuckDB's import stays beside the workers)
     import duckdb
 
+    from tracelab.connections import connect
     from tracelab.store.files import check_files_present
     from tracelab.store.versions import check_version
 
     try:
-        con = duckdb.connect(str(db), read_only=True)
+        con = connect(str(db), read_only=True)
     except duckdb.Error:
         return
     try:

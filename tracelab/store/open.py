@@ -20,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 
+from tracelab.connections import connect
 from tracelab.defaults import DEFAULT_DB, env_seconds
 from tracelab.derived.sqlfiles import rollback as rollback  # re-exported for the store's writers
 from tracelab.errors import StoreError, StoreLockedError
@@ -51,7 +52,7 @@ def connect_with_retry(path: str, read_only: bool, timeout_s: float) -> duckdb.D
     delay = 0.02
     while True:
         try:
-            return duckdb.connect(path, read_only=read_only)
+            return connect(path, read_only=read_only)
         except duckdb.IOException as exc:
             if not _is_lock_conflict(exc):
                 raise unopenable_store_error(path, exc) from exc

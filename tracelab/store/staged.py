@@ -23,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 
+from tracelab.connections import connect
 from tracelab.derived import part_files
 from tracelab.interrupts import interruptible
 from tracelab.store.files import place_run, refresh_events_view
@@ -39,7 +40,7 @@ _SOURCE = "tl_staged"
 def staged_store(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """A new staged store at `path`: the store's tables and views, without the comments that
     the store copies into DuckDB's catalog for its readers (0.1 s)."""
-    con = duckdb.connect(str(path))
+    con = connect(str(path))
     try:
         with interruptible(con):
             con.execute("SET memory_limit = ?", [WRITER_MEMORY_LIMIT])
