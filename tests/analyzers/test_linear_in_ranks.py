@@ -21,9 +21,11 @@ def _all_variants_at_once(start, gaps, part, med, tail, transfer):
     tl = np.repeat(tail[None], nv, axis=0)
     g[1] = np.where(part, med.gaps[:, None], np.nan)
     tl[1] = med.tail
+    peers_gaps = _peers_median_by_loop(gaps)  # (once: each rank's column of it below)
+    peers_tail = _peers_median_by_loop(tail[None])[0]
     for i in range(n):
-        g[2 + i][:, i] = np.where(part[:, i], _peers_median_by_loop(gaps)[:, i], np.nan)
-        tl[2 + i][i] = _peers_median_by_loop(tail[None])[0, i]
+        g[2 + i][:, i] = np.where(part[:, i], peers_gaps[:, i], np.nan)
+        tl[2 + i][i] = peers_tail[i]
     t = _replay._walk(np.tile(start, (nv, 1)), g, part, transfer)
     total = (t + tl).max(axis=1) - start.min()
     return float(total[0]), float(total[1]), total[2:]
