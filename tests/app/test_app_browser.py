@@ -82,10 +82,12 @@ def wait(drv: webdriver.Chrome) -> WebDriverWait:
 
 
 def shot(drv: webdriver.Chrome, name: str) -> None:
-    """The first frame (what a user sees on opening the view at 1600x1000)."""
+    """The first frame (what a user sees on opening the view at 1600x1000), taken once and
+    written to both folders."""
+    png = drv.get_screenshot_as_png()
     for folder in (SCREENSHOTS, TMP_SHOTS):
         folder.mkdir(parents=True, exist_ok=True)
-        drv.save_screenshot(str(folder / f"{name}.png"))
+        (folder / f"{name}.png").write_bytes(png)
 
 
 def console_errors(drv: webdriver.Chrome) -> list[str]:
