@@ -2,10 +2,14 @@
 the bytes sent to the browser, on the 8-rank, 1.7M-event set (and the 1-rank set, to show that
 the payload does not grow with the trace).
 
-    python benchmarks/app.py [--reps 5] [--ranks 1,8]
+    python benchmarks/app.py [--reps 5] [--ranks 1,8] [--beside 14]
 
 Data: benchmarks/datasets.py (N copies of df_index_resolver with the rank rewritten), ingested
-once into bench_data/app_xN.duckdb. Each repetition starts a fresh `tracelab serve --no-warm` and
+once into bench_data/app_xN.duckdb; with `--beside K`, into bench_data/app_xN_besideK.duckdb
+beside K small synthetic runs (tracelab.testing.synth), as a user's store holds earlier runs:
+DuckDB's estimates of a query over the `events` view change with the store's other files, and
+one such estimate made the Operators page of a GPU run in a store of 15 runs quadratic
+(docs/app.md). Each repetition starts a fresh `tracelab serve --no-warm` and
 drives headless Chromium (selenium, /usr/bin/chromium) against it:
 
 - cold: the first visit of the overview after the server started, before any analysis: time to
@@ -86,9 +90,10 @@ return [data, assets];
 """
 
 
-def ensure_store(ranks: int) -> Path:
-    """bench_data/app_xN.duckdb holding the N-rank set as run 'bench' (ingested once)."""
-    db = DATA / f"app_x{ranks}.duckdb"
+def ensure_store(ranks: int, beside: int = 0) -> Path:
+    """bench_data/app_xN.duckdb holding the N-rank set as run 'bench' (ingested once), with
+    `beside` small synthetic runs ingested before it (app_xN_besideK.duckdb)."""
+    db = DATA / (f"app_x{ranks}_beside{beside}.duckdb" if beside else f"app_x{ranks}.duckdb")
     if db.exists():
         import duckdb
 
@@ -96,6 +101,15 @@ def ensure_store(ranks: int) -> Path:
             if con.execute("SELECT count(*) FROM runs WHERE name = ?", [RUN]).fetchone()[0]:
                 return db
     folder = rank_set(ranks)
+    if beside:
+        from tracelab.ingest import ingest
+        from tracelab.testing.synth import SCENARIOS, build_run
+
+        names = sorted(SCENARIOS)
+        with tempfile.TemporaryDirectory(prefix="tracelab-bench-beside-") as tmp:
+            for i in range(beside):
+                r = build_run(Path(tmp) / f"r{i}", names[i % len(names)])
+                ingest(r.paths, db=str(db), run=f"beside{i}", if_exists="replace", workers=1)
     print(f"ingesting {folder} into {db} ...", file=sys.stderr)
     subprocess.run(
         [
@@ -356,11 +370,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--ranks", default="1,8", help="comma-separated rank counts")
+    parser.add_argument(
+        "--beside", type=int, default=0, help="small synthetic runs in the store beside it"
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "app.json"))
     args = parser.parse_args()
     results: dict[int, dict[str, Any]] = {}
     for n in (int(x) for x in args.ranks.split(",")):
-        db = ensure_store(n)
+        db = ensure_store(n, args.beside)
         work = Path(tempfile.mkdtemp(prefix="tracelab-bench-app-"))
         try:
             reps = []
