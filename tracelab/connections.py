@@ -2,13 +2,16 @@
 database): `connect`, with the planner settings its queries rely on.
 
 `asof_loop_join_threshold = 0`: DuckDB plans an ASOF join whose left side it estimates at 64 rows
-or fewer as a join on the equality keys followed by an aggregate, which is quadratic in the rows
-of each key. Its estimates of a filtered CTE can be that low whatever the real size: the
-Operators page's kernel query (each runtime launch joined to the operator around it, per
-thread) estimated its 32,335 launches below 64 on a store of 14 runs, built 457,804,805 rows
-and took 12.5 s for the shared real GPU trace's one rank, against 0.06 s as an ASOF join.
+or fewer as a nested loop join (every pair of rows tested) followed by an aggregate. Its
+estimates of a query over the `events` view can be that low whatever the real size, and vary
+between processes: the Operators page's kernel query (each runtime launch joined to the
+operator around it on its thread) estimated the shared real GPU trace's 32,335 launches at a
+few rows in a store of 14 runs, joined 457,804,805 rows and took 12.5 s (the page 12.3 s)
+against 0.06 s as an ASOF join; for the 8-rank set, 3,662,438,440 rows and 341 s.
 Set GLOBAL: a connection's cursors (the app's) have their own settings, which start from the
-database's, not from the connection's.
+database's, not from the connection's. Not set where the database has it already: a
+connection with `lock_configuration` (tracelab sql's) refuses any SET, and another open of
+the same file in the process shares its database.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ def connect(database: str = ":memory:", *, read_only: bool = False) -> duckdb.Du
     con = duckdb.connect(database, read_only=read_only)
     try:
         for name, value in SETTINGS:
-            con.execute(f"SET GLOBAL {name} = {value!r}")
+            if con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0] != value:
+                con.execute(f"SET GLOBAL {name} = {value!r}")
     except BaseException:
         con.close()
         raise

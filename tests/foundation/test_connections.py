@@ -24,7 +24,12 @@ def _settings(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
     }
 
 
-WANTED = dict(SETTINGS)
+#: Written out, not read from SETTINGS: emptying SETTINGS must fail these tests.
+WANTED = {"asof_loop_join_threshold": 0}
+
+
+def test_the_settings_are_the_wanted_ones() -> None:
+    assert dict(SETTINGS) == WANTED
 
 
 def test_the_store_its_cursors_and_a_staged_store(tmp_path: Path) -> None:
@@ -56,3 +61,15 @@ def test_a_batch_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     paths = build_run(tmp_path, "stragglers").paths
     ingest(paths, db=str(tmp_path / "s.duckdb"), run="r", workers=1, progress=False)
     assert seen and all(s == WANTED for s in seen)
+
+
+def test_a_store_whose_configuration_another_connection_locked(tmp_path: Path) -> None:
+    """`tracelab sql` locks its connection's configuration; the same file opened again in the
+    process (its database is shared) must still open, not fail on a SET it does not need."""
+    db = tmp_path / "s.duckdb"
+    with open_store(db, read_only=False):
+        pass
+    with open_store(db, read_only=True) as con:
+        con.execute("SET lock_configuration = true")
+        with open_store(db, read_only=True) as again:
+            assert _settings(again) == WANTED
