@@ -57,11 +57,15 @@ def test_a_few_ranks_read_their_own_files_with_the_same_rows(
         run_ranks = con.execute("SELECT rank FROM ranks WHERE run_id = ?", [rid]).fetchall()
         assert all(f"rank={r}/" in whole for (r,) in run_ranks)
         scoped = _views(con, rid, ranks), _views(con, rid, ())
-        monkeypatch.setattr(_sql, "SCOPED_RANKS", 0)  # every query reads the view
+        parts = _sql.parts_source(con, {"run": rid})  # the run's time_parts files
+        assert "read_parquet" in parts and set(re.findall(r"run=(\d+)/", parts)) == {str(rid)}
+        monkeypatch.setattr(_sql, "SCOPED_RANKS", 0)  # every query reads the views
+        monkeypatch.setattr(_sql, "parts_source", lambda con, params: "time_parts")
         assert _sql.events_source(con, {"run": rid, "ranks": list(ranks)}) == "events"
         assert _sql.events_source(con, {"run": rid, "ranks": []}) == "events"
         viewed = _views(con, rid, ranks), _views(con, rid, ())
     for got, want in zip(scoped, viewed, strict=True):
         assert got[0].raw.idx and (got[4].operators or got[4].kernels)  # things to read
+        assert got[0].parts.mode != "none"  # segments to read
         for a, b in zip(got, want, strict=True):
             assert a == b

@@ -41,6 +41,7 @@ from tracelab.store_folder import (
     events_select_sql,
     listed,
     run_folder,
+    sql_paths,
     unreadable_files,
     view_over_listed,
 )
@@ -94,6 +95,27 @@ def rank_events_sql(con: duckdb.DuckDBPyConnection, run_id: int, ranks: Sequence
     if root is None or not paths:
         return "(SELECT * FROM events WHERE false)"
     return f"({events_select_sql(root, paths)})"
+
+
+def run_parts_sql(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
+    """A subquery of the run's rows of the `time_parts` view that reads the run's own files
+    (tracelab.derived.part_files): the view names every run's files, and a query on it binds
+    them all."""
+    root = store_root(con)
+    paths = [
+        str(p)
+        for (p,) in con.execute(
+            "SELECT path FROM parquet_files WHERE run_id = $run AND kind = 'time_parts' "
+            "ORDER BY path",
+            {"run": int(run_id)},
+        ).fetchall()
+    ]
+    if root is None or not paths:
+        return "(SELECT * FROM time_parts WHERE false)"
+    return (
+        "(SELECT run_id, rank, step, start_ns, end_ns, part "
+        f"FROM read_parquet([{sql_paths(root, paths)}]))"
+    )
 
 
 def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:

@@ -14,12 +14,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from tracelab.store.files import rank_events_sql
+from tracelab.store.files import rank_events_sql, run_parts_sql
 
 _NAME = re.compile(r"\$([A-Za-z_]\w*)")
 
-#: Where a view query reads the events (query() replaces it).
+#: Where a view query reads the events, and the lost-time segments (query() replaces them).
 EVENTS = "{events}"
+PARTS = "{time_parts}"
 #: A query filtered to at most this many ranks reads their files, not the `events` view.
 SCOPED_RANKS = 64
 
@@ -63,9 +64,22 @@ def _run_ranks(con: duckdb.DuckDBPyConnection, run_id: int) -> list[int]:
     ]
 
 
+def parts_source(con: duckdb.DuckDBPyConnection, params: Mapping[str, Any]) -> str:
+    """The relation PARTS stands for under `params`: run $run's time_parts files (one a batch
+    of its ranks, tracelab.derived.part_files), not the `time_parts` view over every run's."""
+    run = params.get("run")
+    if run is None:
+        return "time_parts"
+    return run_parts_sql(con, int(run))
+
+
 def scoped(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]) -> str:
-    """`sql` with EVENTS replaced (events_source)."""
-    return sql.replace(EVENTS, events_source(con, params)) if EVENTS in sql else sql
+    """`sql` with EVENTS and PARTS replaced (events_source, parts_source)."""
+    if EVENTS in sql:
+        sql = sql.replace(EVENTS, events_source(con, params))
+    if PARTS in sql:
+        sql = sql.replace(PARTS, parts_source(con, params))
+    return sql
 
 
 def arrow(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]) -> pa.Table:

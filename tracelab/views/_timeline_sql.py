@@ -9,7 +9,7 @@ can skip row groups by their ts_ns min/max. $ranks and $cats filter (empty list 
 
 from __future__ import annotations
 
-from tracelab.views._sql import EVENTS, OFFSETS
+from tracelab.views._sql import EVENTS, OFFSETS, PARTS
 
 #: The lane key of an event, as columns (device events are laned by stream).
 LANE_COLS = "rank, on_device, pid, tid, lbl"
@@ -127,8 +127,8 @@ GROUP BY step ORDER BY step
 """
 
 #: The lost-time model's segments (time_parts) overlapping the window, clipped to it.
-_PARTS_WHERE = """
-FROM time_parts
+_PARTS_WHERE = f"""
+FROM {PARTS}
 WHERE run_id = $run AND start_ns < $b AND end_ns > $a
   AND (len($ranks) = 0 OR list_contains($ranks, rank))
   AND (len($steps) = 0 OR list_contains($steps, step))

@@ -436,7 +436,7 @@ def time_parts(
     nbins = -(-(b - a) // w)
     np_ = len(TIME_PARTS)
     cols = con.execute(
-        sql.PARTS_BINNABLE,
+        scoped(con, sql.PARTS_BINNABLE, p),
         bind(sql.PARTS_BINNABLE, {**p, "r_ranks": list(ranks), "names": list(TIME_PARTS)}),
     ).fetchnumpy()
     key = np.asarray(cols["pos"], dtype=np.int64) * np_ + np.asarray(cols["pidx"], dtype=np.int64)
