@@ -84,14 +84,7 @@ def rank_events_sql(con: duckdb.DuckDBPyConnection, run_id: int, ranks: Sequence
     binds that whole list: at 10,000 ranks 0.84 s for one rank's 51 events, 3 ms from the
     rank's own file. For a bounded set of ranks; a query over every rank reads `events`."""
     root = store_root(con)
-    paths = [
-        str(p)
-        for (p,) in con.execute(
-            "SELECT path FROM parquet_files WHERE run_id = $run AND kind = 'events' "
-            "AND list_contains($ranks, rank) ORDER BY path",
-            {"run": int(run_id), "ranks": [int(r) for r in ranks]},
-        ).fetchall()
-    ]
+    paths = _run_files(con, run_id, "events", ranks)
     if root is None or not paths:
         return "(SELECT * FROM events WHERE false)"
     return f"({events_select_sql(root, paths)})"
@@ -102,20 +95,26 @@ def run_parts_sql(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
     (tracelab.derived.part_files): the view names every run's files, and a query on it binds
     them all."""
     root = store_root(con)
-    paths = [
-        str(p)
-        for (p,) in con.execute(
-            "SELECT path FROM parquet_files WHERE run_id = $run AND kind = 'time_parts' "
-            "ORDER BY path",
-            {"run": int(run_id)},
-        ).fetchall()
-    ]
+    paths = _run_files(con, run_id, "time_parts")
     if root is None or not paths:
         return "(SELECT * FROM time_parts WHERE false)"
     return (
         "(SELECT run_id, rank, step, start_ns, end_ns, part "
         f"FROM read_parquet([{sql_paths(root, paths)}]))"
     )
+
+
+def _run_files(
+    con: duckdb.DuckDBPyConnection, run_id: int, kind: str, ranks: Sequence[int] | None = None
+) -> list[str]:
+    """The paths parquet_files lists for the run, of one kind, of the ranks `ranks` (a
+    time_parts file is listed under its batch's first rank: every rank when None)."""
+    sql = "SELECT path FROM parquet_files WHERE run_id = $run AND kind = $kind"
+    params: dict[str, object] = {"run": int(run_id), "kind": kind}
+    if ranks is not None:
+        sql += " AND list_contains($ranks, rank)"
+        params["ranks"] = [int(r) for r in ranks]
+    return [str(p) for (p,) in con.execute(sql + " ORDER BY path", params).fetchall()]
 
 
 def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
