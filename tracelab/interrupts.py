@@ -121,7 +121,7 @@ def signals_held() -> Iterator[None]:
     masks): their handlers raise, and a raise in the midst of some work leaves it halfway (the
     staging folder's removal, DuckDB's native import: tracelab.cli)."""
     try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this system
         previous = None
     try:
