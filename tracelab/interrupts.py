@@ -46,6 +46,8 @@ C = TypeVar("C", bound=_Interruptible)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: How often the queries of other threads are interrupted once a signal was handled.
 AGAIN_S = 0.05
+#: The longest a command's end waits for the thread that reads the signals.
+JOIN_S = 1.0
 
 _lock = threading.Lock()
 #: id(connection) -> (connection, the thread that opened it).
@@ -158,3 +160,8 @@ def watching() -> Iterator[None]:
     finally:
         signal.set_wakeup_fd(previous)
         os.close(write_fd)  # the reader sees the end of the pipe and closes its side
+        # Its end, awaited (bounded: it goes on while another thread's query is open): a
+        # daemon thread still inside DuckDB's interrupt() when the interpreter exits is unwound
+        # through DuckDB's C++ ("FATAL: exception not rethrown", exit -6: a kill test after
+        # "interrupted", once, on a loaded machine).
+        reader.join(JOIN_S)
