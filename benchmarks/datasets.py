@@ -30,6 +30,7 @@ def rank_set(n: int, *, gz: bool = False) -> Path:
     folder = DATA / f"df_index_resolver_{'gz' if gz else 'text'}_x{n}"
     done = folder / ".complete"
     if done.exists():
+        unconverted(folder)
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     text = gzip.decompress(SOURCE.read_bytes())
@@ -47,3 +48,17 @@ def rank_set(n: int, *, gz: bool = False) -> Path:
             (folder / f"rank-{rank}.json").write_bytes(body)
     done.touch()
     return folder
+
+
+def unconverted(folder: Path) -> None:
+    """Refuse a data set with converted folders beside its traces (`tracelab convert`, or an
+    ingest with `--engine ray`, leaves them there): an ingest registers such a folder instead
+    of converting its trace, so it would measure another path. On 2026-12-07 such folders left
+    in the 8-rank set made `results/ingest_v24.json` time their registration, not the
+    conversion (benchmarks/README.md)."""
+    found = sorted(d.name for d in folder.glob("*.tracelab"))
+    if found:
+        raise SystemExit(
+            f"{folder}: converted folders beside the traces ({', '.join(found)}): an ingest "
+            f"would register them rather than convert. Remove them: rm -r {folder}/*.tracelab"
+        )

@@ -5,7 +5,9 @@
 Each case also times the decode floor (FLOOR: gunzip + scan of every rank, in the ingest's
 number of processes) in the same repetition. Cases: (a) the single 54 MB `df_index_resolver` trace, (b) 8 copies of it with the rank rewritten
 (benchmarks/datasets.py), (c) the same 8 files gzipped, the form the collector and
-torch.profiler write. Each repetition runs each tool as a fresh process, interleaved, so
+torch.profiler write, (d) the 8 files of (b) converted where they were written (`tracelab
+convert`, as the collector's `convert=True` does on each rank, untimed): the ingest only checks
+and registers the converted folders. Each repetition runs each tool as a fresh process, interleaved, so
 both see the same machine load; we report medians, events/s, the peak RSS of each tool's whole
 process tree, and the ratio. `--scaling` measures tracelab's peak RSS as ranks grow.
 """
@@ -89,6 +91,21 @@ def decode_floor(folder: Path) -> Sample:
     return sample
 
 
+def converted_on_ranks(work: Path) -> Path:
+    """Case (d): the 8-rank set's files (hard links) in a folder of their own, each converted
+    beside itself by `tracelab convert` (not timed: on a real job each rank does it at the end
+    of its window). Removed with `work`."""
+    folder = work / "converted_x8"
+    folder.mkdir()
+    for path in sorted(rank_set(8).glob("*.json")):
+        (folder / path.name).hardlink_to(path)
+    traces = [str(p) for p in sorted(folder.glob("*.json"))]
+    done = run_measured([sys.executable, "-m", "tracelab.cli", "convert", *traces])
+    if done.returncode != 0:
+        raise SystemExit(f"tracelab convert failed:\n{done.stdout}")
+    return folder
+
+
 def bench_case(name: str, folder: Path, ranks: int, reps: int, work: Path) -> dict[str, object]:
     tl: list[Sample] = []
     hta: list[Sample] = []
@@ -165,6 +182,7 @@ def main() -> None:
         "a": ("(a) df_index_resolver", lambda: rank_set(1), 1),
         "b": ("(b) 8-rank set", lambda: rank_set(8), 8),
         "c": ("(c) 8-rank set, gzipped", lambda: rank_set(8, gz=True), 8),
+        "d": ("(d) 8-rank set, converted on its ranks", lambda: converted_on_ranks(work), 8),
     }
     try:
         rows = [
