@@ -173,17 +173,44 @@ def test_a_trace_folder_the_workers_cannot_write_is_named(tmp_path: Path, cluste
     assert not db.exists() or not _rows(db)["runs"]
 
 
+#: The CLI, in a driver that fails on hashing a trace (tracelab.ingest.converted._sha256):
+#: Ray's workers are the cluster's processes, which hash as usual.
+_DRIVER_NEVER_HASHES = """
+import sys
+import tracelab.ingest.converted as converted
+def _sha256(fh):
+    raise AssertionError("the driver hashed a trace: " + fh.name)
+converted._sha256 = _sha256
+from tracelab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_a_converted_trace_is_registered_not_sent_again(tmp_path: Path, cluster: str) -> None:
     """Files converted beside the traces (by an earlier Ray ingest, or on each rank by the
-    collector) are registered by the next ingest; no task parses them again."""
+    collector) are registered by the next ingest; no task parses them again, and each folder
+    is checked against its trace's bytes by a task, where the trace is read: the driver hashed
+    every trace, one after another (at 1,000 ranks of 100 MB, 100 GB read by one process)."""
     traces = run_set(tmp_path / "traces", ranks=2)
     first = tmp_path / "a.duckdb"
     _ray_ingest(traces, first, cluster)
     stamps = {p: p.stat().st_mtime_ns for p in traces.rglob("*.parquet")}
     second = tmp_path / "b.duckdb"
-    _ray_ingest(traces, second, cluster)
+    res = subprocess.run(
+        [sys.executable, "-c", _DRIVER_NEVER_HASHES, "ingest", str(traces), "--db", str(second),
+         "--run", "r", "--engine", "ray", "--address", cluster],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
     assert stamps and {p: p.stat().st_mtime_ns for p in traces.rglob("*.parquet")} == stamps
     assert _rows(first) == _rows(second)
+    # ... and a trace changed since is converted again, by its task.
+    trace_file = traces / "rank-1.json"
+    trace_file.write_text(trace_file.read_text().replace('"traceEvents"', '"traceEvents" ', 1))
+    third = tmp_path / "c.duckdb"
+    _ray_ingest(traces, third, cluster)
+    changed = {p for p in traces.rglob("*.parquet") if stamps.get(p) != p.stat().st_mtime_ns}
+    assert changed and all(p.parent.name == "rank-1.tracelab" for p in changed), changed
 
 
 def test_address_without_the_ray_engine_is_a_usage_error(tmp_path: Path) -> None:

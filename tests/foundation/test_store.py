@@ -15,6 +15,7 @@ import pytest
 from tracelab.errors import StoreError, UsageError
 from tracelab.ingest import ingest
 from tracelab.store import delete_run, list_runs, open_store, run_id
+from tracelab.store_folder import parquet_root
 
 from .hostile import REPO, RUN_BASE_TABLES
 from .kineto import run_set, trace, write
@@ -183,6 +184,47 @@ def test_preconverted_ranks_are_registered_not_parsed(
             con.execute("SELECT min(ts_ns) FROM events WHERE rank = 1").fetchone()[0]
             == 1_900_000_000_000_000_000
         )
+
+
+def test_preconverted_ranks_are_checked_a_chunk_at_a_time_each_file_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The converted folders are checked on threads, a chunk of files at a time: each file
+    keeps its own outcome across chunks (registered, parsed afresh, or skipped by name)."""
+    import os
+
+    from tracelab.ingest import convert, converted
+    from tracelab.ingest import pool as ingest_mod
+
+    folder = run_set(tmp_path / "t", ranks=5)
+    for r in (0, 2, 3):
+        path = folder / f"rank-{r}.json"
+        convert.convert_trace(path, converted.converted_dir(path))
+    real = ingest_mod.load_converted
+
+    def failing_on_rank_3(path: Path) -> object:
+        if Path(path).name == "rank-3.json":
+            raise OSError("cannot read it")
+        return real(path)
+
+    monkeypatch.setattr(ingest_mod, "_REGISTER_CHUNK", 2)
+    monkeypatch.setattr(ingest_mod, "load_converted", failing_on_rank_3)
+    db = tmp_path / "s.duckdb"
+    report = ingest([folder], db=db, run="a", skip_bad=True, workers=2, progress=False)
+    assert report.ranks == [0, 1, 2, 4]
+    assert [Path(s["file"]).name for s in report.skipped] == ["rank-3.json"], report.skipped
+    with open_store(db) as con:
+        files = dict(
+            con.execute("SELECT rank, path FROM parquet_files WHERE kind = 'events'").fetchall()
+        )
+    root = parquet_root(db)
+
+    # A registered rank's events file is its converted folder's, linked; a parsed one's not.
+    def linked(rank: int) -> bool:
+        own = converted.converted_dir(folder / f"rank-{rank}.json") / "events.parquet"
+        return own.exists() and os.path.samefile(root / files[rank], own)
+
+    assert [r for r in report.ranks if linked(r)] == [0, 2]
 
 
 def test_preconverted_folder_of_an_older_format_is_converted_again(tmp_path: Path) -> None:

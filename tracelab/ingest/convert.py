@@ -48,6 +48,7 @@ from tracelab.ingest.converted import (
     EVENTS_SCHEMA,
     TraceInfo,
     converted_dir,
+    load_converted,
 )
 from tracelab.ingest.decode import (
     ABSENT,
@@ -305,6 +306,15 @@ def convert_beside(path: str | os.PathLike[str]) -> TraceInfo:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(aside, ignore_errors=True)
     return info
+
+
+def converted_beside(path: str | os.PathLike[str]) -> TraceInfo:
+    """The columnar form beside the trace: the folder already there when it is complete and
+    made from these exact bytes (load_converted, which hashes the trace where this runs), else
+    a new one (convert_beside). A Ray task of the ingest: a capture its ranks converted is
+    checked on the cluster's nodes, not hashed trace by trace on the driver."""
+    found = load_converted(path)
+    return found if found is not None else convert_beside(path)
 
 
 #: The errors of a folder that cannot be written (convert_beside names the folder).

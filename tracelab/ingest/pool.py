@@ -8,7 +8,7 @@ import queue
 import shutil
 import sys
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -138,14 +138,16 @@ def convert_all(
     errors: Errors = {}
     groups: Groups = {}
     out_dirs = [staging / f"f{i}" for i in range(len(files))]
-    _register_converted(files, done, errors, groups)
+    ray = engine if engine is not None and engine.name == "ray" else None
+    if ray is None:  # (Ray's tasks register what is converted, where the traces are read)
+        _register_converted(files, done, errors, groups, workers)
     todo = [i for i in range(len(files)) if i not in done and i not in errors]
-    if engine is not None and engine.name == "ray" and todo:
+    if ray is not None and todo:
         from tracelab.ingest.ray_engine import convert_on_ray
 
         got, failed = convert_on_ray(
             [files[i].path for i in todo],
-            address=engine.address,
+            address=ray.address,
             workers=workers or None,
             progress=progress,
         )
@@ -181,19 +183,37 @@ def convert_all(
     return done, errors
 
 
-def _register_converted(files: list[TraceFile], done: Done, errors: Errors, groups: Groups) -> None:
-    """Files converted on their rank already (collector): register them, parse nothing."""
-    for i, tf in enumerate(files):
+def _register_converted(
+    files: list[TraceFile], done: Done, errors: Errors, groups: Groups, workers: int
+) -> None:
+    """Files converted on their rank already (collector): register them, parse nothing. Each
+    folder's trace is hashed to prove it unchanged (load_converted), on `workers` threads at
+    once (hashlib and file reads release the GIL): one after another, the 8-rank set's 430 MB
+    took 0.34 s of a 0.40 s registration."""
+
+    def check(tf: TraceFile) -> TraceInfo | BaseException | None:
         try:
-            pre = load_converted(tf.path)
+            return load_converted(tf.path)
         except Exception as exc:  # noqa: BLE001 (per-file failure policy)
-            errors[i] = _file_error(exc, tf.path)
-            continue
-        if pre is not None:
-            done[i] = (
-                _share_groups(replace(pre, file=str(tf.path)), groups),
-                converted_dir(tf.path),
-            )
+            return exc
+
+    with ThreadPoolExecutor(max(1, min(workers, len(files))), "tracelab-register") as threads:
+        # A chunk of files at a time, so the results waiting to share their process groups
+        # (_share_groups: 60 KB a rank at 10,000 ranks) are a chunk's, never every file's.
+        for lo in range(0, len(files), _REGISTER_CHUNK):
+            chunk = files[lo : lo + _REGISTER_CHUNK]
+            for i, (tf, pre) in enumerate(zip(chunk, threads.map(check, chunk), strict=True), lo):
+                if isinstance(pre, BaseException):
+                    errors[i] = _file_error(pre, tf.path)
+                elif pre is not None:
+                    done[i] = (
+                        _share_groups(replace(pre, file=str(tf.path)), groups),
+                        converted_dir(tf.path),
+                    )
+
+
+#: Files whose converted folders are checked at once (_register_converted).
+_REGISTER_CHUNK = 256
 
 
 def _convert_in_pool(

@@ -6,7 +6,8 @@ trace from a path every node sees (a shared filesystem) and writes the columnar 
 tracelab.ingest.converted.converted_dir), so only the small per-file summary (TraceInfo, a few
 hundred bytes) travels back to the driver; the driver then loads the Parquet files and moves the
 run into the store in one short transaction, as with the local pool. A file converted before from the same
-bytes is registered, not parsed again.
+bytes is registered, not parsed again: its task checks the folder's hash on the node that reads
+it (tracelab.ingest.convert.converted_beside); the driver reads no trace.
 
 The derived layer's per-rank work (the lost-time parts, which grow with events) runs as Ray
 tasks too, one per batch of ranks (batch_runner, tracelab.derived.part_batches): a task reads
@@ -35,7 +36,7 @@ from typing import Any
 
 from tracelab.derived.part_batches import BatchJob, BatchResult, Runner
 from tracelab.errors import InputError, InternalError, TracelabError, UsageError
-from tracelab.ingest.convert import convert_beside
+from tracelab.ingest.convert import converted_beside
 from tracelab.ingest.converted import TraceInfo, converted_dir
 
 #: How often Ray retries a task whose worker died (a crash, the out-of-memory killer); then the
@@ -128,7 +129,7 @@ def convert_on_ray(
     if not paths:
         return done, errors
     with connected(address, workers) as ray:
-        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(convert_beside)
+        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(converted_beside)
         # Absolute: a worker on another node runs in the folder its `ray start` ran in.
         absolute = [Path(os.path.abspath(p)) for p in paths]
         refs = {task.remote(str(p)): i for i, p in enumerate(absolute)}
