@@ -269,6 +269,68 @@ def test_without_address_the_ingest_starts_its_own_instance(tmp_path: Path, clus
     assert res.returncode == 0, res.stderr
 
 
+def _running_under(folder: str) -> list[str]:
+    """The command lines of the live processes that name `folder` (a Ray instance's temp dir)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if folder in cmd and state != "Z":
+            found.append(f"{proc.name}: {cmd[:120]}")
+    return found
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.8, 1.6])
+def test_a_sigterm_while_the_local_instance_starts_leaves_nothing_running(
+    tmp_path: Path, after_s: float
+) -> None:
+    """SIGTERM while the ingest's own Ray instance starts: exit 143 and "terminated", as on the
+    local engine, and none of the instance's processes left running. Ray's handler made it
+    exit 15, its C++ core's handler aborted it with a native stack (134), ray::DashboardAgent
+    and ray::RuntimeEnvAgent outlived it by a minute, and the interpreter's teardown crashed
+    in a thread Ray left running (139)."""
+    traces = run_set(tmp_path / "traces", ranks=2)
+    home = tmp_path / "home"
+    home.mkdir()
+    ray_tmp = tempfile.mkdtemp(prefix="tlsig", dir="/tmp")  # (Ray's socket paths stay short)
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(home)}
+    env.pop("RAY_ADDRESS", None)
+    db = tmp_path / "s.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracelab.cli", "ingest", str(traces), "--db", str(db),
+         "--engine", "ray", "--workers", "1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not _running_under(ray_tmp):  # the instance's first process (its GCS) is up
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(after_s)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, err
+        assert "terminated" in err and "Traceback" not in err and "SIGTERM received" not in err
+        time.sleep(1.0)
+        assert _running_under(ray_tmp) == []
+        assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+        if db.exists():
+            with open_store(db, read_only=True) as con:
+                assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        for line in _running_under(ray_tmp):  # a failed run's leftovers
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.partition(":")[0]), signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 def test_an_ipv6_address_is_reached(tmp_path: Path) -> None:
     from tracelab.ingest.ray_engine import _reachable
 

@@ -24,10 +24,12 @@ it); with one, the ingest joins that cluster (`ray start --head` on one node, `r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -38,13 +40,22 @@ from tracelab.derived.part_batches import BatchJob, BatchResult, Runner
 from tracelab.errors import InputError, InternalError, TracelabError, UsageError
 from tracelab.ingest.convert import converted_beside
 from tracelab.ingest.converted import TraceInfo, converted_dir
+from tracelab.interrupts import signals_held
 
+#: Whether this process started a Ray driver (connected): Ray's core leaves threads running
+#: past ray.shutdown(), and the `tracelab` command then ends without the interpreter's
+#: teardown (tracelab.cli.run).
+started = False
 #: How often Ray retries a task whose worker died (a crash, the out-of-memory killer); then the
 #: file is reported by name, as with the local pool.
 TASK_RETRIES = 1
 
 
 def _ray() -> Any:
+    # Ray's C++ core installs a failure-signal handler in the driver that takes SIGTERM too: a
+    # SIGTERM once connected printed a native stack and aborted (exit 134), where the CLI
+    # unwinds and exits 143. Read when Ray is imported; a user's own setting wins.
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     try:
         import ray
     except ImportError as exc:
@@ -79,23 +90,91 @@ def connected(address: str | None, workers: int | None) -> Iterator[Any]:
     # with a stack dump, leaving the staging folder and the WAL): the CLI's own are restored,
     # so a terminated ingest unwinds (exit 143) as on the local engine.
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    before = _descendants(os.getpid())
+    global started
+    started = True
     try:
-        ray.init(**kwargs)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        raise UsageError(
-            f"could not connect to {where}: {exc}. Start one with `ray start --head`, or leave "
-            "out --address to start a local one."
-        ) from exc
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for sig, handler in handlers.items():
-                if handler is not None:
-                    signal.signal(sig, handler)
+        try:
+            ray.init(**kwargs)
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for sig, handler in handlers.items():
+                    if handler is not None:
+                        signal.signal(sig, handler)
+    except BaseException as exc:
+        # A SIGTERM or a failure halfway through the start: what it started is stopped (a
+        # local instance's processes outlived the ingest by a minute, ray::DashboardAgent and
+        # ray::RuntimeEnvAgent orphaned), and Ray's SIGTERM handler's exit (code 15) becomes
+        # the CLI's own unwinding: the signal is sent again, to the handlers just restored.
+        _stop_what_init_started(ray, before if not address else None)
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM:
+            os.kill(os.getpid(), signal.SIGTERM)
+        if isinstance(exc, (ConnectionError, ValueError, RuntimeError)):
+            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+            raise UsageError(
+                f"could not connect to {where}: {exc}. Start one with `ray start --head`, or "
+                "leave out --address to start a local one."
+            ) from exc
+        raise
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+def _descendants(pid: int) -> set[int]:
+    """The live processes below `pid` (Linux: /proc; elsewhere none are known)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in found and _alive(child):
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (not a zombie waiting for its parent)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _stop_what_init_started(ray: Any, before: set[int] | None) -> None:
+    """After ray.init failed or was stopped: Ray's own shutdown, then, for a local instance
+    (`before`: this process's descendants before the start), every process the start left
+    below this one, killed (the whole tree is listed before any dies: an agent whose raylet
+    dies first is handed to init, out of reach). Signals are held meanwhile."""
+    with signals_held():
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        if before is None:
+            return
+        for _ in range(_STOP_TRIES):
+            left = _descendants(os.getpid()) - before
+            if not left:
+                return
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+
+
+#: How often _stop_what_init_started lists and kills what is left.
+_STOP_TRIES = 20
 
 
 def _reachable(address: str, timeout_s: float = 5.0) -> None:
