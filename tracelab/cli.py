@@ -278,7 +278,10 @@ def run() -> NoReturn:
     the interpreter's teardown crashed in one of them (SIGSEGV in the core worker's metrics,
     after "terminated": 1 in 8 SIGTERMs of an ingest on Ray): everything the command does is
     done by then, so it ends at once, with its exit status."""
-    code = main()
+    try:
+        code = main()
+    except SystemExit as exc:  # (Ray's own SIGTERM handler, where the CLI's was not back yet)
+        code = exc.code if isinstance(exc.code, int) else 1
     engine = sys.modules.get("tracelab.ingest.ray_engine")
     if engine is not None and getattr(engine, "started", False):
         for stream in (sys.stdout, sys.stderr):

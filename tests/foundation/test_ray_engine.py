@@ -285,15 +285,19 @@ def _running_under(folder: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("after_s", [0.0, 0.8, 1.6])
+@pytest.mark.parametrize(
+    ("after_s", "twice"), [(0.0, False), (0.8, False), (1.6, False), (0.0, True)]
+)
 def test_a_sigterm_while_the_local_instance_starts_leaves_nothing_running(
-    tmp_path: Path, after_s: float
+    tmp_path: Path, after_s: float, twice: bool
 ) -> None:
     """SIGTERM while the ingest's own Ray instance starts: exit 143 and "terminated", as on the
     local engine, and none of the instance's processes left running. Ray's handler made it
     exit 15, its C++ core's handler aborted it with a native stack (134), ray::DashboardAgent
     and ray::RuntimeEnvAgent outlived it by a minute, and the interpreter's teardown crashed
-    in a thread Ray left running (139)."""
+    in a thread Ray left running (139). At 0 s the signal lands inside ray.init by
+    construction (the GCS is the instance's first process, and init waits for its raylet);
+    `twice`: a second SIGTERM 50 ms later, while the start's processes are being stopped."""
     traces = run_set(tmp_path / "traces", ranks=2)
     home = tmp_path / "home"
     home.mkdir()
@@ -313,6 +317,10 @@ def test_a_sigterm_while_the_local_instance_starts_leaves_nothing_running(
             time.sleep(0.05)
         time.sleep(after_s)
         proc.send_signal(signal.SIGTERM)
+        if twice:
+            time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 143, err
         assert "terminated" in err and "Traceback" not in err and "SIGTERM received" not in err

@@ -197,7 +197,8 @@ def _register_converted(
         except Exception as exc:  # noqa: BLE001 (per-file failure policy)
             return exc
 
-    with ThreadPoolExecutor(max(1, min(workers, len(files))), "tracelab-register") as threads:
+    threads = ThreadPoolExecutor(max(1, min(workers, len(files))), "tracelab-register")
+    try:
         # A chunk of files at a time, so the results waiting to share their process groups
         # (_share_groups: 60 KB a rank at 10,000 ranks) are a chunk's, never every file's.
         for lo in range(0, len(files), _REGISTER_CHUNK):
@@ -210,6 +211,8 @@ def _register_converted(
                         _share_groups(replace(pre, file=str(tf.path)), groups),
                         converted_dir(tf.path),
                     )
+    finally:  # (on Ctrl-C, the chunk's files not yet begun are dropped, not hashed first)
+        threads.shutdown(wait=True, cancel_futures=True)
 
 
 #: Files whose converted folders are checked at once (_register_converted).

@@ -54,14 +54,20 @@ TASK_RETRIES = 1
 def _ray() -> Any:
     # Ray's C++ core installs a failure-signal handler in the driver that takes SIGTERM too: a
     # SIGTERM once connected printed a native stack and aborted (exit 134), where the CLI
-    # unwinds and exits 143. Read when Ray is imported; a user's own setting wins.
-    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    # unwinds and exits 143. Ray reads the setting when imported: set for the import only, so
+    # the processes a local instance starts keep their crash reports; a user's own wins.
+    key = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+    own = key in os.environ
+    os.environ.setdefault(key, "1")
     try:
         import ray
     except ImportError as exc:
         raise UsageError(
             "--engine ray needs Ray: pip install 'tracelab[ray]' (on every node of the cluster)."
         ) from exc
+    finally:
+        if not own:
+            os.environ.pop(key, None)
     return ray
 
 
@@ -155,22 +161,50 @@ def _alive(pid: int) -> bool:
 
 def _stop_what_init_started(ray: Any, before: set[int] | None) -> None:
     """After ray.init failed or was stopped: Ray's own shutdown, then, for a local instance
-    (`before`: this process's descendants before the start), every process the start left
+    (`before`: this process's descendants before the start), every Ray process the start left
     below this one, killed (the whole tree is listed before any dies: an agent whose raylet
-    dies first is handed to init, out of reach). Signals are held meanwhile."""
-    with signals_held():
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        if before is None:
-            return
-        for _ in range(_STOP_TRIES):
-            left = _descendants(os.getpid()) - before
-            if not left:
-                return
-            for pid in left:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+    dies first is handed to init, out of reach). A second signal meanwhile (the main thread
+    takes it while other threads run, whatever its mask) is raised once this is done."""
+    later: list[BaseException] = []
+
+    def step(fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001, S110 (best effort: what is left is killed below)
+            pass
+        except BaseException as exc:  # noqa: BLE001 (a signal's raise: after the cleanup)
+            later.append(exc)
+
+    gone = False
+
+    def kill_what_is_left() -> None:
+        nonlocal gone
+        left = [pid for pid in _descendants(os.getpid()) - (before or set()) if _is_ray(pid)]
+        gone = not left
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if left:
             time.sleep(0.05)
+
+    with signals_held():
+        step(ray.shutdown)
+        for _ in range(_STOP_TRIES if before is not None else 0):
+            step(kill_what_is_left)  # (a round a signal cut short is done again)
+            if gone:
+                break
+    if later:
+        raise later[0]
+
+
+def _is_ray(pid: int) -> bool:
+    """Whether `pid` is one of Ray's processes (gcs_server, raylet, ray::*, Ray's Python
+    agents): a caller's own subprocesses started meanwhile are not killed."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"ray" in cmd
 
 
 #: How often _stop_what_init_started lists and kills what is left.
@@ -257,11 +291,10 @@ def _task_error(exc: BaseException, path: Path) -> TracelabError:
     if isinstance(exc, TracelabError):
         return exc
     what = type(cause or exc).__name__
-    err = InternalError(
-        f"its Ray task failed ({what}: {cause or exc}); a worker that died was retried "
-        f"{TASK_RETRIES} time(s)",
-        str(path),
+    retried = (
+        "" if cause is not None else f"; a worker that died was retried {TASK_RETRIES} time(s)"
     )
+    err = InternalError(f"its Ray task failed ({what}: {cause or exc}){retried}", str(path))
     err.__cause__ = exc
     return err
 
