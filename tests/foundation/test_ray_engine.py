@@ -213,6 +213,52 @@ def test_a_converted_trace_is_registered_not_sent_again(tmp_path: Path, cluster:
     assert changed and all(p.parent.name == "rank-1.tracelab" for p in changed), changed
 
 
+#: check_shared against the test cluster, in a driver of its own: argv 1 the address, 2 the
+#: staging folder's parent, 3.. the traces; prints "seen by every node" or the error.
+_CHECK_SHARED = """
+import sys
+from pathlib import Path
+from tracelab.errors import UsageError
+from tracelab.ingest import workers
+from tracelab.ingest.ray_engine import check_shared, connected
+staging = workers.make_staging(sys.argv[2])
+try:
+    with connected(sys.argv[1], None) as ray:
+        check_shared(ray, sys.argv[1], [Path(p) for p in sys.argv[3:]], staging)
+    print("seen by every node")
+except UsageError as exc:
+    print(exc)
+finally:
+    workers.remove_staging(staging)
+"""
+
+
+def test_a_cluster_whose_nodes_cannot_see_the_traces_is_refused_first(
+    tmp_path: Path, cluster: str
+) -> None:
+    """Each node of a joined cluster is asked, by a task pinned to it, whether it sees a sample
+    of the traces and the staging folder at this machine's paths, before any work: a node
+    without them failed its files one by one, or left the run without its lost-time parts,
+    after the whole conversion. (One machine: every node sees every path, so a path that
+    exists nowhere stands for one that a node's filesystem lacks.)"""
+    traces = sorted(run_set(tmp_path / "traces", ranks=3).glob("*.json"))
+
+    def check(*paths: Path) -> str:
+        res = subprocess.run(
+            [sys.executable, "-c", _CHECK_SHARED, cluster, str(tmp_path), *map(str, paths)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip().splitlines()[-1]
+
+    assert check(*traces) == "seen by every node"
+    gone = tmp_path / "elsewhere" / "rank-9.json"
+    said = check(*traces, gone)
+    assert said.startswith("node ") and f"cannot see {gone}." in said, said
+    assert "filesystem every node mounts at the same path" in said and "--db" in said
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # staging removed
+
+
 def test_address_without_the_ray_engine_is_a_usage_error(tmp_path: Path) -> None:
     res = cli("ingest", str(run_set(tmp_path / "t")), "--address", "127.0.0.1:1")
     assert res.code == 2 and "--engine ray" in res.err

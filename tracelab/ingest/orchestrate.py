@@ -125,7 +125,7 @@ def ingest(
     staging = lifecycle.make_staging(staging_parent(db_path))
     try:
         with ExitStack() as session:
-            runner = _batch_runner(session, engine, workers_n)
+            runner = _batch_runner(session, engine, workers_n, found, staging)
             done, errors = convert_all(found.files, staging, workers_n, show, engine)
             manifest_world = capture.manifest.get("world_size") if capture is not None else None
             by_rank, rank_errors, note = resolve_ranks(
@@ -223,15 +223,20 @@ def _check_mesh(
 
 
 def _batch_runner(
-    session: ExitStack, engine: Engine | None, workers: int
+    session: ExitStack, engine: Engine | None, workers: int, found: Discovery, staging: Path
 ) -> part_batches.Runner | None:
     """Where the derived layer's per-rank batches run: on the Ray cluster that converts the
-    files (its session kept open for the write, in `session`), else in this process."""
+    files (its session kept open for the write, in `session`; a cluster joined at an address
+    is first checked to see the traces and the staging folder from every node), else in this
+    process."""
     if engine is None or engine.name != "ray":
         return None
-    from tracelab.ingest.ray_engine import batch_runner, connected
+    from tracelab.ingest.ray_engine import batch_runner, check_shared, connected
 
-    return batch_runner(session.enter_context(connected(engine.address, workers or None)))
+    ray = session.enter_context(connected(engine.address, workers or None))
+    if engine.address:  # (a local instance of this ingest's own runs on this machine only)
+        check_shared(ray, engine.address, [f.path for f in found.files], staging)
+    return batch_runner(ray)
 
 
 def _discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:

@@ -40,6 +40,7 @@ from tracelab.derived.part_batches import BatchJob, BatchResult, Runner
 from tracelab.errors import InputError, InternalError, TracelabError, UsageError
 from tracelab.ingest.convert import converted_beside
 from tracelab.ingest.converted import TraceInfo, converted_dir
+from tracelab.ingest.workers import OWNER_FILE
 from tracelab.interrupts import signals_held
 
 #: Whether this process started a Ray driver (connected): Ray's core leaves threads running
@@ -297,6 +298,59 @@ def _task_error(exc: BaseException, path: Path) -> TracelabError:
     err = InternalError(f"its Ray task failed ({what}: {cause or exc}){retried}", str(path))
     err.__cause__ = exc
     return err
+
+
+#: How many of the traces each node is asked about (check_shared): evenly spaced, so a folder
+#: of 10,000 traces costs each node a handful of lookups, not 10,000 on a network filesystem.
+SHARED_SAMPLE = 8
+#: How long check_shared waits for the nodes' answers (a node that gives none is not judged).
+SHARED_WAIT_S = 60.0
+
+
+def _missing(paths: list[str]) -> tuple[str, list[str]]:
+    """This node's name and which of `paths` it cannot see (a task of check_shared)."""
+    return socket.gethostname(), [p for p in paths if not os.path.exists(p)]
+
+
+def check_shared(ray: Any, address: str | None, traces: list[Path], staging: Path) -> None:
+    """Refuse, before any work, a cluster whose nodes do not all see the traces and the
+    staging folder beside the store: a task reads its trace where it runs and a batch its
+    events files, so a node that lacks them failed its files one by one ("cannot read the
+    file") or left the run without its lost-time parts (derived_errors), after the whole
+    conversion. One task per live node (num_cpus=0, pinned to the node) checks a sample of
+    the traces (SHARED_SAMPLE) and the staging folder's owner file, at the paths this process
+    uses."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    step = max(1, len(traces) // SHARED_SAMPLE)
+    sample = [*traces[::step][:SHARED_SAMPLE], *traces[-1:]]
+    paths = list(dict.fromkeys(os.path.abspath(p) for p in [*sample, staging / OWNER_FILE]))
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")]
+    task = ray.remote(num_cpus=0)(_missing)
+    refs = {
+        task.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote(paths): n
+        for n in nodes
+    }
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=SHARED_WAIT_S)
+    for ref in ready:
+        host, missing = ray.get(ref)
+        if missing:
+            node = refs[ref].get("NodeManagerAddress") or host
+            where = f"the Ray cluster at {address}" if address else "the Ray cluster"
+            raise UsageError(
+                f"node {host} ({node}) of {where} cannot see {missing[0]}"
+                + (
+                    f" (and {len(missing) - 1} more of the paths checked)"
+                    if len(missing) > 1
+                    else ""
+                )
+                + ". --engine ray reads each trace and writes beside the store on the node that "
+                "runs its task, so the traces and the store (--db) must be on a filesystem every "
+                "node mounts at the same path (NFS, Lustre, a cloud filesystem). Put both there, "
+                "or ingest without --engine ray."
+            )
 
 
 def batch_runner(ray: Any) -> Runner:
