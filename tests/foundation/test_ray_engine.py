@@ -214,7 +214,8 @@ def test_a_converted_trace_is_registered_not_sent_again(tmp_path: Path, cluster:
 
 
 #: check_shared against the test cluster, in a driver of its own: argv 1 the address, 2 the
-#: staging folder's parent, 3.. the traces; prints "seen by every node" or the error.
+#: staging folder's parent, 3 "ghost" to list a node that does not exist beside the real one,
+#: 4.. the traces; prints "seen by every node" and the notes, or the error.
 _CHECK_SHARED = """
 import sys
 from pathlib import Path
@@ -224,12 +225,29 @@ from tracelab.ingest.ray_engine import check_shared, connected
 staging = workers.make_staging(sys.argv[2])
 try:
     with connected(sys.argv[1], None) as ray:
-        check_shared(ray, sys.argv[1], [Path(p) for p in sys.argv[3:]], staging)
-    print("seen by every node")
+        if sys.argv[3] == "ghost":
+            real = ray.nodes
+            ghost = {"Alive": True, "NodeID": "ab" * 28, "NodeManagerAddress": "10.9.9.9",
+                     "Resources": {"CPU": 8.0}}
+            ray.nodes = lambda: [*real(), ghost]
+        notes = check_shared(ray, sys.argv[1], [Path(p) for p in sys.argv[4:]], staging)
+    print("seen by every node", *notes, sep="|")
 except UsageError as exc:
     print(exc)
 finally:
     workers.remove_staging(staging)
+"""
+
+#: The CLI in a driver whose check also asks about a trace that exists nowhere (standing for
+#: one a node's filesystem lacks): the check's wiring through the ingest, end to end.
+_CLI_WITH_A_GONE_TRACE = """
+import sys
+from pathlib import Path
+import tracelab.ingest.ray_engine as engine
+sample = engine._sample
+engine._sample = lambda traces: [*sample(traces), "/nowhere/rank-9.json"]
+from tracelab.cli import main
+sys.exit(main(sys.argv[1:]))
 """
 
 
@@ -243,9 +261,10 @@ def test_a_cluster_whose_nodes_cannot_see_the_traces_is_refused_first(
     exists nowhere stands for one that a node's filesystem lacks.)"""
     traces = sorted(run_set(tmp_path / "traces", ranks=3).glob("*.json"))
 
-    def check(*paths: Path) -> str:
+    def check(*paths: Path, ghost: bool = False) -> str:
         res = subprocess.run(
-            [sys.executable, "-c", _CHECK_SHARED, cluster, str(tmp_path), *map(str, paths)],
+            [sys.executable, "-c", _CHECK_SHARED, cluster, str(tmp_path),
+             "ghost" if ghost else "-", *map(str, paths)],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert res.returncode == 0, res.stderr
@@ -255,8 +274,23 @@ def test_a_cluster_whose_nodes_cannot_see_the_traces_is_refused_first(
     gone = tmp_path / "elsewhere" / "rank-9.json"
     said = check(*traces, gone)
     assert said.startswith("node ") and f"cannot see {gone}." in said, said
-    assert "filesystem every node mounts at the same path" in said and "--db" in said
+    assert "that every node mounts at the same path" in said and "--db" in said
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # staging removed
+    # A node listed as alive that is gone when its task is placed (drained, died): noted, not
+    # an internal error (TaskUnschedulableError reached the CLI as "a bug in tracelab").
+    said = check(*traces, ghost=True)
+    assert said.startswith("seen by every node|node 10.9.9.9 left the Ray cluster"), said
+    # Through the CLI: refused with exit 2 before any trace is converted, nothing stored.
+    db = tmp_path / "s.duckdb"
+    res = subprocess.run(
+        [sys.executable, "-c", _CLI_WITH_A_GONE_TRACE, "ingest", str(traces[0].parent),
+         "--db", str(db), "--engine", "ray", "--address", cluster],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "cannot see /nowhere/rank-9.json" in res.stderr and "Traceback" not in res.stderr
+    assert not list(traces[0].parent.glob("*.tracelab"))
+    assert not db.exists() or _rows(db)["runs"] == []
 
 
 def test_address_without_the_ray_engine_is_a_usage_error(tmp_path: Path) -> None:

@@ -125,7 +125,7 @@ def ingest(
     staging = lifecycle.make_staging(staging_parent(db_path))
     try:
         with ExitStack() as session:
-            runner = _batch_runner(session, engine, workers_n, found, staging)
+            runner, checked = _batch_runner(session, engine, workers_n, found, staging)
             done, errors = convert_all(found.files, staging, workers_n, show, engine)
             manifest_world = capture.manifest.get("world_size") if capture is not None else None
             by_rank, rank_errors, note = resolve_ranks(
@@ -172,6 +172,7 @@ def ingest(
                 extra_metadata=metadata or None,
                 runner=runner,
             )
+            report.notes.extend(checked)
             if note:
                 report.notes.append(note)
             if hang is not None:
@@ -224,19 +225,22 @@ def _check_mesh(
 
 def _batch_runner(
     session: ExitStack, engine: Engine | None, workers: int, found: Discovery, staging: Path
-) -> part_batches.Runner | None:
+) -> tuple[part_batches.Runner | None, list[str]]:
     """Where the derived layer's per-rank batches run: on the Ray cluster that converts the
-    files (its session kept open for the write, in `session`; a cluster joined at an address
-    is first checked to see the traces and the staging folder from every node), else in this
-    process."""
+    files (its session kept open for the write, in `session`), else in this process. A
+    cluster this ingest joins (an address, or a caller's own session) is first checked to
+    see the traces and the staging folder from every node (ray_engine.check_shared, whose
+    notes come back); a local instance of the ingest's own runs on this machine only."""
     if engine is None or engine.name != "ray":
-        return None
-    from tracelab.ingest.ray_engine import batch_runner, check_shared, connected
+        return None, []
+    from tracelab.ingest.ray_engine import batch_runner, check_shared, connected, import_ray
 
+    joined = engine.address is not None or import_ray().is_initialized()
     ray = session.enter_context(connected(engine.address, workers or None))
-    if engine.address:  # (a local instance of this ingest's own runs on this machine only)
-        check_shared(ray, engine.address, [f.path for f in found.files], staging)
-    return batch_runner(ray)
+    notes = (
+        check_shared(ray, engine.address, [f.path for f in found.files], staging) if joined else []
+    )
+    return batch_runner(ray), notes
 
 
 def _discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:

@@ -40,7 +40,6 @@ from tracelab.derived.part_batches import BatchJob, BatchResult, Runner
 from tracelab.errors import InputError, InternalError, TracelabError, UsageError
 from tracelab.ingest.convert import converted_beside
 from tracelab.ingest.converted import TraceInfo, converted_dir
-from tracelab.ingest.workers import OWNER_FILE
 from tracelab.interrupts import signals_held
 
 #: Whether this process started a Ray driver (connected): Ray's core leaves threads running
@@ -52,7 +51,7 @@ started = False
 TASK_RETRIES = 1
 
 
-def _ray() -> Any:
+def import_ray() -> Any:
     # Ray's C++ core installs a failure-signal handler in the driver that takes SIGTERM too: a
     # SIGTERM once connected printed a native stack and aborted (exit 134), where the CLI
     # unwinds and exits 143. Ray reads the setting when imported: set for the import only, so
@@ -76,7 +75,7 @@ def _ray() -> Any:
 def connected(address: str | None, workers: int | None) -> Iterator[Any]:
     """Ray, connected to the cluster at `address`, or to a local instance started for this
     ingest with `workers` CPUs (all of this machine's by default)."""
-    ray = _ray()
+    ray = import_ray()
     if ray.is_initialized():  # a caller's own session (a notebook, a test): use it as it is
         yield ray
         return
@@ -301,56 +300,99 @@ def _task_error(exc: BaseException, path: Path) -> TracelabError:
 
 
 #: How many of the traces each node is asked about (check_shared): evenly spaced, so a folder
-#: of 10,000 traces costs each node a handful of lookups, not 10,000 on a network filesystem.
+#: of 10,000 traces costs each node a handful of lookups, not 10,000 on a network filesystem;
+#: and one trace of each folder, up to SHARED_FOLDERS folders (a folder on another mount).
 SHARED_SAMPLE = 8
-#: How long check_shared waits for the nodes' answers (a node that gives none is not judged).
+SHARED_FOLDERS = 32
+#: How long check_shared waits for the nodes' answers.
 SHARED_WAIT_S = 60.0
 
 
-def _missing(paths: list[str]) -> tuple[str, list[str]]:
-    """This node's name and which of `paths` it cannot see (a task of check_shared)."""
-    return socket.gethostname(), [p for p in paths if not os.path.exists(p)]
+def _unusable(traces: list[str], staging: str) -> tuple[str, list[str]]:
+    """This node's name and what it cannot do with the paths (a task of check_shared): each
+    trace it cannot see or read, and the staging folder if it cannot see or write it."""
+    problems = []
+    for path in traces:
+        if not os.path.exists(path):
+            problems.append(f"cannot see {path}")
+        elif not os.access(path, os.R_OK):
+            problems.append(f"cannot read {path}")
+    if not os.path.isdir(staging):
+        problems.append(f"cannot see the store's staging folder {staging}")
+    elif not os.access(staging, os.W_OK | os.X_OK):
+        problems.append(f"cannot write the store's staging folder {staging}")
+    return socket.gethostname(), problems
 
 
-def check_shared(ray: Any, address: str | None, traces: list[Path], staging: Path) -> None:
+def _sample(traces: list[Path]) -> list[str]:
+    """The traces check_shared asks about (SHARED_SAMPLE, SHARED_FOLDERS), absolute."""
+    step = max(1, len(traces) // SHARED_SAMPLE)
+    first_of_folder: dict[Path, Path] = {}
+    for t in traces:
+        if len(first_of_folder) >= SHARED_FOLDERS:
+            break
+        first_of_folder.setdefault(t.parent, t)
+    picked = [*traces[::step][:SHARED_SAMPLE], *traces[-1:], *first_of_folder.values()]
+    return list(dict.fromkeys(os.path.abspath(t) for t in picked))
+
+
+def check_shared(ray: Any, address: str | None, traces: list[Path], staging: Path) -> list[str]:
     """Refuse, before any work, a cluster whose nodes do not all see the traces and the
-    staging folder beside the store: a task reads its trace where it runs and a batch its
-    events files, so a node that lacks them failed its files one by one ("cannot read the
-    file") or left the run without its lost-time parts (derived_errors), after the whole
-    conversion. One task per live node (num_cpus=0, pinned to the node) checks a sample of
-    the traces (SHARED_SAMPLE) and the staging folder's owner file, at the paths this process
-    uses."""
+    staging folder beside the store: a conversion task reads its trace (and writes beside it)
+    where it runs, and a batch reads and writes the staging folder, so a node that lacks them
+    failed its files one by one ("cannot read the file") or left the run without its
+    lost-time parts (derived_errors), after the whole conversion. One task per live node with
+    CPUs (the tasks' nodes: num_cpus=0, pinned to the node) checks a sample of the traces
+    (_sample) and the staging folder, at the paths this process uses. Returns notes on the
+    nodes that could not be asked (gone meanwhile, or silent for SHARED_WAIT_S)."""
+    from ray.exceptions import NodeDiedError, RayError, TaskUnschedulableError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    step = max(1, len(traces) // SHARED_SAMPLE)
-    sample = [*traces[::step][:SHARED_SAMPLE], *traces[-1:]]
-    paths = list(dict.fromkeys(os.path.abspath(p) for p in [*sample, staging / OWNER_FILE]))
+    sample = _sample(traces)
+    folder = os.path.abspath(staging)
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")]
-    task = ray.remote(num_cpus=0)(_missing)
+    task = ray.remote(num_cpus=0, max_retries=0)(_unusable)
     refs = {
         task.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        ).remote(paths): n
+        ).remote(sample, folder): n
         for n in nodes
     }
-    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=SHARED_WAIT_S)
+    ready, silent = ray.wait(list(refs), num_returns=len(refs), timeout=SHARED_WAIT_S)
+    where = f"the Ray cluster at {address}" if address else "the Ray cluster"
+    notes = []
     for ref in ready:
-        host, missing = ray.get(ref)
-        if missing:
-            node = refs[ref].get("NodeManagerAddress") or host
-            where = f"the Ray cluster at {address}" if address else "the Ray cluster"
+        node = refs[ref].get("NodeManagerAddress") or refs[ref].get("NodeID", "?")
+        try:
+            host, problems = ray.get(ref)
+        except (TaskUnschedulableError, NodeDiedError):
+            notes.append(f"node {node} left {where} during the shared-filesystem check")
+            continue
+        except RayError as exc:
             raise UsageError(
-                f"node {host} ({node}) of {where} cannot see {missing[0]}"
-                + (
-                    f" (and {len(missing) - 1} more of the paths checked)"
-                    if len(missing) > 1
-                    else ""
-                )
-                + ". --engine ray reads each trace and writes beside the store on the node that "
-                "runs its task, so the traces and the store (--db) must be on a filesystem every "
-                "node mounts at the same path (NFS, Lustre, a cloud filesystem). Put both there, "
-                "or ingest without --engine ray."
+                f"could not run tracelab's check on node {node} of {where} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
+                "Every node needs tracelab and Ray installed as on this machine: "
+                "pip install 'tracelab[ray]' on each."
+            ) from None
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise UsageError(
+                f"node {host} ({node}) of {where} {problems[0]}{more}. --engine ray reads each "
+                "trace and writes beside it, and beside the store, on the node that runs its "
+                "task, so the traces and the store (--db) must be on a filesystem that every "
+                "node mounts at the same path (NFS, Lustre, a cloud filesystem) and that the "
+                "Ray workers' user can read and write. Put both there, or ingest without "
+                "--engine ray."
             )
+    for ref in silent:
+        ray.cancel(ref, force=True)
+        node = refs[ref].get("NodeManagerAddress") or refs[ref].get("NodeID", "?")
+        notes.append(
+            f"node {node} of {where} did not answer the shared-filesystem check in "
+            f"{SHARED_WAIT_S:.0f} s: it was not checked"
+        )
+    return notes
 
 
 def batch_runner(ray: Any) -> Runner:
