@@ -276,7 +276,7 @@ def run() -> NoReturn:
     """The `tracelab` command: main(), then the exit. Where the command started a Ray driver
     (tracelab.ingest.ray_engine), Ray's core leaves threads running past ray.shutdown(), and
     the interpreter's teardown crashed in one of them (SIGSEGV in the core worker's metrics,
-    after "terminated": 1 in 8 SIGTERMs of an ingest on Ray): everything the command does is
+    after "terminated": 5 in about 30 SIGTERMs of an ingest on Ray): everything the command does is
     done by then, so it ends at once, with its exit status."""
     try:
         code = main()
