@@ -491,7 +491,7 @@ def test_readers_are_not_blocked_while_the_run_is_derived(
         return map(fn, jobs)
 
     monkeypatch.setattr(
-        orchestrate, "_batch_runner", lambda *_a: part_batches.Runner(map=reading_map)
+        orchestrate, "_batch_runner", lambda *_a: (part_batches.Runner(map=reading_map), [])
     )
     ingest([run_set(tmp_path / "new", ranks=2)], db=db, run="new", progress=False)
     assert seen, "the derivation ran no batch"
