@@ -264,6 +264,16 @@ def listed(con: duckdb.DuckDBPyConnection, kind: str | None = None) -> list[str]
     ]
 
 
+def parts_select_sql(root: Path, paths: list[str]) -> str:
+    """The rows of the time_parts files `paths` (inside `root`, at least one) as the
+    `time_parts` view has them: the store's view (tracelab.derived.part_files) and a view
+    query's read of one run's files (tracelab.store.files.run_parts_sql)."""
+    return (
+        "SELECT run_id, rank, step, start_ns, end_ns, part "
+        f"FROM read_parquet([{sql_paths(root, paths)}])"
+    )
+
+
 def events_select_sql(root: Path, paths: list[str]) -> str:
     """The rows of the events files `paths` (inside `root`, at least one) as the `events` view
     has them: the store's view (tracelab.store.files) and a derivation worker's view of its

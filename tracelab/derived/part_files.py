@@ -30,8 +30,8 @@ from tracelab.derived.sqlcomments import apply_comments
 from tracelab.store_folder import (
     PARQUET_FILES_COLUMNS,
     listed,
+    parts_select_sql,
     run_folder,
-    sql_paths,
     store_root,
     view_over_listed,
 )
@@ -96,11 +96,7 @@ def refresh_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
     if root is None or not paths:
         sql = ddl[ddl.index("CREATE OR REPLACE VIEW") :]
     else:
-        files = sql_paths(root, paths)
-        sql = (
-            "CREATE OR REPLACE VIEW time_parts AS SELECT run_id, rank, step, start_ns, end_ns, "
-            f"part FROM read_parquet([{files}])"
-        )
+        sql = f"CREATE OR REPLACE VIEW time_parts AS {parts_select_sql(root, paths)}"
     if temp:
         sql = sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW", 1)
     view_over_listed(con, sql, root, paths)

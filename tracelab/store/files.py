@@ -40,8 +40,8 @@ from tracelab.store_folder import (
     RUN_FOLDER,
     events_select_sql,
     listed,
+    parts_select_sql,
     run_folder,
-    sql_paths,
     unreadable_files,
     view_over_listed,
 )
@@ -98,10 +98,7 @@ def run_parts_sql(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
     paths = _run_files(con, run_id, "time_parts")
     if root is None or not paths:
         return "(SELECT * FROM time_parts WHERE false)"
-    return (
-        "(SELECT run_id, rank, step, start_ns, end_ns, part "
-        f"FROM read_parquet([{sql_paths(root, paths)}]))"
-    )
+    return f"({parts_select_sql(root, paths)})"
 
 
 def _run_files(
