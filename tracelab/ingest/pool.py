@@ -138,16 +138,16 @@ def convert_all(
     errors: Errors = {}
     groups: Groups = {}
     out_dirs = [staging / f"f{i}" for i in range(len(files))]
-    ray = engine if engine is not None and engine.name == "ray" else None
-    if ray is None:  # (Ray's tasks register what is converted, where the traces are read)
+    on_ray = engine if engine is not None and engine.name == "ray" else None
+    if on_ray is None:  # (Ray's tasks register what is converted, where the traces are read)
         _register_converted(files, done, errors, groups, workers)
     todo = [i for i in range(len(files)) if i not in done and i not in errors]
-    if ray is not None and todo:
+    if on_ray is not None and todo:
         from tracelab.ingest.ray_engine import convert_on_ray
 
         got, failed = convert_on_ray(
             [files[i].path for i in todo],
-            address=ray.address,
+            address=on_ray.address,
             workers=workers or None,
             progress=progress,
         )

@@ -362,7 +362,7 @@ def check_shared(ray: Any, address: str | None, traces: list[Path], staging: Pat
     where = f"the Ray cluster at {address}" if address else "the Ray cluster"
     notes = []
     for ref in ready:
-        node = refs[ref].get("NodeManagerAddress") or refs[ref].get("NodeID", "?")
+        node = _node_name(refs[ref])
         try:
             host, problems = ray.get(ref)
         except (TaskUnschedulableError, NodeDiedError):
@@ -387,12 +387,16 @@ def check_shared(ray: Any, address: str | None, traces: list[Path], staging: Pat
             )
     for ref in silent:
         ray.cancel(ref, force=True)
-        node = refs[ref].get("NodeManagerAddress") or refs[ref].get("NodeID", "?")
         notes.append(
-            f"node {node} of {where} did not answer the shared-filesystem check in "
+            f"node {_node_name(refs[ref])} of {where} did not answer the shared-filesystem check in "
             f"{SHARED_WAIT_S:.0f} s: it was not checked"
         )
     return notes
+
+
+def _node_name(node: dict[str, Any]) -> str:
+    """A node of ray.nodes() as a message names it: its address, else its id."""
+    return str(node.get("NodeManagerAddress") or node.get("NodeID", "?"))
 
 
 def batch_runner(ray: Any) -> Runner:
