@@ -135,3 +135,38 @@ def test_an_ingest_into_a_stale_store_is_refused_before_converting(tmp_path: Pat
     assert main(["ingest", str(bad), "--db", str(db), "--run", "new"]) == 3
     err = capsys.readouterr().err
     assert f"tracelab rederive --db {db}" in err and "bad.json" not in err, err
+
+
+def test_the_keyed_collectives_are_made_once_a_pass_and_never_outlive_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The clocks' bounds and the matches read one temp table of keyed_collectives' rows
+    (collectives.keyed): made once per derive pass, for that pass's run only, then dropped, so
+    a second run derived on the same connection never reads the first one's rows."""
+    from tracelab.derived import collectives, derive_in_transaction
+
+    runs = [build_run(tmp_path / n, "stragglers", steps=s) for n, s in (("a", 2), ("b", 3))]
+    db = tmp_path / "s.duckdb"
+    for n, r in zip("ab", runs, strict=True):
+        ingest(r.paths, db=db, run=n, workers=1, progress=False)
+    made: list[int] = []
+    real = collectives.host_bytes_needed
+    monkeypatch.setattr(
+        collectives,
+        "host_bytes_needed",
+        lambda con, run_id, source: made.append(run_id) or real(con, run_id, source),
+    )
+    query = (
+        "SELECT run_id, match_key, rank, start_ns, wait_ns FROM matched_collectives ORDER BY ALL"
+    )
+    with duckdb.connect(str(db)) as con:
+        before = con.execute(query).fetchall()
+        offsets = con.execute("SELECT * FROM clock_offsets ORDER BY ALL").fetchall()
+        for run_id in (1, 2, 1):
+            derive_in_transaction(con, run_id)
+        assert made == [1, 2, 1]
+        assert con.execute(query).fetchall() == before
+        assert con.execute("SELECT * FROM clock_offsets ORDER BY ALL").fetchall() == offsets
+        temp = "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = $t"
+        assert con.execute(temp, {"t": collectives.KEYED}).fetchall() == [(0,)]
+    assert {r[0] for r in before} == {1, 2}

@@ -136,8 +136,13 @@ def derive(
     was derived for it before. Call inside the caller's transaction. Components in `skip`
     (name -> reason) are recorded as failed without running. `runner`: where the per-rank
     work that grows with events runs (tracelab.derived.part_batches; default this process)."""
+    from tracelab.derived.collectives import drop_keyed
+
     clear(con, run_id)
     sqlfiles.create_macros(con)
+    # keyed_collectives' rows, made once in a pass by the first component that reads them
+    # (collectives.keyed); a failed pass is rolled back with them.
+    drop_keyed(con)
     errors: dict[str, str] = {}
     for name, fn, needs in _STEPS:
         missing = [n for n in needs if n in errors and n != "clocks"]
@@ -162,6 +167,7 @@ def derive(
             errors[name] = str(exc) if isinstance(exc, _Skipped) else failure_reason(exc)
             if name == "clocks":
                 _clocks_fallback(con, run_id)
+    drop_keyed(con)
     if errors:
         table = pa.table(
             {

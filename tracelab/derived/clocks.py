@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from tracelab.derived import sqlfiles
-from tracelab.derived.collectives import host_bytes_needed
+from tracelab.derived.collectives import keyed
 
 #: Resolution of Kineto timestamps (µs with three decimals, from a µs-resolution clock).
 CLOCK_RESOLUTION_NS = 1_000
@@ -79,9 +79,10 @@ def _bounds(
     """Per group of ranks sharing an offset (a host, else the rank alone): (lower bound, upper
     bound, median end difference, MAD of the end differences, matches) against `ref`."""
     groups = [[r, f"host:{h}" if h is not None else f"rank:{r}"] for r, h, _, _ in ranks]
+    table = keyed(con, run_id, source)
     rows = con.execute(
-        """
-        WITH mt AS (FROM keyed_collectives($run, $source, $host_bytes)),
+        f"""
+        WITH mt AS (FROM {table}),
         g AS (SELECT unnest($ranks::INTEGER[]) AS rank, unnest($groups::VARCHAR[]) AS grp),
         d AS (SELECT g.grp, x.start_ns - r.end_ns AS lo, x.end_ns - r.start_ns AS hi,
                      x.end_ns - r.end_ns AS diff
@@ -90,12 +91,9 @@ def _bounds(
         SELECT grp, max(lo), min(hi), median(diff), mad(diff), count(*) FROM d GROUP BY grp
         """,
         {
-            "run": run_id,
-            "source": source,
             "ranks": [g[0] for g in groups],
             "groups": [g[1] for g in groups],
             "ref": ref,
-            "host_bytes": host_bytes_needed(con, run_id, source),
         },
     ).fetchall()
     return {

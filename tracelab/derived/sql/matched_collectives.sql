@@ -62,9 +62,9 @@ CREATE TABLE IF NOT EXISTS matched_collectives (
 
 INSERT INTO matched_collectives BY NAME
 -- The matches of keyed_collectives (tracelab.derived.collectives.keyed_sql), aligned to the
--- reference clock. Parameters: $run, $source, $host_bytes
--- (tracelab.derived.collectives.host_bytes_needed).
-WITH x AS (FROM keyed_collectives($run, $source, $host_bytes)),
+-- reference clock: its rows of the run and source, made once per derive pass into the temp
+-- table _tl_keyed (tracelab.derived.collectives.keyed). Parameters: $run, $source.
+WITH x AS (FROM _tl_keyed),
 m0 AS (SELECT x.*, ref_ns(x.start_ns, o.o) AS a_ns, ref_ns(x.end_ns, o.o) AS e_ns, e.stream,
               u.uncertainty_ns
        FROM x JOIN run_offsets($run) o ON o.rank = x.rank
