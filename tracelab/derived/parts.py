@@ -34,6 +34,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracelab.derived import batches, part_batches, part_files, sqlfiles
 from tracelab.derived.batches import ALL_RANKS
@@ -380,14 +381,14 @@ def _merged(seg: dict[str, np.ndarray]) -> pa.Table:
     new[1:] = (r[1:] != r[:-1]) | (st[1:] != st[:-1]) | (p[1:] != p[:-1]) | (a[1:] != b[:-1])
     starts = np.flatnonzero(new)
     ends = np.concatenate([starts[1:], [len(r)]]) - 1
-    names = np.array(PARTS, dtype=object)
     return pa.table(
         {
             "rank": pa.array(r[starts].astype(np.int32)),
             "step": pa.array(st[starts].astype(np.int32)),
             "start_ns": pa.array(a[starts]),
             "end_ns": pa.array(b[ends]),
-            "part": pa.array(names[p[starts]].tolist(), pa.string()),
+            # (a take in Arrow: a Python string per segment took 10 ms per 215k segments)
+            "part": pc.take(pa.array(PARTS, pa.string()), pa.array(p[starts])),
         }
     )
 
