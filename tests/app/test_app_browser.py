@@ -121,6 +121,26 @@ def graph_range(drv: webdriver.Chrome, graph_id: str) -> list[float]:
     )
 
 
+def legend_under_toolbar(drv: webdriver.Chrome) -> list[str]:
+    """The legend entries of the page's plots that plotly's toolbar (the modebar, drawn over
+    the figure's top right) covers: the timeline's legend ran under it at 1600 px."""
+    return drv.execute_script(
+        "const out = [];"
+        "for (const gd of document.querySelectorAll('.js-plotly-plot')) {"
+        "  const bar = gd.querySelector('.modebar');"
+        "  if (!bar) continue;"
+        "  const a = bar.getBoundingClientRect();"
+        "  if (!a.width || !a.height) continue;"
+        "  for (const item of gd.querySelectorAll('.legend .traces')) {"
+        "    const b = item.getBoundingClientRect();"
+        "    if (b.left < a.right && a.left < b.right && b.top < a.bottom && a.top < b.bottom)"
+        "      out.push(item.textContent);"
+        "  }"
+        "}"
+        "return out;"
+    )
+
+
 def no_alert(drv: webdriver.Chrome) -> bool:
     try:
         _ = drv.switch_to.alert
@@ -153,6 +173,7 @@ def test_each_view_loads(
         assert "step time" in driver.find_element(By.ID, "runs-table").text
     shot(driver, f"view-{name}")
     assert console_errors(driver) == []
+    assert legend_under_toolbar(driver) == []
 
 
 def test_sample_captures_load(
@@ -178,6 +199,7 @@ def test_sample_captures_load(
             assert "Something went wrong" not in body and "Traceback" not in body, (name, view)
             shot(driver, f"{name}-{view}")
             assert console_errors(driver) == [], (name, view)
+            assert legend_under_toolbar(driver) == [], (name, view)
 
 
 def _figure(drv: webdriver.Chrome, graph_id: str) -> dict:  # type: ignore[type-arg]

@@ -41,6 +41,10 @@ GROUP_COLORS = {
 }
 #: Left and right margins of the plot, px (the lane labels need the left one).
 MARGIN_L_PX, MARGIN_R_PX = 250, 20
+#: Height of plotly's toolbar (the modebar, top right of the figure), px: the legend starts
+#: below it (a legend of six entries ran under it at 1600 px), in a top margin with room for
+#: a second row of entries above the step labels.
+MODEBAR_PX, MARGIN_T_PX = 32, 100
 #: Width of one character of a bar's 10 px name, px (Open Sans averages 0.55 em), and the
 #: padding plotly keeps inside a bar. A bar gets as much of its name as fits, cut with "…", or
 #: none below MIN_LABEL_CHARS: plotly measures every label it is given (a zoom to 800 events
@@ -158,7 +162,7 @@ def timeline_figure(data: TimelineData, title: str = "") -> Figure:
     ticktext = [f"<b>{esc(r.label, 60)}</b>" if r.bold else esc(r.label, 60) for r in rows]
     layout = base_layout(
         title=title,
-        height=max(300, 120 + int(LANE_PX * total)),
+        height=_height(total),
         xaxis={
             "title": {"text": "time since run start (ms, aligned clock)"},
             "range": [data.t0_ms, data.t1_ms],
@@ -185,7 +189,7 @@ def timeline_figure(data: TimelineData, title: str = "") -> Figure:
             "x": 0,
             "xanchor": "left",
             "yref": "container",
-            "y": 1,
+            "y": 1 - MODEBAR_PX / _height(total),
             "yanchor": "top",
             "font": {"size": 11},
             "traceorder": "normal",
@@ -195,8 +199,13 @@ def timeline_figure(data: TimelineData, title: str = "") -> Figure:
         uirevision=None,
         uniformtext={"minsize": 9, "mode": "hide"},
     )
-    layout["margin"].update(l=MARGIN_L_PX, r=MARGIN_R_PX, t=max(layout["margin"]["t"], 84))
+    layout["margin"].update(l=MARGIN_L_PX, r=MARGIN_R_PX, t=max(layout["margin"]["t"], MARGIN_T_PX))
     return {"data": traces, "layout": layout}
+
+
+def _height(total: float) -> int:
+    """The figure's height, px, for `total` y units of lanes (the margins included)."""
+    return max(300, 136 + int(LANE_PX * total))
 
 
 def _px_per_ms(data: TimelineData) -> float:
