@@ -3,18 +3,25 @@ measured activation bytes of the memory estimate, on a store of the real schema.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tracelab.analyzers._memory_estimate import forward_growth
 from tracelab.connections import connect
+from tracelab.store.files import file_view_sql, memory_file
 from tracelab.store.schema import schema_sql
 
 
 @pytest.fixture
-def con() -> duckdb.DuckDBPyConnection:
+def con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
     con = connect()
     con.execute(schema_sql())
+    # Where _events writes the trace memory files the `memory` view reads.
+    con.execute("CREATE TEMP TABLE _test_root AS SELECT ? AS root", [str(tmp_path)])
     return con
 
 
@@ -27,13 +34,28 @@ def _action(con: duckdb.DuckDBPyConnection, rank: int, mb: int, s0: int, s1: int
 
 
 def _events(con: duckdb.DuckDBPyConnection, rank: int, *events: tuple[int, int]) -> None:
-    """(time, allocated bytes after it), stored in this order."""
-    for ts, allocated in events:
-        con.execute(
-            "INSERT INTO memory (run_id, rank, source, ts_ns, device_type, allocated_bytes) "
-            "VALUES (1, ?, 'trace', ?, 0, ?)",
-            [rank, ts, allocated],
-        )
+    """(time, allocated bytes after it), in the trace's order: the rank's memory file, as a
+    conversion writes it (tracelab.ingest.convert), under the `memory` view as a store lists it
+    (tracelab.store.files.file_view_sql)."""
+    root = Path(con.execute("SELECT root FROM _test_root").fetchall()[0][0])
+    path = root / memory_file(1, rank, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(
+        pa.table(
+            {
+                "ts_ns": pa.array([ts for ts, _ in events], pa.int64()),
+                "step": pa.array([None] * len(events), pa.int32()),
+                "device_type": pa.array([0] * len(events), pa.int64()),
+                "device_id": pa.array([0] * len(events), pa.int64()),
+                "bytes": pa.array([None] * len(events), pa.int64()),
+                "total_allocated": pa.array([b for _, b in events], pa.int64()),
+                "total_reserved": pa.array([None] * len(events), pa.int64()),
+            }
+        ),
+        path,
+    )
+    paths = sorted(str(p.relative_to(root)) for p in root.rglob("memory-*.parquet"))
+    con.execute(file_view_sql("memory", root, paths))
 
 
 def test_growth_is_from_before_the_start_to_the_end_inclusive(
@@ -48,7 +70,7 @@ def test_growth_is_from_before_the_start_to_the_end_inclusive(
     assert (row["s0"], row["s1"]) == (100, 200)
 
 
-def test_of_events_at_one_instant_the_last_stored_counts(con: duckdb.DuckDBPyConnection) -> None:
+def test_of_events_at_one_instant_the_last_written_counts(con: duckdb.DuckDBPyConnection) -> None:
     # Three allocator events at 100 and two at 200, as a trace of microsecond times has them:
     # the state at an instant is after its last event, whatever order a scan finds them in.
     _action(con, 0, 0, 150, 200)

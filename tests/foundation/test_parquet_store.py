@@ -36,7 +36,11 @@ def _files_on_disk(db: Path) -> set[str]:
 
 
 def _events_on_disk(db: Path) -> set[str]:
-    return {p for p in _files_on_disk(db) if "/rank=" in p}
+    return {p for p in _files_on_disk(db) if "/rank=" in p and "/events-" in p}
+
+
+def _memory_on_disk(db: Path) -> set[str]:
+    return {p for p in _files_on_disk(db) if "/rank=" in p and "/memory-" in p}
 
 
 def check_catalog(db: Path) -> dict[str, int]:
@@ -75,6 +79,15 @@ def check_catalog(db: Path) -> dict[str, int]:
         assert con.execute("SELECT count(*) FROM events").fetchall()[0][0] == sum(
             r[1] for r in listed
         )
+        # The trace's memory instants: exactly the listed memory files' rows, each rank's.
+        instants = con.execute(
+            "SELECT run_id, rank, count(*) FROM memory WHERE source = 'trace' GROUP BY ALL"
+        ).fetchall()
+        counted = con.execute(
+            "SELECT run_id, rank, sum(row_count) FROM parquet_files WHERE kind = 'memory' "
+            "GROUP BY ALL"
+        ).fetchall()
+        assert sorted(instants) == sorted(counted)
     return {str(k): int(v) for k, v in per_run.items()}
 
 
@@ -83,31 +96,27 @@ def test_events_live_in_the_store_folder_and_read_as_before(tmp_path: Path) -> N
     ingest([run_set(tmp_path / "t", ranks=3)], db=db, run="a", progress=False)
     files = _files_on_disk(db)
     assert {f for f in files if "/rank=" in f} == {
-        f"run=1/rank={r}/events-0.parquet" for r in range(3)
+        f"run=1/rank={r}/{kind}-0.parquet" for r in range(3) for kind in ("events", "memory")
     }
     # The derived time_parts: one file for the run's one batch of ranks (part_files).
     parts = {f for f in files if "/rank=" not in f}
     assert len(parts) == 1 and next(iter(parts)).startswith("run=1/parts/time_parts-0-")
     assert check_catalog(db) == {"a": 12}
+    describe = (
+        "SELECT column_name, data_type, comment FROM duckdb_columns() "
+        "WHERE table_name = $view ORDER BY column_index"
+    )
     with open_store(db) as con:
-        # The view has the columns, types and comments the empty form documents.
-        described = con.execute(
-            "SELECT column_name, data_type, comment FROM duckdb_columns() "
-            "WHERE table_name = 'events' ORDER BY column_index"
-        ).fetchall()
+        # The views have the columns, types and comments their empty forms document.
+        described = {v: con.execute(describe, {"view": v}).fetchall() for v in ("events", "memory")}
     empty = tmp_path / "empty.duckdb"
     with open_store(empty, read_only=False):
         pass
     with open_store(empty) as con:
-        assert con.execute("SELECT count(*) FROM events").fetchall() == [(0,)]
-        assert (
-            con.execute(
-                "SELECT column_name, data_type, comment FROM duckdb_columns() "
-                "WHERE table_name = 'events' ORDER BY column_index"
-            ).fetchall()
-            == described
-        )
-    assert all(c for *_, c in described)
+        for view, columns in described.items():
+            assert con.execute(f"SELECT count(*) FROM {view}").fetchall() == [(0,)]
+            assert con.execute(describe, {"view": view}).fetchall() == columns
+            assert columns and all(c for *_, c in columns), view
 
 
 def test_windows_of_one_rank_keep_their_idx(tmp_path: Path) -> None:
@@ -267,9 +276,70 @@ def test_a_version_3_store_keeps_its_hang_verdicts_through_the_migration(tmp_pat
     assert pq.read_table(out / "hang_verdicts.parquet").num_rows == 1
 
 
-def _as_version_5(con: Any) -> None:
+def _as_version_6(con: Any, db: Path) -> None:
+    """A store of this tracelab turned into what version 6 wrote: a memory table holding the
+    trace's memory instants (each rank's in its trace's order) and the collector's step peaks;
+    no memory files, no memory_peaks."""
+    con.execute(
+        "CREATE TABLE _m AS SELECT * EXCLUDE (idx) FROM memory ORDER BY source, run_id, rank, idx"
+    )
+    con.execute("DROP VIEW memory")
+    con.execute("DROP TABLE memory_peaks")
+    con.execute("ALTER TABLE _m RENAME TO memory")
+    paths = con.execute("SELECT path FROM parquet_files WHERE kind = 'memory'").fetchall()
+    con.execute("DELETE FROM parquet_files WHERE kind = 'memory'")
+    for (path,) in paths:
+        (parquet_root(db) / path).unlink()
+    con.execute("UPDATE tracelab_meta SET value = '6' WHERE key = 'schema_version'")
+
+
+def test_a_version_6_store_moves_its_memory_instants_into_files(tmp_path: Path) -> None:
+    """A version 6 store (`memory` a table of the trace's instants and the collector's step
+    peaks, as version 6 wrote it) is refused with the command, then migrated in place: the
+    instants become a file per run and rank beside the events, the peaks stay rows
+    (memory_peaks), and `memory` reads every row it had, each rank's instants in the order
+    they were stored (idx); new runs ingest."""
+    import duckdb
+
+    db = tmp_path / "v6.duckdb"
+    ingest([run_set(tmp_path / "ta", ranks=2)], db=db, run="a", progress=False)
+    ingest([REPO / "sample_traces" / "ddp"], db=db, run="ddp", progress=False)
+    before = snapshot(db)
+    with open_store(db) as con:
+        sources = dict(con.execute("SELECT source, count(*) FROM memory GROUP BY ALL").fetchall())
+        instants = con.execute(
+            "SELECT run_id, rank, count(*) FROM memory WHERE source = 'trace' GROUP BY ALL"
+        ).fetchall()
+    assert sources.get("trace") and sources.get("step_peak"), sources
+    con = duckdb.connect(str(db))
+    try:
+        _as_version_6(con, db)
+    finally:
+        con.close()
+    assert _memory_on_disk(db) == set()
+    with pytest.raises(StoreError, match="store schema version 6 .*tracelab migrate --db"):
+        with open_store(db):
+            pass
+    res = cli("migrate", "--db", str(db))
+    assert res.code == 0 and "from schema version 6 to 7" in res.err, res.err
+    assert f"{sources['trace']} trace memory instants into {len(instants)} Parquet files" in res.err
+    assert "rederived" not in res.err
+    assert snapshot(db) == before
+    assert _memory_on_disk(db) == {
+        f"run={rid}/rank={rank}/memory-0.parquet" for rid, rank, _ in instants
+    }
+    with open_store(db) as con:
+        peaks = con.execute("SELECT count(*) FROM memory_peaks").fetchall()[0][0]
+    assert peaks == sources["step_peak"]
+    assert "nothing to do" in cli("migrate", "--db", str(db)).out
+    ingest([run_set(tmp_path / "tb", ranks=1)], db=db, run="b", progress=False)
+    assert check_catalog(db)["b"] == 4
+
+
+def _as_version_5(con: Any, db: Path) -> None:
     """A store of this tracelab turned into what version 5 wrote: each rank's own copy of its
     process-group configuration (ranks.process_groups), no process_group_configs."""
+    _as_version_6(con, db)
     con.execute("ALTER TABLE ranks ADD COLUMN process_groups JSON")
     con.execute(
         "UPDATE ranks SET process_groups = c.process_groups FROM process_group_configs c "
@@ -311,14 +381,14 @@ def test_a_version_5_store_keeps_each_process_group_configuration_once(tmp_path:
         derived = con.execute("SELECT * FROM process_groups ORDER BY ALL").fetchall()
     con = duckdb.connect(str(db))
     try:
-        _as_version_5(con)
+        _as_version_5(con, db)
     finally:
         con.close()
     with pytest.raises(StoreError, match=r"version 5 \(a copy of the .*tracelab migrate --db"):
         with open_store(db):
             pass
     res = cli("migrate", "--db", str(db))
-    assert res.code == 0 and "from schema version 5 to 6" in res.err, res.err
+    assert res.code == 0 and "from schema version 5 to 7" in res.err, res.err
     assert _groups_of_ranks(db) == groups
     with open_store(db, read_only=True) as con:
         configs = con.execute(
@@ -350,7 +420,7 @@ def test_a_version_4_store_gains_the_split_columns(tmp_path: Path) -> None:
     before = snapshot(db)
     con = duckdb.connect(str(db))
     try:
-        _as_version_5(con)
+        _as_version_5(con, db)
         for col in ("in_split_bytes", "out_split_bytes"):
             con.execute(f"ALTER TABLE collectives DROP COLUMN {col}")
         con.execute("UPDATE tracelab_meta SET value = '4' WHERE key = 'schema_version'")
@@ -360,7 +430,7 @@ def test_a_version_4_store_gains_the_split_columns(tmp_path: Path) -> None:
         with open_store(db):
             pass
     res = cli("migrate", "--db", str(db))
-    assert res.code == 0 and "from schema version 4 to 6" in res.err, res.err
+    assert res.code == 0 and "from schema version 4 to 7" in res.err, res.err
     assert "rederived" not in res.err
     with open_store(db) as con:
         rows = con.execute(

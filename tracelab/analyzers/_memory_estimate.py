@@ -42,9 +42,9 @@ WITH a AS (
     WHERE p.run_id = $run
 ),
 -- An action's start sorts before the events of its instant (side -1), its end after them
--- (side 1); events keep the order they were stored in (rowid: each rank's in its trace's).
+-- (side 1); events keep their traces' order (memory.idx).
 points AS (
-    SELECT rank, ts_ns AS t, 0 AS side, rowid AS ord, allocated_bytes AS bytes, NULL AS id
+    SELECT rank, ts_ns AS t, 0 AS side, idx AS ord, allocated_bytes AS bytes, NULL AS id
     FROM memory
     WHERE run_id = $run AND source = 'trace' AND allocated_bytes IS NOT NULL
       AND coalesce(device_type, 0) = $device

@@ -19,11 +19,15 @@ def run(args: argparse.Namespace) -> int:
     if done.from_version == SCHEMA_VERSION:
         print(f"{args.db} is already at schema version {SCHEMA_VERSION}: nothing to do")
         return 0
-    moved = (
-        f"{done.events} events moved into {done.files} Parquet files under {parquet_root(args.db)}"
-        if done.from_version < 4
-        else "collectives gained the all-to-all's per-peer bytes"
+    changes = []
+    if done.from_version < 4:
+        changes.append(f"{done.events} events moved into {done.files} Parquet files")
+    changes.append(
+        f"{done.memory_instants} trace memory instants into {done.memory_files} Parquet files"
     )
+    if done.from_version <= 4:
+        changes.append("collectives gained the all-to-all's per-peer bytes")
+    moved = "; ".join(changes) + f" (the files under {parquet_root(args.db)})"
     print(
         f"migrated {args.db} from schema version {done.from_version} to {SCHEMA_VERSION}: {moved}",
         file=sys.stderr,
@@ -41,9 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "migrate",
         help="migrate a store to this tracelab's schema version",
-        description="Migrate a store of schema version 2 or 3 (events inside the DuckDB file) or "
-        "4 to version 5 (events as Parquet files in STORE.parquet/ beside it, listed by the "
-        "store; collectives with the all-to-all's per-peer bytes), "
+        description="Migrate a store of schema version 2 to 6 to version 7 (events and the "
+        "trace's memory instants as Parquet files in STORE.parquet/ beside it, listed by the "
+        "store; collectives with the all-to-all's per-peer bytes; process-group "
+        "configurations once per run), "
         "keeping every run, in place, then recomputes derived tables an older tracelab computed. Killed before it commits, the store stays as it was. "
         "Exit codes: 0 ok (or nothing to do), 3 unusable store.",
     )

@@ -4,8 +4,9 @@ stay Parquet files, listed by the store: tracelab.store.files).
 
 Everything per event was computed where each trace was converted (tracelab.ingest.convert: the
 category, ids and step of each event; its steps, memory instants, lanes and collectives, each a
-small file): the load copies those small files into the store's tables; of the events files it
-reads only their row counts (a check).
+file): the load copies the steps, lanes and collectives into the store's tables; the events and
+the memory instants, which grow with the events, stay files that the store lists; of the events
+files it reads only their row counts (a check).
 """
 
 from __future__ import annotations
@@ -144,19 +145,6 @@ def load_trace_collectives(con: duckdb.DuckDBPyConnection, run_id: int, files: l
             *size_params,
             files,
         ],
-    )
-
-
-def load_trace_memory(con: duckdb.DuckDBPyConnection, run_id: int, files: list[str]) -> None:
-    """The trace's [memory] instants; their numeric fields were read from args at conversion."""
-    con.execute(
-        f"""
-        INSERT INTO memory
-        SELECT ?, rank, 'trace', ts_ns, step, TRY_CAST(device_type AS INTEGER),
-               TRY_CAST(device_id AS INTEGER), bytes, total_allocated, total_reserved
-        FROM {PARTS}
-        """,
-        [run_id, files],
     )
 
 

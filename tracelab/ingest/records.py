@@ -37,7 +37,8 @@ _COLLECTIVE_FIELDS = (
     "in_split_bytes",
     "out_split_bytes",
 )
-#: The memory table's columns, in the order of the rows built here.
+#: The columns of memory_peaks (the `memory` view's step peaks), in the order of the rows built
+#: here.
 _MEMORY_COLUMNS = (
     "run_id",
     "rank",
@@ -168,4 +169,4 @@ def load_capture_records(
                 ]
             )
     insert_rows(con, "collectives", ("run_id", "rank", *_COLLECTIVE_FIELDS), coll_rows)
-    insert_rows(con, "memory", _MEMORY_COLUMNS, mem_rows)
+    insert_rows(con, "memory_peaks", _MEMORY_COLUMNS, mem_rows)

@@ -135,11 +135,11 @@ def write_run(
     # the whole build is tried again without it (recorded in derived_errors: in_transaction).
     staged = staging / "run.duckdb"
     with staged_store(staged) as sc:
-        files = _link_events(make_root(sc) / run_folder(rid), by_rank)
+        files, memory = _link_files(make_root(sc) / run_folder(rid), by_rank)
 
         def build(skip: dict[str, str]) -> None:
             _insert_run(sc, rid, name, paths, capture, by_rank, skipped, world, extra_metadata)
-            register_files(sc, rid, files)
+            register_files(sc, rid, files, memory)
             _load(sc, rid, by_rank, capture, skip, runner)
             if extra is not None:
                 extra(sc, rid)
@@ -182,25 +182,37 @@ def _existing(
     return old, False
 
 
-def _link_events(run_folder: Path, by_rank: dict[int, ConvertedRank]) -> list[tuple[int, int, int]]:
-    """The run's events files laid out as the store folder holds them in the run's folder
-    `run_folder` (run_event_file), linked from the converted folders (copied where a link cannot
-    be made, e.g. a collector's folder on another file system): (rank, offset, rows) per file."""
-    from tracelab.store.files import run_event_file
+def _link_files(
+    run_folder: Path, by_rank: dict[int, ConvertedRank]
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """The run's events files, and its trace memory files of at least one instant, laid out as
+    the store folder holds them in the run's folder `run_folder` (run_event_file,
+    run_memory_file), linked from the converted folders (copied where a link cannot be made,
+    e.g. a collector's folder on another file system): (rank, offset, rows) per file, of each
+    kind. The memory instants grow with the events (28k a rank of the 8-rank set's 123k): as
+    rows they were loaded into the staged store and copied again under the store's lock."""
+    from tracelab.store.files import run_event_file, run_memory_file
 
-    files = []
+    files, memory = [], []
     for rank, cr in sorted(by_rank.items()):
-        offset = 0
+        offset = instants = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
-            target = run_event_file(run_folder, rank, offset)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(folder / "events.parquet", target)
-            except OSError:
-                shutil.copyfile(folder / "events.parquet", target)
+            _link(folder / "events.parquet", run_event_file(run_folder, rank, offset))
             files.append((rank, offset, info.event_count))
+            if info.memory_event_count:
+                _link(folder / "memory.parquet", run_memory_file(run_folder, rank, instants))
+                memory.append((rank, instants, info.memory_event_count))
             offset += info.event_count
-    return files
+            instants += info.memory_event_count
+    return files, memory
+
+
+def _link(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def world_size_of(capture: Capture | None, by_rank: Mapping[int, ConvertedRank]) -> int | None:
@@ -314,9 +326,11 @@ _RANK_COLUMNS = (
 def _parts(
     by_rank: dict[int, ConvertedRank],
 ) -> tuple[dict[str, list[str]], list[tuple[str, int, int]]]:
-    """The converted files of each kind but the events (kind -> paths), and every file's
-    (path, rank, offset of idx) for load_sql.part_files."""
-    out: dict[str, list[str]] = {kind: [] for kind in PARQUET_KINDS if kind != "events"}
+    """The converted files of each kind but the events and memory instants, which stay files
+    (kind -> paths), and every file's (path, rank, offset of idx) for load_sql.part_files."""
+    out: dict[str, list[str]] = {
+        kind: [] for kind in PARQUET_KINDS if kind not in ("events", "memory")
+    }
     entries: list[tuple[str, int, int]] = []
     for rank, cr in sorted(by_rank.items()):
         offset = 0
@@ -353,8 +367,8 @@ def _load_parts(
     parts: dict[str, list[str]],
     by_rank: dict[int, ConvertedRank],
 ) -> None:
-    """The steps, memory instants, lanes and collectives of the converted files
-    (load_sql.PARTS)."""
+    """The steps, lanes and collectives of the converted files (load_sql.PARTS); their memory
+    instants stay in their files (_link_files)."""
     load_sql.load_steps(con, rid, parts["steps"])
     loaded = dict(
         con.execute(
@@ -364,6 +378,5 @@ def _load_parts(
     expected = {rank: sum(i.event_count for i in cr.infos) for rank, cr in by_rank.items()}
     if loaded != expected:  # a bug, never an input error: the transaction rolls back
         raise RuntimeError(f"events landed on the wrong ranks: {loaded} != {expected}")
-    load_sql.load_trace_memory(con, rid, parts["memory"])
     load_sql.load_lanes(con, rid, parts["lanes"])
     load_sql.load_trace_collectives(con, rid, parts["collectives"])

@@ -1,11 +1,14 @@
-"""The store's Parquet folder: where each run's per-rank event files live, the `events` view over
-the files the catalog lists, and the removal of every file it does not list.
+"""The store's Parquet folder: where each run's per-rank event and memory files live, the
+`events` and `memory` views over the files the catalog lists, and the removal of every file it
+does not list.
 
 Layout: the store `STORE.duckdb` keeps its Parquet files in `STORE.parquet/` beside it (a store
 file named without `.duckdb` gets `NAME.parquet/`), one folder per run and rank, hive-style:
 `run=ID/rank=R/events-OFFSET.parquet`, where OFFSET is the number of the rank's events in its
-earlier profiling windows (0 for the first), added to the file's own `idx`. The folder holds
-MARKER, so that tracelab never takes a folder of the user's own for its store folder.
+earlier profiling windows (0 for the first), added to the file's own `idx`; beside it the
+window's [memory] instants, `memory-OFFSET.parquet` (OFFSET counting the rank's earlier
+instants). The folder holds MARKER, so that tracelab never takes a folder of the user's own
+for its store folder.
 
 The rules that make the layout safe against kills and concurrent processes:
 
@@ -40,6 +43,7 @@ from tracelab.store_folder import (
     RUN_FOLDER,
     events_select_sql,
     listed,
+    memory_select_sql,
     parts_select_sql,
     run_folder,
     unreadable_files,
@@ -61,21 +65,44 @@ def run_event_file(folder: Path, rank: int, offset: int) -> Path:
     return folder / f"rank={int(rank)}" / f"events-{int(offset)}.parquet"
 
 
-def _empty_view_sql() -> str:
-    """The empty `events` view of tables.sql (a store without files)."""
+#: The `memory` view's rows of memory_peaks (tables.sql's form of the view without files).
+_PEAKS_SELECT = "SELECT *, CAST(NULL AS BIGINT) AS idx FROM memory_peaks"
+
+
+def memory_file(run_id: int, rank: int, offset: int) -> str:
+    """Where one trace memory file (a window's [memory] instants) lives inside the store folder,
+    beside the window's events file: OFFSET is the number of the rank's memory instants in its
+    earlier windows, added to each instant's row in the file (the view's idx)."""
+    return f"{run_folder(run_id)}/rank={int(rank)}/memory-{int(offset)}.parquet"
+
+
+def run_memory_file(folder: Path, rank: int, offset: int) -> Path:
+    """Where one trace memory file lives in a run's folder `folder` (as run_event_file)."""
+    return folder / f"rank={int(rank)}" / f"memory-{int(offset)}.parquet"
+
+
+#: The views over the files parquet_files lists, by kind.
+FILE_VIEWS = {"events": "events", "memory": "memory"}
+
+
+def _empty_view_sql(view: str) -> str:
+    """The view's form without files in tables.sql (a store's first)."""
     text = resources.files("tracelab").joinpath("store/schema/tables.sql").read_text()
-    found = re.search(r"^CREATE OR REPLACE VIEW events AS .*?;$", text, re.M | re.S)
-    assert found is not None, "tables.sql defines the events view"
+    found = re.search(rf"^CREATE OR REPLACE VIEW {view} AS .*?;$", text, re.M | re.S)
+    assert found is not None, f"tables.sql defines the {view} view"
     return found.group(0)
 
 
-def events_view_sql(root: Path, paths: list[str], *, temp: bool = False) -> str:
-    """The `events` view over the files `paths` (inside `root`). The paths are written into the
-    view's text (a view takes no bind parameters); they are the catalog's own, quoted."""
+def file_view_sql(view: str, root: Path, paths: list[str], *, temp: bool = False) -> str:
+    """The view `view` (FILE_VIEWS: `events`, or `memory`, whose collector peaks are a table's
+    rows) over the files `paths` (inside `root`). The paths are written into the view's text (a
+    view takes no bind parameters); they are the catalog's own, quoted."""
+    create = f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {view} AS"
     if not paths:
-        sql = _empty_view_sql()
-        return sql.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW") if temp else sql
-    return f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW events AS {events_select_sql(root, paths)}"
+        return _empty_view_sql(view).replace(f"CREATE OR REPLACE VIEW {view} AS", create, 1)
+    if view == "memory":
+        return f"{create} {_PEAKS_SELECT} UNION ALL {memory_select_sql(root, paths)}"
+    return f"{create} {events_select_sql(root, paths)}"
 
 
 def rank_events_sql(con: duckdb.DuckDBPyConnection, run_id: int, ranks: Sequence[int]) -> str:
@@ -114,17 +141,20 @@ def _run_files(
     return [str(p) for (p,) in con.execute(sql + " ORDER BY path", params).fetchall()]
 
 
-def refresh_events_view(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
-    """Make `events` the view over the events files the catalog lists now (in the caller's
-    transaction), with its column comments, and record the folder the view reads."""
+def refresh_file_views(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
+    """Make `events` and `memory` the views over the files of their kind the catalog lists now
+    (in the caller's transaction), with their column comments, and record the folder the views
+    read."""
     from tracelab.store.schema import apply_view_comments
 
     root = store_root(con)
-    paths = listed(con, "events") if root else []
-    view_over_listed(con, events_view_sql(root or Path("."), paths, temp=temp), root, paths)
+    for kind, view in FILE_VIEWS.items():
+        paths = listed(con, kind) if root else []
+        view_over_listed(con, file_view_sql(view, root or Path("."), paths, temp=temp), root, paths)
+        if not temp:
+            apply_view_comments(con, view)
     if temp:
         return
-    apply_view_comments(con, "events")
     con.execute(
         "INSERT OR REPLACE INTO tracelab_meta VALUES ('parquet_root', ?)", [str(root or "")]
     )
@@ -160,7 +190,7 @@ def follow_moved_store(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> No
         return
     from tracelab.derived import part_files
 
-    refresh_events_view(con, temp=read_only)
+    refresh_file_views(con, temp=read_only)
     part_files.refresh_view(con, temp=read_only)
 
 
@@ -185,19 +215,26 @@ def place_run(con: duckdb.DuckDBPyConnection, staged_folder: Path, run_id: int) 
 
 
 def register_files(
-    con: duckdb.DuckDBPyConnection, run_id: int, files: list[tuple[int, int, int]]
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    files: list[tuple[int, int, int]],
+    memory: Sequence[tuple[int, int, int]] = (),
 ) -> None:
-    """List a run's events files, (rank, offset, rows) each, in the run's folder in this
-    store's folder, and replace the view; in the caller's transaction, so that they become
-    visible when it commits (an ingest lists them in its staged store, whose rows the move
-    copies: tracelab.store.staged)."""
+    """List a run's events files and trace memory files, (rank, offset, rows) each, in the
+    run's folder in this store's folder, and replace the views; in the caller's transaction,
+    so that they become visible when it commits (an ingest lists them in its staged store,
+    whose rows the move copies: tracelab.store.staged)."""
     root = make_root(con)
     rows = []
-    for rank, offset, count in files:
-        path = event_file(run_id, rank, offset)
-        rows.append([run_id, rank, "events", path, count, (root / path).stat().st_size])
+    for kind, name, listed_files in (
+        ("events", event_file, files),
+        ("memory", memory_file, memory),
+    ):
+        for rank, offset, count in listed_files:
+            path = name(run_id, rank, offset)
+            rows.append([run_id, rank, kind, path, count, (root / path).stat().st_size])
     insert_rows(con, "parquet_files", PARQUET_FILES_COLUMNS, rows)
-    refresh_events_view(con)
+    refresh_file_views(con)
 
 
 def sweep(con: duckdb.DuckDBPyConnection) -> list[Path]:

@@ -1,15 +1,16 @@
 """Migrating a store of schema version 2 or 3 (events in a DuckDB table; 3 added hang_verdicts),
-4 (events as Parquet files in the store folder, `events` a view over them) or 5 (the
-collectives table gained the all-to-all's per-peer bytes, in_split_bytes / out_split_bytes,
-NULL on the rows already there: the store never kept them) to version 6 (each run's distinct
-process-group configurations once, in process_group_configs, each rank naming its own by
-number, in place of a copy per rank), in place, keeping every run.
+4 (events as Parquet files in the store folder, `events` a view over them), 5 (the collectives
+table gained the all-to-all's per-peer bytes, in_split_bytes / out_split_bytes, NULL on the
+rows already there: the store never kept them) or 6 (each run's distinct process-group
+configurations once, in process_group_configs, each rank naming its own by number, in place of
+a copy per rank) to version 7 (the trace's [memory] instants as Parquet files beside the
+events, the collector's step peaks in memory_peaks, `memory` a view over both), in place,
+keeping every run.
 
 The files are written first, each under a temporary name renamed when whole; then one
-transaction drops the events table, lists the files and sets the version. A migration killed
-before its commit leaves the store as it was (its files are removed by the next writer, or
-overwritten by the next migration); after it, a version 6 store. A version 4 or 5 store only
-changes its tables, in one transaction.
+transaction drops the tables the files replace, lists the files and sets the version. A
+migration killed before its commit leaves the store as it was (its files are removed by the
+next writer, or overwritten by the next migration); after it, a version 7 store.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from tracelab.store.files import (
     EVENT_FILE_COLUMNS,
     event_file,
     make_root,
+    memory_file,
+    refresh_file_views,
     register_files,
 )
 from tracelab.store.open import DEFAULT_LOCK_TIMEOUT_S, connect_with_retry
 from tracelab.store.schema import SCHEMA_FILES, apply_comments
 from tracelab.store.versions import SCHEMA_VERSION, first_row
-from tracelab.store_folder import check_owner
+from tracelab.store_folder import MEMORY_FILE_COLUMNS, check_owner
 
 if TYPE_CHECKING:
     import duckdb
@@ -48,6 +51,8 @@ class Migrated:
     from_version: int
     files: int
     events: int
+    memory_files: int = 0
+    memory_instants: int = 0
 
 
 def migrate_store(path: str | os.PathLike[str]) -> Migrated:
@@ -64,66 +69,114 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
         found = int(row[0]) if row else None
         if found == SCHEMA_VERSION:
             return Migrated(from_version=found, files=0, events=0)
-        if found not in (2, 3, 4, 5):
+        if found not in (2, 3, 4, 5, 6):
             raise StoreError(
-                f"{path}: store schema version {found}; `tracelab migrate` migrates version 2, "
-                "3, 4 and 5 stores. Re-ingest the traces into a new store (--db NEW.duckdb)."
+                f"{path}: store schema version {found}; `tracelab migrate` migrates version 2 "
+                "to 6 stores. Re-ingest the traces into a new store (--db NEW.duckdb)."
             )
-        if found in (4, 5):
-            con.execute("BEGIN TRANSACTION")
-            try:
-                if found == 4:
-                    _add_split_columns(con)
-                    apply_comments(con, _tables_sql(), only="collectives")
-                _share_process_groups(con)
-                _set_version(con)
-                con.execute("COMMIT")
-            except BaseException:
-                rollback(con)
-                raise
-            con.execute("CHECKPOINT")
-            return Migrated(from_version=found, files=0, events=0)
         root = make_root(con)
-        groups = con.execute(
-            "SELECT run_id, rank, count(*) FROM events GROUP BY run_id, rank ORDER BY run_id, rank"
-        ).fetchall()
-        files = [(int(rid), int(rank), int(n)) for rid, rank, n in groups]
-        cols = ", ".join(
-            "CAST(args AS VARCHAR) AS args" if c == "args" else c for c in EVENT_FILE_COLUMNS
-        )
-        for rid, rank, _ in files:
-            final = root / event_file(rid, rank, 0)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            partial = final.with_name(final.name + ".partial")
-            # COPY takes no bind parameters: the ids are ints, the path is quoted.
-            con.execute(
-                f"COPY (SELECT {cols} FROM events WHERE run_id = {rid} AND rank = {rank} "
-                f"ORDER BY idx) TO '{str(partial).replace(chr(39), chr(39) * 2)}' "
-                f"(FORMAT parquet, COMPRESSION lz4, ROW_GROUP_SIZE {_ROW_GROUP})"
-            )
-            os.replace(partial, final)
+        # The files first, each renamed into place when whole; listed in the transaction below.
+        files = _write_event_files(con, root) if found < 4 else []
+        memory = _write_memory_files(con, root)
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute("DROP TABLE events")
             tables = _tables_sql()
-            con.execute(tables)  # parquet_files, the empty events view (and hang_verdicts, from 2)
-            _add_split_columns(con)
-            _share_process_groups(con)
-            apply_comments(con, tables)
-            by_run: dict[int, list[tuple[int, int, int]]] = {}
-            for rid, rank, n in files:
-                by_run.setdefault(rid, []).append((rank, 0, n))
-            for rid, listed in by_run.items():
-                register_files(con, rid, listed)
+            _split_memory(con, tables)
+            if found < 4:
+                con.execute("DROP TABLE events")
+                # parquet_files, the empty views (and hang_verdicts, from 2)
+                con.execute(tables)
+                _add_split_columns(con)
+                _share_process_groups(con)
+                apply_comments(con, tables)
+            elif found < 6:
+                if found == 4:
+                    _add_split_columns(con)
+                    apply_comments(con, tables, only="collectives")
+                _share_process_groups(con)
+            by_run: dict[int, tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]] = {}
+            for kind, found_files in ((0, files), (1, memory)):
+                for rid, rank, n in found_files:
+                    by_run.setdefault(rid, ([], []))[kind].append((rank, 0, n))
+            for rid, (events, instants) in by_run.items():
+                register_files(con, rid, events, instants)
+            refresh_file_views(con)  # (a store of no runs: the views' forms without files)
             _set_version(con)
             con.execute("COMMIT")
         except BaseException:
             rollback(con)
             raise
         con.execute("CHECKPOINT")
-        return Migrated(from_version=found, files=len(files), events=sum(n for *_, n in files))
+        return Migrated(
+            from_version=found,
+            files=len(files),
+            events=sum(n for *_, n in files),
+            memory_files=len(memory),
+            memory_instants=sum(n for *_, n in memory),
+        )
     finally:
         con.close()
+
+
+def _write_event_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[tuple[int, int, int]]:
+    """A version 2 or 3 store's events table as one file per run and rank: (run, rank, rows)."""
+    groups = con.execute(
+        "SELECT run_id, rank, count(*) FROM events GROUP BY run_id, rank ORDER BY run_id, rank"
+    ).fetchall()
+    files = [(int(rid), int(rank), int(n)) for rid, rank, n in groups]
+    cols = ", ".join(
+        "CAST(args AS VARCHAR) AS args" if c == "args" else c for c in EVENT_FILE_COLUMNS
+    )
+    for rid, rank, _ in files:
+        _copy_to(
+            con,
+            f"SELECT {cols} FROM events WHERE run_id = {rid} AND rank = {rank} ORDER BY idx",
+            root / event_file(rid, rank, 0),
+        )
+    return files
+
+
+def _write_memory_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[tuple[int, int, int]]:
+    """The memory table's trace instants (version 6 and before) as one file per run and rank,
+    in the converter's columns (tracelab.store_folder.MEMORY_FILE_COLUMNS): (run, rank, rows)."""
+    groups = con.execute(
+        "SELECT run_id, rank, count(*) FROM memory WHERE source = 'trace' "
+        "GROUP BY run_id, rank ORDER BY run_id, rank"
+    ).fetchall()
+    files = [(int(rid), int(rank), int(n)) for rid, rank, n in groups]
+    cols = ", ".join(
+        name if expr.startswith("TRY_CAST") else f"{name} AS {expr}"
+        for name, expr in MEMORY_FILE_COLUMNS.items()
+    )
+    for rid, rank, _ in files:
+        _copy_to(
+            con,
+            f"SELECT {cols} FROM memory WHERE run_id = {rid} AND rank = {rank} "
+            "AND source = 'trace' ORDER BY rowid",  # (as stored: the traces' order)
+            root / memory_file(rid, rank, 0),
+        )
+    return files
+
+
+def _copy_to(con: duckdb.DuckDBPyConnection, select: str, final: Path) -> None:
+    """The rows of `select` written to `final`, under a temporary name renamed when whole."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = final.with_name(final.name + ".partial")
+    # COPY takes no bind parameters: the ids are ints, the path is quoted.
+    con.execute(
+        f"COPY ({select}) TO '{str(partial).replace(chr(39), chr(39) * 2)}' "
+        f"(FORMAT parquet, COMPRESSION lz4, ROW_GROUP_SIZE {_ROW_GROUP})"
+    )
+    os.replace(partial, final)
+
+
+def _split_memory(con: duckdb.DuckDBPyConnection, tables: str) -> None:
+    """Version 7: the memory table's collector step peaks into memory_peaks, the table dropped
+    (its trace instants were written to files: _write_memory_files; `memory` becomes a view)."""
+    con.execute(_create_sql(tables, "memory_peaks"))
+    con.execute("INSERT INTO memory_peaks BY NAME SELECT * FROM memory WHERE source <> 'trace'")
+    con.execute("DROP TABLE memory")
+    apply_comments(con, tables, only="memory_peaks")
 
 
 def _tables_sql() -> str:

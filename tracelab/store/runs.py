@@ -8,7 +8,7 @@ from tracelab.derived import FILE_TABLES as DERIVED_FILE_TABLES
 from tracelab.derived import TABLES as DERIVED_TABLES
 from tracelab.derived import part_files
 from tracelab.errors import RunNotFoundError
-from tracelab.store.files import refresh_events_view
+from tracelab.store.files import FILE_VIEWS, refresh_file_views
 from tracelab.store.versions import first_row
 
 
@@ -32,7 +32,8 @@ def resolve_run(con: duckdb.DuckDBPyConnection, name: str | None) -> tuple[int, 
     return int(row[0]), str(row[1])
 
 
-#: Tables (and the events view) holding per-run rows, deleted with the run (derived ones first).
+#: Tables (and the events and memory views) holding per-run rows, deleted with the run (derived
+#: ones first).
 RUN_TABLES = DERIVED_TABLES + (
     "hang_verdicts",
     "events",
@@ -40,6 +41,7 @@ RUN_TABLES = DERIVED_TABLES + (
     "lanes",
     "collectives",
     "memory",
+    "memory_peaks",
     "process_group_configs",
     "ranks",
     "runs",
@@ -48,7 +50,7 @@ RUN_TABLES = DERIVED_TABLES + (
 #: in place of the views over them (what delete_run deletes from, what
 #: tracelab.store.staged.move_run copies; `runs` last, the order a deletion takes).
 ROW_TABLES = tuple(
-    t for t in RUN_TABLES if t not in ("events", "ranks", "runs", *DERIVED_FILE_TABLES)
+    t for t in RUN_TABLES if t not in (*FILE_VIEWS, "ranks", "runs", *DERIVED_FILE_TABLES)
 ) + (
     "parquet_files",
     "ranks",
@@ -64,7 +66,7 @@ def delete_run(con: duckdb.DuckDBPyConnection, rid: int, *, refresh_views: bool 
     for table in ROW_TABLES:
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
     if refresh_views:
-        refresh_events_view(con)
+        refresh_file_views(con)
         part_files.refresh_view(con)
 
 

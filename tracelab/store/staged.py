@@ -26,7 +26,7 @@ import duckdb
 from tracelab.connections import connect
 from tracelab.derived import part_files
 from tracelab.interrupts import interruptible
-from tracelab.store.files import place_run, refresh_events_view
+from tracelab.store.files import place_run, refresh_file_views
 from tracelab.store.open import WRITER_MEMORY_LIMIT, rollback
 from tracelab.store.runs import ROW_TABLES, delete_run
 from tracelab.store.schema import schema_sql
@@ -70,7 +70,7 @@ def move_run(
                     f"INSERT INTO {table} BY NAME SELECT * FROM {_SOURCE}.{table} WHERE run_id = ?",
                     [int(run_id)],
                 )
-            refresh_events_view(con)
+            refresh_file_views(con)
             part_files.refresh_view(con)
             con.execute("COMMIT")
         except BaseException:

@@ -12,13 +12,15 @@ import duckdb
 
 from tracelab.errors import StoreError
 
+#: 7: the trace's [memory] instants are Parquet files beside the events (they grow with the
+#: events), the collector's step peaks a table (memory_peaks), `memory` a view over both.
 #: 6: each run's distinct process-group configurations once (process_group_configs), each rank
 #: naming its own (ranks.process_groups_config), in place of a copy per rank. 5: collectives
 #: keep an all-to-all's per-peer bytes from the collector's record (in_split_bytes,
 #: out_split_bytes). 4: events are Parquet files in the store folder, `events` a view over them
 #: (3: a table, with hang_verdicts; 2: a table, no hang_verdicts).
-#: `tracelab migrate` takes 2, 3, 4 and 5 to 6.
-SCHEMA_VERSION = 6
+#: `tracelab migrate` takes 2 to 6 to 7.
+SCHEMA_VERSION = 7
 #: Version of what tracelab.derived computes into the derived tables. Bumped whenever a
 #: definition changes, so that a store derived by an older tracelab is re-derived
 #: (`tracelab rederive`) rather than shown with numbers that no longer mean the same.
@@ -49,12 +51,12 @@ def check_version(con: duckdb.DuckDBPyConnection, path: str, check_derived: bool
             f"reads version {SCHEMA_VERSION} (events as Parquet files beside it). Migrate it in "
             f"place, keeping every run: tracelab migrate --db {path}"
         )
-    if found in (4, 5):
-        was = (
-            "collectives without the all-to-all's per-peer bytes"
-            if found == 4
-            else "a copy of the process-group configuration per rank"
-        )
+    if found in (4, 5, 6):
+        was = {
+            4: "collectives without the all-to-all's per-peer bytes",
+            5: "a copy of the process-group configuration per rank",
+            6: "the trace's memory instants inside the DuckDB file",
+        }[found]
         raise StoreError(
             f"{path}: store schema version {found} ({was}); this tracelab reads version "
             f"{SCHEMA_VERSION}. Migrate it in place, keeping every run: tracelab migrate --db {path}"

@@ -1,5 +1,7 @@
--- tracelab store schema: the base tables (version 4 with derived.sql; tracelab.store.SCHEMA_VERSION).
+-- tracelab store schema: the base tables (version 7 with derived.sql; tracelab.store.SCHEMA_VERSION).
 --
+-- Version 7 keeps the trace's [memory] instants beside them (`memory-OFFSET.parquet`, kind
+-- 'memory'): `memory` is a view over those files and the collector's step peaks (memory_peaks).
 -- Version 4 keeps the events out of the DuckDB file: they are Parquet files in the store's folder
 -- (`STORE.duckdb` -> `STORE.parquet/run=ID/rank=R/events-OFFSET.parquet`, tracelab/store/files.py),
 -- listed in `parquet_files`, and `events` is a view over exactly the files listed there. The view
@@ -107,11 +109,11 @@ CREATE TABLE IF NOT EXISTS parquet_files (
     run_id INTEGER NOT NULL,
     -- The rank (of a 'time_parts' file, which holds a batch of ranks: the batch's first).
     rank INTEGER NOT NULL,
-    -- Which table's rows the file holds: 'events', or the derived 'time_parts'
-    -- (tracelab.derived.part_files).
+    -- Which table's rows the file holds: 'events', 'memory' (the trace's [memory] instants), or
+    -- the derived 'time_parts' (tracelab.derived.part_files).
     kind VARCHAR NOT NULL,
     -- Path inside the store's folder, '/'-separated (run=ID/rank=R/events-OFFSET.parquet,
-    -- run=ID/parts/time_parts-RANK-TOKEN.parquet).
+    -- run=ID/rank=R/memory-OFFSET.parquet, run=ID/parts/time_parts-RANK-TOKEN.parquet).
     path VARCHAR NOT NULL PRIMARY KEY,
     -- Rows in the file.
     row_count BIGINT NOT NULL,
@@ -245,29 +247,47 @@ CREATE TABLE IF NOT EXISTS collectives (
     out_split_bytes BIGINT[]
 );
 
--- Memory samples: the trace's [memory] instants, and the collector's per-step peaks.
-CREATE TABLE IF NOT EXISTS memory (
+-- The collector's per-step memory peaks (source 'step_peak'): the rows of the `memory` view that
+-- are not the trace's [memory] instants, which stay in Parquet files (they grow with events).
+CREATE TABLE IF NOT EXISTS memory_peaks (
     -- The run.
     run_id INTEGER NOT NULL,
     -- The rank.
     rank INTEGER NOT NULL,
-    -- 'trace' ([memory] instant: allocation or free) or 'step_peak' (collector).
+    -- 'step_peak' (the collector's).
     source VARCHAR NOT NULL,
-    -- Time of the sample (for step_peak: end of the step).
+    -- End of the step.
     ts_ns BIGINT NOT NULL,
     -- ProfilerStep, when known.
     step INTEGER,
-    -- Device type code from the trace (0 CPU, 1 CUDA, ...) or 'cuda'/'cpu' mapped to those codes.
+    -- Device type code (0 CPU, 1 CUDA, ...).
     device_type INTEGER,
     -- Device index.
     device_id INTEGER,
-    -- Size of this allocation (+) or free (-); NULL for step peaks.
+    -- NULL for step peaks.
     delta_bytes BIGINT,
-    -- Allocated bytes after the event, or the step's peak allocated.
+    -- The step's peak allocated.
     allocated_bytes BIGINT,
-    -- Reserved bytes after the event, or the step's peak reserved.
+    -- The step's peak reserved.
     reserved_bytes BIGINT
 );
+
+-- Memory samples: the trace's [memory] instants and the collector's per-step peaks. A view: the
+-- peaks of memory_peaks, and the instants of the Parquet files that parquet_files lists as
+-- 'memory' (run=ID/rank=R/memory-OFFSET.parquet, tracelab/store/files.py writes the view; this
+-- form, without files, is a store's first).
+CREATE OR REPLACE VIEW memory AS SELECT *, CAST(NULL AS BIGINT) AS idx FROM memory_peaks;
+-- @column run_id: The run.
+-- @column rank: The rank.
+-- @column source: 'trace' ([memory] instant: allocation or free) or 'step_peak' (collector).
+-- @column ts_ns: Time of the sample (for step_peak: end of the step).
+-- @column step: ProfilerStep, when known.
+-- @column device_type: Device type code from the trace (0 CPU, 1 CUDA, ...) or 'cuda'/'cpu' mapped to those codes.
+-- @column device_id: Device index.
+-- @column delta_bytes: Size of this allocation (+) or free (-); NULL for step peaks.
+-- @column allocated_bytes: Allocated bytes after the event, or the step's peak allocated.
+-- @column reserved_bytes: Reserved bytes after the event, or the step's peak reserved.
+-- @column idx: Position of the instant among its rank's [memory] instants, in the order its traces wrote them (its earlier windows' first): of instants at one ts_ns, the order they happened in; NULL for step peaks.
 
 -- Named baselines for CI reports: `tracelab baseline save NAME`.
 CREATE TABLE IF NOT EXISTS baselines (
