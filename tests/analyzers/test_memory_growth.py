@@ -12,16 +12,14 @@ import pytest
 
 from tracelab.analyzers._memory_estimate import forward_growth
 from tracelab.connections import connect
-from tracelab.store.files import file_view_sql, memory_file
+from tracelab.store.files import make_root, memory_file, register_files
 from tracelab.store.schema import schema_sql
 
 
 @pytest.fixture
 def con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    con = connect()
+    con = connect(str(tmp_path / "s.duckdb"))  # (a file: its Parquet folder beside it)
     con.execute(schema_sql())
-    # Where _events writes the trace memory files the `memory` view reads.
-    con.execute("CREATE TEMP TABLE _test_root AS SELECT ? AS root", [str(tmp_path)])
     return con
 
 
@@ -35,10 +33,8 @@ def _action(con: duckdb.DuckDBPyConnection, rank: int, mb: int, s0: int, s1: int
 
 def _events(con: duckdb.DuckDBPyConnection, rank: int, *events: tuple[int, int]) -> None:
     """(time, allocated bytes after it), in the trace's order: the rank's memory file, as a
-    conversion writes it (tracelab.ingest.convert), under the `memory` view as a store lists it
-    (tracelab.store.files.file_view_sql)."""
-    root = Path(con.execute("SELECT root FROM _test_root").fetchall()[0][0])
-    path = root / memory_file(1, rank, 0)
+    conversion writes it (tracelab.ingest.convert), listed as a store lists it."""
+    path = make_root(con) / memory_file(1, rank, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(
         pa.table(
@@ -54,8 +50,7 @@ def _events(con: duckdb.DuckDBPyConnection, rank: int, *events: tuple[int, int])
         ),
         path,
     )
-    paths = sorted(str(p.relative_to(root)) for p in root.rglob("memory-*.parquet"))
-    con.execute(file_view_sql("memory", root, paths))
+    register_files(con, 1, [], [(rank, 0, len(events))])
 
 
 def test_growth_is_from_before_the_start_to_the_end_inclusive(

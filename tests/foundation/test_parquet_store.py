@@ -849,3 +849,46 @@ def test_a_write_interrupted_after_its_commit_keeps_its_own_error() -> None:
     con.execute("CREATE TABLE t (x INTEGER)")
     _rollback(con)
     assert not con.execute("SELECT * FROM duckdb_tables() WHERE table_name = 't'").fetchall()
+
+
+def test_a_version_6_store_that_lost_an_events_file_migrates_then_deletes_the_run(
+    tmp_path: Path,
+) -> None:
+    """The migration lists the memory files without binding the events view again: a store
+    whose events file was removed outside tracelab still migrates, and the run it names can
+    then be deleted (the error names `tracelab delete`, which needs a store of this version)."""
+    import duckdb
+
+    db = tmp_path / "v6.duckdb"
+    ingest([run_set(tmp_path / "ta", ranks=2)], db=db, run="a", progress=False)
+    ingest([run_set(tmp_path / "tb", ranks=1)], db=db, run="b", progress=False)
+    con = duckdb.connect(str(db))
+    try:
+        _as_version_6(con, db)
+    finally:
+        con.close()
+    (parquet_root(db) / "run=1/rank=0/events-0.parquet").unlink()
+    res = cli("migrate", "--db", str(db))
+    assert res.code == 0 and "from schema version 6 to 7" in res.err, res.err
+    res = cli("delete", "a", "--db", str(db))
+    assert res.code == 0, res.err
+    assert check_catalog(db) == {"b": 4}
+
+
+def test_a_runs_memory_is_read_from_its_own_files(tmp_path: Path) -> None:
+    """The memory analyzer and page read a run's own memory files (run_memory_sql), not the
+    view over every run's (which binds them all): with another run's memory file gone, a run's
+    memory reads as the view gives it, and its analysis runs."""
+    from tracelab.store.files import run_memory_sql
+
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "ta", ranks=2)], db=db, run="a", progress=False)
+    ingest([run_set(tmp_path / "tb", ranks=1)], db=db, run="b", progress=False)
+    with open_store(db) as con:
+        whole = con.execute("SELECT * FROM memory WHERE run_id = 2 ORDER BY ALL").fetchall()
+    (parquet_root(db) / "run=1/rank=0/memory-0.parquet").unlink()
+    with open_store(db) as con:
+        scoped = con.execute(f"SELECT * FROM {run_memory_sql(con, 2)} ORDER BY ALL").fetchall()
+    assert scoped == whole and scoped
+    res = cli("analyze", "--db", str(db), "--run", "b", "--only", "memory", "--format", "json")
+    assert res.code == 0, res.err

@@ -24,6 +24,7 @@ import duckdb
 
 from tracelab import memory_model as mm
 from tracelab.analyzers._common import rows
+from tracelab.store.files import run_memory_sql
 
 #: Each pipeline action with the allocator's growth over it: allocated bytes after the last
 #: event at or before its end, minus after the last event before its start (the rank's events
@@ -45,7 +46,7 @@ WITH a AS (
 -- (side 1); events keep their traces' order (memory.idx).
 points AS (
     SELECT rank, ts_ns AS t, 0 AS side, idx AS ord, allocated_bytes AS bytes, NULL AS id
-    FROM memory
+    FROM {memory}
     WHERE run_id = $run AND source = 'trace' AND allocated_bytes IS NOT NULL
       AND coalesce(device_type, 0) = $device
     UNION ALL SELECT rank, s0, -1, 0, NULL, id FROM a
@@ -67,7 +68,7 @@ ORDER BY a.rank, a.s0
 _TRACE_PEAK_SQL = """
 SELECT rank, max(allocated_bytes) AS peak_bytes, arg_max(ts_ns, allocated_bytes) AS peak_ts,
        arg_max(step, allocated_bytes) AS peak_step
-FROM memory
+FROM {memory}
 WHERE run_id = ? AND source = 'trace' AND allocated_bytes IS NOT NULL
   AND step BETWEEN ? AND ? AND coalesce(device_type, 0) = ?
 GROUP BY rank
@@ -80,7 +81,8 @@ def forward_growth(
     """Each pipeline action of the run (rank, stage, kind, step, s0, s1 on the rank's own
     clock, where its allocator events are) with the device allocator's growth over it,
     grown_bytes (None without an event before it); in order of rank and start (_FORWARD_SQL)."""
-    return rows(con, _FORWARD_SQL, {"run": run_id, "device": device})
+    sql = _FORWARD_SQL.format(memory=run_memory_sql(con, run_id))
+    return rows(con, sql, {"run": run_id, "device": device})
 
 
 def _ms(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -279,7 +281,8 @@ def _measured(
     window = _window0(metadata)
     lo, hi = window if window else (-(2**31), 2**31 - 1)
     device = 1 if device_peaks else 0
-    trace = {r["rank"]: r for r in rows(con, _TRACE_PEAK_SQL, [run_id, lo, hi, device])}
+    peaks = _TRACE_PEAK_SQL.format(memory=run_memory_sql(con, run_id))
+    trace = {r["rank"]: r for r in rows(con, peaks, [run_id, lo, hi, device])}
     out: dict[int, tuple[float, int | None, int | None]] = {}
     for rank, entry in entries.items():
         t = trace.get(rank)

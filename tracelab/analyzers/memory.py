@@ -22,6 +22,7 @@ from tracelab.derived.pipeline import declared_pipeline, schedule_name
 from tracelab.derived.sqlrows import scalar
 from tracelab.errors import InputError
 from tracelab.results import Evidence, Finding, Result, Severity
+from tracelab.store.files import run_memory_sql
 from tracelab.vocabulary import Code
 
 NAME = "memory"
@@ -56,7 +57,7 @@ _PEAKS_SQL = """
            count(DISTINCT m.step) AS steps,
            any_value(CASE WHEN m.device_type >= 1 THEN k.device_memory_bytes END) AS capacity_bytes,
            any_value(k.pp_stage) AS pp_stage
-    FROM memory m JOIN ranks k ON k.run_id = m.run_id AND k.rank = m.rank
+    FROM {memory} m JOIN ranks k ON k.run_id = m.run_id AND k.rank = m.rank
     WHERE m.run_id = ? AND m.allocated_bytes IS NOT NULL AND {where}
     GROUP BY m.rank ORDER BY m.rank
 """
@@ -66,8 +67,11 @@ def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[
     """(source, per-rank peaks). Device allocator peaks from the collector first; then the
     trace's [memory] events on the rank's compute device (a lower bound); then the collector's
     CPU figures, which are process RSS (baseline included), last."""
+    memory = run_memory_sql(con, run_id)
     got = rows(
-        con, _PEAKS_SQL.format(where="m.source = 'step_peak' AND m.device_type >= 1"), [run_id]
+        con,
+        _PEAKS_SQL.format(memory=memory, where="m.source = 'step_peak' AND m.device_type >= 1"),
+        [run_id],
     )
     if got:
         return "step_peak", got
@@ -75,23 +79,26 @@ def _peaks(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[dict[
     got = rows(
         con,
         _PEAKS_SQL.format(
-            where="""m.source = 'trace' AND m.device_type IS NOT NULL
+            memory=memory,
+            where=f"""m.source = 'trace' AND m.device_type IS NOT NULL
         AND (m.rank, m.device_type) IN (
-            SELECT (d.rank, max(d.device_type)) FROM memory d
-            WHERE d.run_id = ? AND d.source = 'trace' GROUP BY d.rank)"""
+            SELECT (d.rank, max(d.device_type)) FROM {memory} d
+            WHERE d.run_id = ? AND d.source = 'trace' GROUP BY d.rank)""",
         ),
         [run_id, run_id],
     )
     if got:
         return "trace", got
-    return "rss", rows(con, _PEAKS_SQL.format(where="m.source = 'step_peak'"), [run_id])
+    return "rss", rows(
+        con, _PEAKS_SQL.format(memory=memory, where="m.source = 'step_peak'"), [run_id]
+    )
 
 
 def _cpu_only(con: duckdb.DuckDBPyConnection, run_id: int) -> bool:
     got = scalar(
         con.execute(
-            "SELECT max(coalesce(device_type, 0)) FROM memory WHERE run_id = ? "
-            "AND source = 'trace'",
+            f"SELECT max(coalesce(device_type, 0)) FROM {run_memory_sql(con, run_id)} "
+            "WHERE run_id = ? AND source = 'trace'",
             [run_id],
         )
     )

@@ -128,6 +128,18 @@ def run_parts_sql(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
     return f"({parts_select_sql(root, paths)})"
 
 
+def run_memory_sql(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
+    """A subquery of the run's rows of the `memory` view that reads the run's own memory files
+    and step peaks: the view names every run's files, and a query on it binds them all (0.19 s
+    against 0.001 s for one rank's instants at 2,000 one-row files)."""
+    root = store_root(con)
+    paths = _run_files(con, run_id, "memory")
+    peaks = f"{_PEAKS_SELECT} WHERE run_id = {int(run_id)}"
+    if root is None or not paths:
+        return f"({peaks})"
+    return f"({peaks} UNION ALL {memory_select_sql(root, paths)})"
+
+
 def _run_files(
     con: duckdb.DuckDBPyConnection, run_id: int, kind: str, ranks: Sequence[int] | None = None
 ) -> list[str]:
@@ -141,14 +153,17 @@ def _run_files(
     return [str(p) for (p,) in con.execute(sql + " ORDER BY path", params).fetchall()]
 
 
-def refresh_file_views(con: duckdb.DuckDBPyConnection, *, temp: bool = False) -> None:
-    """Make `events` and `memory` the views over the files of their kind the catalog lists now
-    (in the caller's transaction), with their column comments, and record the folder the views
-    read."""
+def refresh_file_views(
+    con: duckdb.DuckDBPyConnection, *, temp: bool = False, kinds: Sequence[str] = tuple(FILE_VIEWS)
+) -> None:
+    """Make `events` and `memory` (of `kinds`) the views over the files of their kind the
+    catalog lists now (in the caller's transaction), with their column comments, and record
+    the folder the views read."""
     from tracelab.store.schema import apply_view_comments
 
     root = store_root(con)
-    for kind, view in FILE_VIEWS.items():
+    for kind in kinds:
+        view = FILE_VIEWS[kind]
         paths = listed(con, kind) if root else []
         view_over_listed(con, file_view_sql(view, root or Path("."), paths, temp=temp), root, paths)
         if not temp:
@@ -219,11 +234,14 @@ def register_files(
     run_id: int,
     files: list[tuple[int, int, int]],
     memory: Sequence[tuple[int, int, int]] = (),
+    *,
+    refresh: bool = True,
 ) -> None:
     """List a run's events files and trace memory files, (rank, offset, rows) each, in the
-    run's folder in this store's folder, and replace the views; in the caller's transaction,
-    so that they become visible when it commits (an ingest lists them in its staged store,
-    whose rows the move copies: tracelab.store.staged)."""
+    run's folder in this store's folder, and replace the views (unless `refresh` is false:
+    the caller replaces them, refresh_file_views); in the caller's transaction, so that they
+    become visible when it commits (an ingest lists them in its staged store, whose rows the
+    move copies: tracelab.store.staged)."""
     root = make_root(con)
     rows = []
     for kind, name, listed_files in (
@@ -234,7 +252,8 @@ def register_files(
             path = name(run_id, rank, offset)
             rows.append([run_id, rank, kind, path, count, (root / path).stat().st_size])
     insert_rows(con, "parquet_files", PARQUET_FILES_COLUMNS, rows)
-    refresh_file_views(con)
+    if refresh:
+        refresh_file_views(con)
 
 
 def sweep(con: duckdb.DuckDBPyConnection) -> list[Path]:

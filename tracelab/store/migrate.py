@@ -9,8 +9,10 @@ keeping every run.
 
 The files are written first, each under a temporary name renamed when whole; then one
 transaction drops the tables the files replace, lists the files and sets the version. A
-migration killed before its commit leaves the store as it was (its files are removed by the
-next writer, or overwritten by the next migration); after it, a version 7 store.
+migration killed before its commit leaves the store as it was: the files it wrote are unlisted
+and overwritten by the next migration (which the store needs before anything else opens it
+for writing; a version 2 or 3 store's files are in unlisted run folders, which the next
+writer's sweep also removes); after it, a version 7 store.
 """
 
 from __future__ import annotations
@@ -99,8 +101,13 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
                 for rid, rank, n in found_files:
                     by_run.setdefault(rid, ([], []))[kind].append((rank, 0, n))
             for rid, (events, instants) in by_run.items():
-                register_files(con, rid, events, instants)
-            refresh_file_views(con)  # (a store of no runs: the views' forms without files)
+                register_files(con, rid, events, instants, refresh=False)
+            # The views over what is listed now, once (a store of no runs: their forms without
+            # files); of a store of version 4 or more only `memory`: its `events` view stays,
+            # so that a store that lost an events file still migrates (and then opens, with
+            # the error that names the run to delete), rather than sending the user from
+            # `tracelab delete` to `tracelab migrate` and back.
+            refresh_file_views(con, kinds=("events", "memory") if found < 4 else ("memory",))
             _set_version(con)
             con.execute("COMMIT")
         except BaseException:

@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 
 from tracelab.render.text import size
+from tracelab.store.files import run_memory_sql
 from tracelab.views.analysis import Analysis
 from tracelab.views.context import RunContext
 
@@ -42,7 +43,7 @@ SHORT_SOURCES = {
 SERIES_SQL = """
 WITH m AS (
     SELECT m.rank, m.ts_ns - o.off_ns AS t, m.allocated_bytes, m.reserved_bytes
-    FROM memory m JOIN (SELECT unnest(?::INTEGER[]) AS rank, unnest(?::BIGINT[]) AS off_ns) o
+    FROM {memory} m JOIN (SELECT unnest(?::INTEGER[]) AS rank, unnest(?::BIGINT[]) AS off_ns) o
       USING (rank)
     WHERE m.run_id = ? AND m.source = 'trace' AND m.allocated_bytes IS NOT NULL
 ),
@@ -81,13 +82,14 @@ class MemorySeries:
 def memory_series(con: duckdb.DuckDBPyConnection, ctx: RunContext) -> MemorySeries:
     """Allocated and reserved memory over time from the trace's [memory] events, binned."""
     p = ctx.params()
+    memory = run_memory_sql(con, ctx.run_id)
     found = con.execute(
-        "SELECT count(DISTINCT rank) FROM memory WHERE run_id = ? AND source = 'trace'",
+        f"SELECT count(DISTINCT rank) FROM {memory} WHERE run_id = ? AND source = 'trace'",
         [ctx.run_id],
     ).fetchone()
     total = found[0] if found else 0
     rows = con.execute(
-        SERIES_SQL,
+        SERIES_SQL.format(memory=memory),
         [p["off_ranks"], p["off_ns"], ctx.run_id, MAX_SERIES_RANKS, SERIES_BINS, SERIES_BINS],
     ).fetchall()
     t: dict[int, list[float]] = {}
