@@ -276,14 +276,16 @@ def run() -> NoReturn:
     """The `tracelab` command: main(), then the exit. Where the command started a Ray driver
     (tracelab.ingest.ray_engine), Ray's core leaves threads running past ray.shutdown(), and
     the interpreter's teardown crashed in one of them (SIGSEGV in the core worker's metrics,
-    after "terminated": 5 in about 30 SIGTERMs of an ingest on Ray): everything the command does is
-    done by then, so it ends at once, with its exit status."""
+    after "terminated": 5 in about 30 SIGTERMs of an ingest on Ray); where the reader of the
+    signals still runs (interrupts.reader_running), the teardown could unwind it through
+    DuckDB's C++ and abort (exit -6 after "interrupted"). Everything the command does is done
+    by then, so it ends at once, with its exit status."""
     try:
         code = main()
     except SystemExit as exc:  # (Ray's own SIGTERM handler, where the CLI's was not back yet)
         code = exc.code if isinstance(exc.code, int) else 1
     engine = sys.modules.get("tracelab.ingest.ray_engine")
-    if engine is not None and getattr(engine, "started", False):
+    if (engine is not None and getattr(engine, "started", False)) or interrupts.reader_running():
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()

@@ -53,6 +53,16 @@ _lock = threading.Lock()
 #: id(connection) -> (connection, the thread that opened it).
 _open: dict[int, tuple[_Interruptible, int]] = {}
 _handled = threading.Event()
+#: The last watching()'s reader of the signals.
+_reader: threading.Thread | None = None
+
+
+def reader_running() -> bool:
+    """Whether the last watching()'s reader is still running past its command's end (its wait,
+    JOIN_S, ran out: a loaded machine, or another thread's query still open). The interpreter's
+    exit would unwind it through DuckDB's C++ if it were inside interrupt() then, and abort the
+    process: the `tracelab` command then ends without that exit (tracelab.cli.run)."""
+    return _reader is not None and _reader.is_alive()
 
 
 @contextlib.contextmanager
@@ -147,8 +157,9 @@ def watching() -> Iterator[None]:
         os.close(write_fd)
         yield
         return
+    global _reader
     _handled.clear()
-    reader = threading.Thread(
+    reader = _reader = threading.Thread(
         target=_read,
         args=(read_fd, frozenset(int(s) for s in SIGNALS), threading.get_ident()),
         name="tracelab-interrupts",
@@ -163,5 +174,6 @@ def watching() -> Iterator[None]:
         # Its end, awaited (bounded: it goes on while another thread's query is open): a
         # daemon thread still inside DuckDB's interrupt() when the interpreter exits is unwound
         # through DuckDB's C++ ("FATAL: exception not rethrown", exit -6: a kill test after
-        # "interrupted", once, on a loaded machine).
+        # "interrupted", once, on a loaded machine, and again with this wait, beside two other
+        # test runs: reader_running).
         reader.join(JOIN_S)

@@ -251,8 +251,8 @@ def first_store(con, result):
     return store(con, result)
 
 P.derive_ranks, B.store = slow, first_store
-from tracelab.cli import main
-sys.exit(main(sys.argv[1:]))
+from tracelab.cli import run
+run()  # (the `tracelab` command's entry point: its exit, tracelab.cli.run)
 """
 )
 
@@ -314,3 +314,31 @@ def test_a_signal_during_a_rederive_leaves_it_to_finish(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="were being recomputed when that stopped"):
         with open_store(db):
             pass
+
+
+def test_a_command_whose_signal_reader_outlived_it_ends_with_its_output_and_status(
+    tmp_path: Path,
+) -> None:
+    """Where the reader of the signals still runs as the command ends (interrupts.JOIN_S ran
+    out), the `tracelab` command ends without the interpreter's teardown, which could unwind
+    the reader through DuckDB's C++ (exit -6): with its status, and its output written."""
+    db = tmp_path / "s.duckdb"
+    ingest([run_set(tmp_path / "t", ranks=1)], db=db, run="a", progress=False)
+    script = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write('torn down\\n'))\n"
+        "import tracelab.interrupts as I\n"
+        "I.reader_running = lambda: True\n"
+        "from tracelab.cli import run\n"
+        "run()\n"
+    )
+    for args, code in ((["runs"], 0), (["analyze", "--run", "nope"], 2)):
+        res = subprocess.run(
+            [sys.executable, "-c", script, *args, "--db", str(db)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == code, res.stderr
+        assert ("a" in res.stdout) if code == 0 else ("no run named 'nope'" in res.stderr)
+        assert "torn down" not in res.stderr  # (no teardown: atexit never ran)
