@@ -69,8 +69,7 @@ def _ingest_cmd(data: Path, db: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     """The N-rank set, and how long an uninterrupted ingest of it takes here, into a store
-    holding a small run as each test's does (timed into a new store, whose schema it made
-    first, the ingests at 95% of it ended before it in two full test runs)."""
+    holding a small run as each test's does."""
     if not sys.platform.startswith("linux"):
         pytest.skip("reads /proc")
     sys.path.insert(0, str(REPO))
@@ -91,18 +90,30 @@ def test_killed_ingest_leaves_nothing_behind(
     sig: signal.Signals, point: float, big: tuple[Path, float], tmp_path: Path
 ) -> None:
     data, full_s = big
-    db = tmp_path / "store.duckdb"
-    ingest([run_set(tmp_path / "good")], db=db, run="good", progress=False)
-    before = snapshot(db)
-    proc = subprocess.Popen(_ingest_cmd(data, db), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen: set[int] = set()
-    deadline = time.monotonic() + point * full_s
-    while time.monotonic() < deadline and proc.poll() is None:
+    good = run_set(tmp_path / "good")
+    for attempt in range(3):
+        db = tmp_path / f"store-{attempt}.duckdb"
+        ingest([good], db=db, run="good", progress=False)
+        before = snapshot(db)
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            _ingest_cmd(data, db), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        seen: set[int] = set()
+        deadline = started + point * full_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            seen |= _children(proc.pid)
+            time.sleep(0.02)
         seen |= _children(proc.pid)
-        time.sleep(0.02)
-    seen |= _children(proc.pid)
-    if proc.poll() is not None:
-        pytest.skip(f"the ingest finished before {point:.0%} of {full_s:.1f} s")
+        if proc.poll() is None:
+            break
+        # Done before the point: the machine runs faster than when the reference was timed
+        # (beside other tests, the late points were skipped in three full runs). Again, at
+        # the point of this ingest's own time.
+        proc.communicate()
+        full_s = time.monotonic() - started
+    else:
+        pytest.skip(f"the ingest finished before {point:.0%} of {full_s:.1f} s, three times")
     proc.send_signal(sig)
     start = time.monotonic()
     out, err = proc.communicate(timeout=60)  # EOF: nothing else holds the pipes open
