@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def build(db: Path, runs: int, ranks: int) -> None:
     from tracelab.derived.sqlfiles import insert_rows
     from tracelab.store import open_store
-    from tracelab.store.files import event_file, make_root
+    from tracelab.store.files import make_root, rank_file
     from tracelab.store_folder import PARQUET_FILES_COLUMNS
 
     with open_store(db, read_only=False) as con:
@@ -35,7 +35,7 @@ def build(db: Path, runs: int, ranks: int) -> None:
         rows = []
         for run in range(1, runs + 1):
             for rank in range(ranks):
-                rows.append([run, rank, "events", event_file(run, rank, 0), 0, 0])
+                rows.append([run, rank, "events", rank_file(run, rank, "events", 0), 0, 0])
             for first in range(0, ranks, max(1, ranks // 4)):
                 rows.append(
                     [

@@ -40,25 +40,26 @@ EVENT_FILE_COLUMNS = (
     "args",
 )
 
-#: The columns of the `memory` view, and what a trace's memory file (the converted folder's
-#: memory.parquet, tracelab.ingest.convert) gives each after run_id, rank and source.
+#: The columns of the `memory` view that a trace's memory file (the converted folder's
+#: memory.parquet, tracelab.ingest.convert) holds after run_id, rank and source: view column ->
+#: the file's column; MEMORY_CASTS are read as INTEGER (the file's are BIGINT).
 MEMORY_FILE_COLUMNS = {
     "ts_ns": "ts_ns",
     "step": "step",
-    "device_type": "TRY_CAST(device_type AS INTEGER)",
-    "device_id": "TRY_CAST(device_id AS INTEGER)",
+    "device_type": "device_type",
+    "device_id": "device_id",
     "delta_bytes": "bytes",
     "allocated_bytes": "total_allocated",
     "reserved_bytes": "total_reserved",
 }
+MEMORY_CASTS = frozenset({"device_type", "device_id"})
 
-#: run_id, rank and the idx offset, read from each file's name: DuckDB evaluates them once per
-#: file, and prunes the files a filter on run_id or rank excludes before opening them. Not hive
-#: partitioning, which would also take `k=v` folders above the store as columns.
-_FROM_NAME = r"CAST(regexp_extract(filename, '[/\\]run=(\d+)[/\\]rank=(\d+)[/\\]events-(\d+)\.parquet$', {}) AS {})"
-#: run_id, rank and the idx offset of a memory file (`run=ID/rank=R/memory-OFFSET.parquet`,
-#: OFFSET the rank's memory instants in its earlier windows), likewise.
-_MEMORY_FROM_NAME = r"CAST(regexp_extract(filename, '[/\\]run=(\d+)[/\\]rank=(\d+)[/\\]memory-(\d+)\.parquet$', {}) AS {})"
+#: run_id, rank and the offset of an events or memory file (`run=ID/rank=R/KIND-OFFSET.parquet`;
+#: OFFSET: the rank's events, or memory instants, in its earlier windows, added to idx), read
+#: from each file's name: DuckDB evaluates them once per file, and prunes the files a filter on
+#: run_id or rank excludes before opening them. Not hive partitioning, which would also take
+#: `k=v` folders above the store as columns.
+_FROM_NAME = r"CAST(regexp_extract(filename, '[/\\]run=(\d+)[/\\]rank=(\d+)[/\\](?:events|memory)-(\d+)\.parquet$', {}) AS {})"
 
 
 #: The name of a run's folder in the store folder, and in a staged store's: `run=ID`.
@@ -313,11 +314,16 @@ def events_select_sql(root: Path, paths: list[str]) -> str:
 def memory_select_sql(root: Path, paths: list[str]) -> str:
     """The rows of the trace memory files `paths` (inside `root`, at least one) as the `memory`
     view has them (tracelab.store.files.memory_view_sql), source 'trace'."""
-    cols = ", ".join(f"{expr} AS {name}" for name, expr in MEMORY_FILE_COLUMNS.items())
+    cols = ", ".join(
+        f"TRY_CAST({column} AS INTEGER) AS {name}"
+        if name in MEMORY_CASTS
+        else f"{column} AS {name}"
+        for name, column in MEMORY_FILE_COLUMNS.items()
+    )
     return (
-        f"SELECT {_MEMORY_FROM_NAME.format(1, 'INTEGER')} AS run_id, "
-        f"{_MEMORY_FROM_NAME.format(2, 'INTEGER')} AS rank, 'trace' AS source, {cols}, "
-        f"file_row_number + {_MEMORY_FROM_NAME.format(3, 'BIGINT')} AS idx "
+        f"SELECT {_FROM_NAME.format(1, 'INTEGER')} AS run_id, "
+        f"{_FROM_NAME.format(2, 'INTEGER')} AS rank, 'trace' AS source, {cols}, "
+        f"file_row_number + {_FROM_NAME.format(3, 'BIGINT')} AS idx "
         f"FROM read_parquet([{sql_paths(root, paths)}], filename = true, "
         "file_row_number = true, hive_partitioning = false)"
     )

@@ -12,7 +12,7 @@ import pytest
 
 from tracelab.analyzers._memory_estimate import forward_growth
 from tracelab.connections import connect
-from tracelab.store.files import make_root, memory_file, register_files
+from tracelab.store.files import make_root, rank_file, register_files
 from tracelab.store.schema import schema_sql
 
 
@@ -34,7 +34,7 @@ def _action(con: duckdb.DuckDBPyConnection, rank: int, mb: int, s0: int, s1: int
 def _events(con: duckdb.DuckDBPyConnection, rank: int, *events: tuple[int, int]) -> None:
     """(time, allocated bytes after it), in the trace's order: the rank's memory file, as a
     conversion writes it (tracelab.ingest.convert), listed as a store lists it."""
-    path = make_root(con) / memory_file(1, rank, 0)
+    path = make_root(con) / rank_file(1, rank, "memory", 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(
         pa.table(

@@ -186,21 +186,22 @@ def _link_files(
     run_folder: Path, by_rank: dict[int, ConvertedRank]
 ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
     """The run's events files, and its trace memory files of at least one instant, laid out as
-    the store folder holds them in the run's folder `run_folder` (run_event_file,
-    run_memory_file), linked from the converted folders (copied where a link cannot be made,
+    the store folder holds them in the run's folder `run_folder` (run_rank_file), linked from the converted folders (copied where a link cannot be made,
     e.g. a collector's folder on another file system): (rank, offset, rows) per file, of each
     kind. The memory instants grow with the events (28k a rank of the 8-rank set's 123k): as
     rows they were loaded into the staged store and copied again under the store's lock."""
-    from tracelab.store.files import run_event_file, run_memory_file
+    from tracelab.store.files import run_rank_file
 
     files, memory = [], []
     for rank, cr in sorted(by_rank.items()):
         offset = instants = 0
         for info, folder in zip(cr.infos, cr.dirs, strict=True):
-            _link(folder / "events.parquet", run_event_file(run_folder, rank, offset))
+            _link(folder / "events.parquet", run_rank_file(run_folder, rank, "events", offset))
             files.append((rank, offset, info.event_count))
             if info.memory_event_count:
-                _link(folder / "memory.parquet", run_memory_file(run_folder, rank, instants))
+                _link(
+                    folder / "memory.parquet", run_rank_file(run_folder, rank, "memory", instants)
+                )
                 memory.append((rank, instants, info.memory_event_count))
             offset += info.event_count
             instants += info.memory_event_count
@@ -328,9 +329,9 @@ def _parts(
 ) -> tuple[dict[str, list[str]], list[tuple[str, int, int]]]:
     """The converted files of each kind but the events and memory instants, which stay files
     (kind -> paths), and every file's (path, rank, offset of idx) for load_sql.part_files."""
-    out: dict[str, list[str]] = {
-        kind: [] for kind in PARQUET_KINDS if kind not in ("events", "memory")
-    }
+    from tracelab.store.files import FILE_KINDS
+
+    out: dict[str, list[str]] = {kind: [] for kind in PARQUET_KINDS if kind not in FILE_KINDS}
     entries: list[tuple[str, int, int]] = []
     for rank, cr in sorted(by_rank.items()):
         offset = 0

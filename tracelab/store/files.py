@@ -53,36 +53,31 @@ from tracelab.store_folder import make_root as make_root
 from tracelab.store_folder import parquet_root as parquet_root
 from tracelab.store_folder import store_root as store_root
 
+#: The kinds of file parquet_files lists per rank that stay files, each read through the view
+#: of its name (the derived time_parts: tracelab.derived.part_files).
+FILE_KINDS = ("events", "memory")
 
-def event_file(run_id: int, rank: int, offset: int) -> str:
-    """Where one events file lives inside the store folder ('/'-separated)."""
-    return f"{run_folder(run_id)}/rank={int(rank)}/events-{int(offset)}.parquet"
+
+def rank_file(run_id: int, rank: int, kind: str, offset: int) -> str:
+    """Where one file of a rank (FILE_KINDS: a window's events, or its [memory] instants, beside
+    them) lives inside the store folder ('/'-separated): OFFSET is the number of the rank's
+    events (memory instants) in its earlier windows, added to each row's position (idx)."""
+    return f"{run_folder(run_id)}/{rank_file_name(rank, kind, offset)}"
 
 
-def run_event_file(folder: Path, rank: int, offset: int) -> Path:
-    """Where one events file lives in a run's folder `folder` (`run=ID/`: the store's, or a
+def run_rank_file(folder: Path, rank: int, kind: str, offset: int) -> Path:
+    """Where one file of a rank lives in a run's folder `folder` (`run=ID/`: the store's, or a
     staged store's before the run is moved in)."""
-    return folder / f"rank={int(rank)}" / f"events-{int(offset)}.parquet"
+    return folder / rank_file_name(rank, kind, offset)
+
+
+def rank_file_name(rank: int, kind: str, offset: int) -> str:
+    """rank_file's path inside the run's folder."""
+    return f"rank={int(rank)}/{kind}-{int(offset)}.parquet"
 
 
 #: The `memory` view's rows of memory_peaks (tables.sql's form of the view without files).
 _PEAKS_SELECT = "SELECT *, CAST(NULL AS BIGINT) AS idx FROM memory_peaks"
-
-
-def memory_file(run_id: int, rank: int, offset: int) -> str:
-    """Where one trace memory file (a window's [memory] instants) lives inside the store folder,
-    beside the window's events file: OFFSET is the number of the rank's memory instants in its
-    earlier windows, added to each instant's row in the file (the view's idx)."""
-    return f"{run_folder(run_id)}/rank={int(rank)}/memory-{int(offset)}.parquet"
-
-
-def run_memory_file(folder: Path, rank: int, offset: int) -> Path:
-    """Where one trace memory file lives in a run's folder `folder` (as run_event_file)."""
-    return folder / f"rank={int(rank)}" / f"memory-{int(offset)}.parquet"
-
-
-#: The views over the files parquet_files lists, by kind.
-FILE_VIEWS = {"events": "events", "memory": "memory"}
 
 
 def _empty_view_sql(view: str) -> str:
@@ -94,7 +89,7 @@ def _empty_view_sql(view: str) -> str:
 
 
 def file_view_sql(view: str, root: Path, paths: list[str], *, temp: bool = False) -> str:
-    """The view `view` (FILE_VIEWS: `events`, or `memory`, whose collector peaks are a table's
+    """The view `view` (FILE_KINDS: `events`, or `memory`, whose collector peaks are a table's
     rows) over the files `paths` (inside `root`). The paths are written into the view's text (a
     view takes no bind parameters); they are the catalog's own, quoted."""
     create = f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {view} AS"
@@ -154,7 +149,7 @@ def _run_files(
 
 
 def refresh_file_views(
-    con: duckdb.DuckDBPyConnection, *, temp: bool = False, kinds: Sequence[str] = tuple(FILE_VIEWS)
+    con: duckdb.DuckDBPyConnection, *, temp: bool = False, kinds: Sequence[str] = FILE_KINDS
 ) -> None:
     """Make `events` and `memory` (of `kinds`) the views over the files of their kind the
     catalog lists now (in the caller's transaction), with their column comments, and record
@@ -163,11 +158,10 @@ def refresh_file_views(
 
     root = store_root(con)
     for kind in kinds:
-        view = FILE_VIEWS[kind]
         paths = listed(con, kind) if root else []
-        view_over_listed(con, file_view_sql(view, root or Path("."), paths, temp=temp), root, paths)
+        view_over_listed(con, file_view_sql(kind, root or Path("."), paths, temp=temp), root, paths)
         if not temp:
-            apply_view_comments(con, view)
+            apply_view_comments(con, kind)
     if temp:
         return
     con.execute(
@@ -244,12 +238,9 @@ def register_files(
     move copies: tracelab.store.staged)."""
     root = make_root(con)
     rows = []
-    for kind, name, listed_files in (
-        ("events", event_file, files),
-        ("memory", memory_file, memory),
-    ):
+    for kind, listed_files in zip(FILE_KINDS, (files, memory), strict=True):
         for rank, offset, count in listed_files:
-            path = name(run_id, rank, offset)
+            path = rank_file(run_id, rank, kind, offset)
             rows.append([run_id, rank, kind, path, count, (root / path).stat().st_size])
     insert_rows(con, "parquet_files", PARQUET_FILES_COLUMNS, rows)
     if refresh:

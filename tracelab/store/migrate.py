@@ -28,9 +28,8 @@ from tracelab.derived.sqlfiles import rollback
 from tracelab.errors import StoreError
 from tracelab.store.files import (
     EVENT_FILE_COLUMNS,
-    event_file,
     make_root,
-    memory_file,
+    rank_file,
     refresh_file_views,
     register_files,
 )
@@ -96,12 +95,9 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
                     _add_split_columns(con)
                     apply_comments(con, tables, only="collectives")
                 _share_process_groups(con)
-            by_run: dict[int, tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]] = {}
-            for kind, found_files in ((0, files), (1, memory)):
-                for rid, rank, n in found_files:
-                    by_run.setdefault(rid, ([], []))[kind].append((rank, 0, n))
-            for rid, (events, instants) in by_run.items():
-                register_files(con, rid, events, instants, refresh=False)
+            events, instants = _by_run(files), _by_run(memory)
+            for rid in sorted(events.keys() | instants.keys()):
+                register_files(con, rid, events.get(rid, []), instants.get(rid, []), refresh=False)
             # The views over what is listed now, once (a store of no runs: their forms without
             # files); of a store of version 4 or more only `memory`: its `events` view stays,
             # so that a store that lost an events file still migrates (and then opens, with
@@ -125,6 +121,14 @@ def migrate_store(path: str | os.PathLike[str]) -> Migrated:
         con.close()
 
 
+def _by_run(files: list[tuple[int, int, int]]) -> dict[int, list[tuple[int, int, int]]]:
+    """(run, rank, rows) per file -> per run, (rank, offset 0, rows) per file."""
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    for rid, rank, n in files:
+        out.setdefault(rid, []).append((rank, 0, n))
+    return out
+
+
 def _write_event_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[tuple[int, int, int]]:
     """A version 2 or 3 store's events table as one file per run and rank: (run, rank, rows)."""
     groups = con.execute(
@@ -138,7 +142,7 @@ def _write_event_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[tuple
         _copy_to(
             con,
             f"SELECT {cols} FROM events WHERE run_id = {rid} AND rank = {rank} ORDER BY idx",
-            root / event_file(rid, rank, 0),
+            root / rank_file(rid, rank, "events", 0),
         )
     return files
 
@@ -151,16 +155,13 @@ def _write_memory_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[tupl
         "GROUP BY run_id, rank ORDER BY run_id, rank"
     ).fetchall()
     files = [(int(rid), int(rank), int(n)) for rid, rank, n in groups]
-    cols = ", ".join(
-        name if expr.startswith("TRY_CAST") else f"{name} AS {expr}"
-        for name, expr in MEMORY_FILE_COLUMNS.items()
-    )
+    cols = ", ".join(f"{name} AS {column}" for name, column in MEMORY_FILE_COLUMNS.items())
     for rid, rank, _ in files:
         _copy_to(
             con,
             f"SELECT {cols} FROM memory WHERE run_id = {rid} AND rank = {rank} "
             "AND source = 'trace' ORDER BY rowid",  # (as stored: the traces' order)
-            root / memory_file(rid, rank, 0),
+            root / rank_file(rid, rank, "memory", 0),
         )
     return files
 

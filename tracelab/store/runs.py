@@ -8,7 +8,7 @@ from tracelab.derived import FILE_TABLES as DERIVED_FILE_TABLES
 from tracelab.derived import TABLES as DERIVED_TABLES
 from tracelab.derived import part_files
 from tracelab.errors import RunNotFoundError
-from tracelab.store.files import FILE_VIEWS, refresh_file_views
+from tracelab.store.files import FILE_KINDS, refresh_file_views
 from tracelab.store.versions import first_row
 
 
@@ -50,7 +50,7 @@ RUN_TABLES = DERIVED_TABLES + (
 #: in place of the views over them (what delete_run deletes from, what
 #: tracelab.store.staged.move_run copies; `runs` last, the order a deletion takes).
 ROW_TABLES = tuple(
-    t for t in RUN_TABLES if t not in (*FILE_VIEWS, "ranks", "runs", *DERIVED_FILE_TABLES)
+    t for t in RUN_TABLES if t not in (*FILE_KINDS, "ranks", "runs", *DERIVED_FILE_TABLES)
 ) + (
     "parquet_files",
     "ranks",
